@@ -1,0 +1,23 @@
+/* Helpers shared by the files of libformat; not exported. */
+#ifndef NVFP4_FORMAT_INTERNAL_H
+#define NVFP4_FORMAT_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <nvfp4/format.h>
+
+/* a * b with overflow detection: 0 on success. */
+static inline int mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+}
+
+/* Read a whole small file into a NUL-terminated buffer. */
+char *fmt_read_file(const char *path, size_t limit, size_t *len, nvfp4_error *err);
+/* Join a directory and a file name. */
+char *fmt_path_join(const char *dir, const char *name);
+/* Directory part of a path ("." when there is none). */
+char *fmt_dirname(const char *path);
+
+#endif

@@ -1,0 +1,78 @@
+/* Small file and path helpers shared inside libformat. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "internal.h"
+
+char *fmt_read_file(const char *path, size_t limit, size_t *len, nvfp4_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    struct stat sb;
+    char *buf;
+    size_t n;
+
+    if (!f) {
+        nvfp4_error_set(err, errno == ENOENT ? NVFP4_ERR_NOT_FOUND : NVFP4_ERR_IO,
+                        path, NULL, -1, "cannot open: %s", strerror(errno));
+        return NULL;
+    }
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        nvfp4_error_set(err, NVFP4_ERR_IO, path, NULL, -1, "not a regular file");
+        return NULL;
+    }
+    if ((uint64_t)sb.st_size > limit) {
+        fclose(f);
+        nvfp4_error_set(err, NVFP4_ERR_INVALID, path, NULL, -1,
+                        "file of %lld bytes exceeds the limit of %zu",
+                        (long long)sb.st_size, limit);
+        return NULL;
+    }
+    buf = malloc((size_t)sb.st_size + 1);
+    if (!buf) {
+        fclose(f);
+        nvfp4_error_set(err, NVFP4_ERR_NOMEM, path, NULL, -1, "out of memory");
+        return NULL;
+    }
+    n = fread(buf, 1, (size_t)sb.st_size, f);
+    if (ferror(f)) {
+        fclose(f);
+        free(buf);
+        nvfp4_error_set(err, NVFP4_ERR_IO, path, NULL, -1, "read error");
+        return NULL;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    if (len)
+        *len = n;
+    return buf;
+}
+
+char *fmt_path_join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *s = malloc(a + b + 2);
+
+    if (!s)
+        return NULL;
+    memcpy(s, dir, a);
+    s[a] = '/';
+    memcpy(s + a + 1, name, b + 1);
+    return s;
+}
+
+char *fmt_dirname(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+
+    if (!slash)
+        return strdup(".");
+    if (slash == path)
+        return strdup("/");
+    return strndup(path, (size_t)(slash - path));
+}

@@ -1,0 +1,27 @@
+# Check-based tests, one program per layer, plus shell tests of the tool.
+TEST_CPPFLAGS = $(AM_CPPFLAGS) -DTEST_DATA_DIR='"$(abs_top_srcdir)/tests/data"' \
+	-DNVFP4_TOOL='"$(abs_top_builddir)/tools/nvfp4"'
+AM_TESTS_ENVIRONMENT = top_srcdir='$(top_srcdir)' top_builddir='$(top_builddir)'; \
+	export top_srcdir top_builddir;
+EXTRA_DIST += tests/data
+
+if HAVE_CHECK
+check_PROGRAMS += tests/test-format
+tests_test_format_SOURCES = %reldir%/test-format.c %reldir%/testutil.h
+tests_test_format_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_format_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_format_LDADD = libformat/libnvfp4-format.la $(CHECK_LIBS) $(JANSSON_LIBS)
+TESTS += tests/test-format
+endif
+
+# The format layer stands alone: a program built with only
+# `pkg-config nvfp4-format` against the installed library.
+EXTRA_DIST += %reldir%/consumer-format.c
+installcheck-local:
+	PKG_CONFIG_PATH="$(DESTDIR)$(libdir)/pkgconfig:$$PKG_CONFIG_PATH" && \
+	export PKG_CONFIG_PATH && \
+	$(CC) -o consumer-format $(srcdir)/tests/consumer-format.c \
+	    `$(PKG_CONFIG) --cflags --libs nvfp4-format` && \
+	LD_LIBRARY_PATH="$(DESTDIR)$(libdir)" ./consumer-format \
+	    $(abs_srcdir)/tests/data/format/all_dtypes.safetensors && \
+	rm -f consumer-format

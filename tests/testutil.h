@@ -1,0 +1,53 @@
+/* Helpers shared by the Check test programs. */
+#ifndef NVFP4_TESTUTIL_H
+#define NVFP4_TESTUTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+static inline char *tdata(const char *rel)
+{
+    static char buf[8][4096];
+    static int slot;
+    char *b = buf[slot++ & 7];
+    snprintf(b, 4096, "%s/%s", TEST_DATA_DIR, rel);
+    return b;
+}
+
+static inline json_t *tload_json(const char *rel)
+{
+    json_error_t e;
+    json_t *j = json_load_file(tdata(rel), 0, &e);
+    if (!j) {
+        fprintf(stderr, "cannot load fixture %s: %s\n", rel, e.text);
+        abort();
+    }
+    return j;
+}
+
+/* Read a whole fixture file; aborts the test on failure (fixtures are ours). */
+static inline void *tload_file(const char *rel, size_t *len)
+{
+    FILE *f = fopen(tdata(rel), "rb");
+    long n;
+    void *p;
+    if (!f) {
+        fprintf(stderr, "cannot open fixture %s\n", rel);
+        abort();
+    }
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    p = malloc((size_t)n + 1);
+    if (!p || fread(p, 1, (size_t)n, f) != (size_t)n)
+        abort();
+    fclose(f);
+    if (len)
+        *len = (size_t)n;
+    return p;
+}
+
+#endif

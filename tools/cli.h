@@ -1,0 +1,28 @@
+/* Shared pieces of the nvfp4 command-line tool; each subcommand is a file. */
+#ifndef NVFP4_CLI_H
+#define NVFP4_CLI_H
+
+#include <stdio.h>
+
+#include <nvfp4/format.h>
+
+/* Exit statuses of every subcommand. */
+enum { CLI_OK = 0, CLI_INVALID = 1, CLI_USAGE = 2 };
+
+typedef struct {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv);  /* argv[0] is the subcommand */
+    void (*help)(FILE *out);
+} cli_command;
+
+/* Print "nvfp4: message" on stderr; returns CLI_INVALID. */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Print an nvfp4_error; returns CLI_INVALID. */
+int cli_fail_error(const nvfp4_error *err);
+/* Report wrong usage of COMMAND; returns CLI_USAGE. */
+int cli_usage(const cli_command *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+extern const cli_command cli_inspect;
+#endif

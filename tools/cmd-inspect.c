@@ -1,0 +1,184 @@
+/* nvfp4 inspect: list a checkpoint's tensors, metadata and config summary. */
+#include "config.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void help(FILE *out)
+{
+    fprintf(out,
+            "Usage: nvfp4 inspect PATH [--json]\n"
+            "List the tensors of a safetensors checkpoint (name, dtype, shape, bytes,\n"
+            "shard), its metadata and a summary of its config.json.\n"
+            "PATH is a model directory, a .safetensors file or an index .json file.\n\n"
+            "  --json      print one JSON object instead of text\n"
+            "  -h, --help  show this help\n");
+}
+
+static void shape_text(const nvfp4_tensor *t, char *buf, size_t n)
+{
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < t->ndim && k < n; d++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, d ? ", " : "", t->shape[d]);
+    if (k < n)
+        snprintf(buf + k, n - k, "]");
+}
+
+/* Config summary: (label, key) pairs; the first present key of a label wins. */
+static const struct {
+    const char *label;
+    const char *keys[3];
+} summary_keys[] = {
+    {"model_type", {"model_type"}},
+    {"layers", {"num_hidden_layers", "n_layer"}},
+    {"hidden_size", {"hidden_size", "n_embd"}},
+    {"intermediate_size", {"intermediate_size"}},
+    {"heads", {"num_attention_heads", "n_head"}},
+    {"kv_heads", {"num_key_value_heads"}},
+    {"vocab_size", {"vocab_size"}},
+    {"experts", {"num_experts", "num_local_experts", "n_routed_experts"}},
+    {"experts_per_token", {"num_experts_per_tok"}},
+    {"quant_method", {"quantization_config.quant_method"}},
+};
+
+static json_t *config_summary(const nvfp4_config *cfg)
+{
+    json_t *o = json_object();
+    json_t *arch = nvfp4_config_json(cfg, "architectures");
+
+    if (json_is_array(arch) && json_array_size(arch) > 0)
+        json_object_set(o, "architecture", json_array_get(arch, 0));
+    for (size_t i = 0; i < sizeof(summary_keys) / sizeof(summary_keys[0]); i++) {
+        for (int k = 0; k < 3 && summary_keys[i].keys[k]; k++) {
+            json_t *v = nvfp4_config_json(cfg, summary_keys[i].keys[k]);
+            if (v && !json_is_null(v)) {
+                json_object_set(o, summary_keys[i].label, v);
+                break;
+            }
+        }
+    }
+    return o;
+}
+
+static int run(int argc, char **argv)
+{
+    static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+                                         {NULL, 0, NULL, 0}};
+    int as_json = 0, c, rc = CLI_OK;
+    nvfp4_error err;
+    nvfp4_checkpoint *ck;
+    json_t *root, *tensors, *meta;
+    const nvfp4_config *cfg;
+
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'j')
+            as_json = 1;
+        else
+            return cli_usage(&cli_inspect, "unknown option '%s'", argv[optind - 1]);
+    }
+    if (optind + 1 != argc)
+        return cli_usage(&cli_inspect, optind == argc ? "missing PATH" : "too many arguments");
+
+    ck = nvfp4_checkpoint_open(argv[optind], &err);
+    if (!ck)
+        return cli_fail_error(&err);
+
+    root = json_object();
+    tensors = json_array();
+    meta = json_object();
+    json_object_set_new(root, "path", json_string(argv[optind]));
+    json_object_set_new(root, "shards", json_integer((json_int_t)nvfp4_checkpoint_shard_count(ck)));
+    for (size_t i = 0; i < nvfp4_checkpoint_count(ck); i++) {
+        const char *name = nvfp4_checkpoint_name(ck, i);
+        const nvfp4_tensor *t;
+        json_t *o, *shape;
+        const char *slash;
+
+        if (nvfp4_checkpoint_get(ck, name, &t, &err)) {
+            rc = cli_fail_error(&err);
+            goto out;
+        }
+        o = json_object();
+        shape = json_array();
+        for (int d = 0; d < t->ndim; d++)
+            json_array_append_new(shape, json_integer(t->shape[d]));
+        slash = strrchr(t->file, '/');
+        json_object_set_new(o, "name", json_string(name));
+        json_object_set_new(o, "dtype", json_string(nvfp4_dtype_name(t->dtype)));
+        json_object_set_new(o, "shape", shape);
+        json_object_set_new(o, "bytes", json_integer((json_int_t)t->nbytes));
+        json_object_set_new(o, "offset", json_integer((json_int_t)t->offset));
+        json_object_set_new(o, "shard", json_string(slash ? slash + 1 : t->file));
+        json_array_append_new(tensors, o);
+    }
+    for (size_t s = 0; s < nvfp4_checkpoint_shard_count(ck); s++) {
+        const nvfp4_safetensors *st;
+        const char *k, *v;
+        if (nvfp4_checkpoint_shard(ck, s, &st, &err)) {
+            rc = cli_fail_error(&err);
+            goto out;
+        }
+        for (size_t m = 0; !nvfp4_safetensors_metadata(st, m, &k, &v); m++)
+            json_object_set_new(meta, k, json_string(v));
+    }
+    json_object_set(root, "tensors", tensors);
+    json_object_set(root, "metadata", meta);
+    cfg = nvfp4_checkpoint_config(ck);
+    if (cfg)
+        json_object_set_new(root, "config", config_summary(cfg));
+
+    if (as_json) {
+        json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+        fputc('\n', stdout);
+    } else {
+        const char *k;
+        json_t *v;
+        uint64_t total = 0;
+
+        printf("checkpoint: %s\nshards: %zu\ntensors: %zu\n\n", argv[optind],
+               nvfp4_checkpoint_shard_count(ck), json_array_size(tensors));
+        printf("%-56s %-8s %-20s %12s  %s\n", "NAME", "DTYPE", "SHAPE", "BYTES", "SHARD");
+        for (size_t i = 0; i < json_array_size(tensors); i++) {
+            const nvfp4_tensor *t;
+            char shp[128];
+            json_t *o = json_array_get(tensors, i);
+            nvfp4_checkpoint_get(ck, json_string_value(json_object_get(o, "name")), &t, &err);
+            shape_text(t, shp, sizeof(shp));
+            total += t->nbytes;
+            printf("%-56s %-8s %-20s %12" PRIu64 "  %s\n", t->name,
+                   nvfp4_dtype_name(t->dtype), shp, t->nbytes,
+                   json_string_value(json_object_get(o, "shard")));
+        }
+        printf("\ntotal tensor bytes: %" PRIu64 "\n", total);
+        if (json_object_size(meta)) {
+            printf("\nmetadata:\n");
+            json_object_foreach(meta, k, v)
+                printf("  %s = %s\n", k, json_string_value(v));
+        }
+        if (json_object_get(root, "config")) {
+            printf("\nconfig.json:\n");
+            json_object_foreach(json_object_get(root, "config"), k, v) {
+                char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+                printf("  %-18s %s\n", k, s ? s : "?");
+                free(s);
+            }
+        }
+    }
+out:
+    json_decref(tensors);
+    json_decref(meta);
+    json_decref(root);
+    nvfp4_checkpoint_free(ck);
+    return rc;
+}
+
+const cli_command cli_inspect = {
+    "inspect", "list tensors, metadata and config of a checkpoint", run, help,
+};

@@ -1,0 +1,90 @@
+/* nvfp4: command-line front end.  Dispatches to one file per subcommand. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const cli_command *const commands[] = {
+    &cli_inspect,
+};
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+int cli_fail(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("nvfp4: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return CLI_INVALID;
+}
+
+int cli_fail_error(const nvfp4_error *err)
+{
+    return cli_fail("%s", err->text[0] ? err->text : nvfp4_strerror(err->status));
+}
+
+int cli_usage(const cli_command *cmd, const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "nvfp4 %s: ", cmd->name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'nvfp4 %s --help'.\n", cmd->name);
+    return CLI_USAGE;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: nvfp4 COMMAND [OPTIONS] ...\n"
+            "Load and run NVFP4 checkpoints exported by AMD Quark.\n\n"
+            "Commands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(out, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
+    fprintf(out,
+            "\nOptions:\n"
+            "  -h, --help     show this help and exit\n"
+            "  -V, --version  show the version and exit\n\n"
+            "'nvfp4 COMMAND --help' describes one command.\n"
+            "Exit status: 0 success, 1 invalid input, 2 wrong usage.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(argv[1], "-V") || !strcmp(argv[1], "--version")) {
+        printf("nvfp4 %s\n", PACKAGE_VERSION);
+        return CLI_OK;
+    }
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        if (strcmp(argv[1], commands[i]->name) != 0)
+            continue;
+        for (int a = 2; a < argc; a++) {
+            if (!strcmp(argv[a], "--"))
+                break;
+            if (!strcmp(argv[a], "-h") || !strcmp(argv[a], "--help")) {
+                commands[i]->help(stdout);
+                return CLI_OK;
+            }
+        }
+        return commands[i]->run(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "nvfp4: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return CLI_USAGE;
+}
