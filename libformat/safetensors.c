@@ -200,7 +200,7 @@ static nvfp4_status parse_entry(nvfp4_safetensors *st, const char *name,
         return nvfp4_error_set(err, NVFP4_ERR_OUT_OF_RANGE, p, name, 8,
                                "\"data_offsets\" must be non-negative integers");
     if (end < begin)
-        return nvfp4_error_set(err, NVFP4_ERR_BAD_ENTRY, p, name, 8,
+        return nvfp4_error_set(err, NVFP4_ERR_BAD_SIZE, p, name, 8,
                                "data_offsets [%llu, %llu] end before they begin",
                                (unsigned long long)begin, (unsigned long long)end);
     if (end - begin != nbytes)
@@ -284,6 +284,13 @@ static nvfp4_status parse_header(nvfp4_safetensors *st, nvfp4_error *err)
         if (json_error_code(&jerr) == json_error_duplicate_key)
             return nvfp4_error_set(err, NVFP4_ERR_DUPLICATE, p, NULL,
                                    8 + jerr.position, "header: %s", jerr.text);
+        /* Integers beyond int64 (offsets past 2^63) cannot be a valid size. */
+        if (json_error_code(&jerr) == json_error_numeric_overflow)
+            return nvfp4_error_set(err, NVFP4_ERR_OVERFLOW, p, NULL,
+                                   8 + jerr.position,
+                                   "header holds an integer that does not fit in "
+                                   "64 bits (line %d, column %d)", jerr.line,
+                                   jerr.column);
         return nvfp4_error_set(err, NVFP4_ERR_BAD_JSON, p, NULL, 8 + jerr.position,
                                "header is not valid JSON: %s (line %d, column %d)",
                                jerr.text, jerr.line, jerr.column);

@@ -7,7 +7,7 @@ EXTRA_DIST += tests/data
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test-format
-tests_test_format_SOURCES = %reldir%/test-format.c %reldir%/testutil.h
+tests_test_format_SOURCES = %reldir%/test-format.c %reldir%/testutil.h %reldir%/sha256.h
 tests_test_format_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_format_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_format_LDADD = libformat/libnvfp4-format.la $(CHECK_LIBS) $(JANSSON_LIBS)

@@ -1,21 +1,376 @@
+/*
+ * libformat tests.  Every expectation comes from files written by the real
+ * Python safetensors package and listings Python made of them
+ * (scripts/fixtures/gen_format.py -> tests/data/format/).
+ */
 #include "config.h"
+
 #include <check.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
 #include <nvfp4/format.h>
+
+#include "sha256.h"
 #include "testutil.h"
-START_TEST(test_placeholder_strerror)
+
+static const char *const status_names[] = {
+    [NVFP4_ERR_TRUNCATED] = "TRUNCATED",
+    [NVFP4_ERR_HEADER_TOO_LARGE] = "HEADER_TOO_LARGE",
+    [NVFP4_ERR_BAD_JSON] = "BAD_JSON",
+    [NVFP4_ERR_BAD_ENTRY] = "BAD_ENTRY",
+    [NVFP4_ERR_BAD_DTYPE] = "BAD_DTYPE",
+    [NVFP4_ERR_BAD_SHAPE] = "BAD_SHAPE",
+    [NVFP4_ERR_OVERFLOW] = "OVERFLOW",
+    [NVFP4_ERR_BAD_SIZE] = "BAD_SIZE",
+    [NVFP4_ERR_OUT_OF_RANGE] = "OUT_OF_RANGE",
+    [NVFP4_ERR_OVERLAP] = "OVERLAP",
+    [NVFP4_ERR_DUPLICATE] = "DUPLICATE",
+};
+
+static const char *status_name(nvfp4_status s)
 {
-    ck_assert_str_eq(nvfp4_strerror(NVFP4_ERR_OVERLAP), "overlapping tensors");
+    if ((size_t)s < sizeof(status_names) / sizeof(status_names[0]) && status_names[s])
+        return status_names[s];
+    return nvfp4_strerror(s);
+}
+
+/* Compare one tensor with its entry in a Python listing. */
+static void check_tensor(const nvfp4_tensor *t, json_t *want, uint64_t data_start)
+{
+    json_t *shape = json_object_get(want, "shape");
+    json_t *offs = json_object_get(want, "data_offsets");
+    char hex[65];
+
+    ck_assert_str_eq(t->name, json_string_value(json_object_get(want, "name")));
+    ck_assert_str_eq(nvfp4_dtype_name(t->dtype),
+                     json_string_value(json_object_get(want, "dtype")));
+    ck_assert_int_eq(t->ndim, (int)json_array_size(shape));
+    for (int d = 0; d < t->ndim; d++)
+        ck_assert_int_eq(t->shape[d], tnum(json_array_get(shape, (size_t)d)));
+    ck_assert_uint_eq(t->nbytes,
+                      (uint64_t)tnum(json_object_get(want, "nbytes")));
+    if (data_start)
+        ck_assert_uint_eq(t->offset,
+                          data_start + (uint64_t)tnum(json_array_get(offs, 0)));
+    sha256_hex(t->data, t->nbytes, hex);
+    ck_assert_str_eq(hex, json_string_value(json_object_get(want, "sha256")));
+}
+
+START_TEST(test_all_dtypes)
+{
+    json_t *want = tload_json_real("format/all_dtypes.json");
+    json_t *tensors = json_object_get(want, "tensors");
+    json_t *meta = json_object_get(want, "metadata");
+    uint64_t data_start = (uint64_t)tnum(json_object_get(want, "data_start"));
+    nvfp4_error err;
+    nvfp4_safetensors *st = nvfp4_safetensors_open(tdata("format/all_dtypes.safetensors"), &err);
+    const char *k;
+    json_t *v;
+
+    ck_assert_msg(st != NULL, "%s", err.text);
+    ck_assert_uint_eq(nvfp4_safetensors_count(st), json_array_size(tensors));
+    for (size_t i = 0; i < json_array_size(tensors); i++) {
+        json_t *w = json_array_get(tensors, i);
+        const nvfp4_tensor *t =
+            nvfp4_safetensors_find(st, json_string_value(json_object_get(w, "name")));
+        ck_assert_ptr_nonnull(t);
+        check_tensor(t, w, data_start);
+    }
+    ck_assert_uint_eq(nvfp4_safetensors_metadata_count(st), json_object_size(meta));
+    json_object_foreach(meta, k, v) {
+        const char *got = nvfp4_safetensors_metadata_get(st, k);
+        ck_assert_ptr_nonnull(got);
+        ck_assert_str_eq(got, json_string_value(v));
+    }
+    ck_assert_ptr_null(nvfp4_safetensors_find(st, "no.such.tensor"));
+    nvfp4_safetensors_free(st);
+    nvfp4_safetensors_free(NULL);
+    json_decref(want);
 }
 END_TEST
+
+static void check_sharded(const char *path)
+{
+    json_t *want = tload_json_real("format/sharded.json");
+    json_t *tensors = json_object_get(want, "tensors");
+    nvfp4_error err;
+    nvfp4_checkpoint *ck = nvfp4_checkpoint_open(path, &err);
+
+    ck_assert_msg(ck != NULL, "%s", err.text);
+    ck_assert_uint_eq(nvfp4_checkpoint_count(ck), json_array_size(tensors));
+    ck_assert_uint_eq(nvfp4_checkpoint_shard_count(ck),
+                      json_object_size(json_object_get(want, "shards")));
+    for (size_t i = 0; i < json_array_size(tensors); i++) {
+        json_t *w = json_array_get(tensors, i);
+        const char *name = json_string_value(json_object_get(w, "name"));
+        const char *shard = json_string_value(json_object_get(w, "shard"));
+        const nvfp4_tensor *t;
+        ck_assert_int_eq(nvfp4_checkpoint_get(ck, name, &t, &err), NVFP4_OK);
+        check_tensor(t, w, 0);
+        if (shard)
+            ck_assert_str_eq(nvfp4_checkpoint_shard_of(ck, name), shard);
+    }
+    ck_assert_ptr_nonnull(nvfp4_checkpoint_config(ck));
+    {
+        const nvfp4_tensor *t;
+        ck_assert_int_eq(nvfp4_checkpoint_get(ck, "missing.weight", &t, &err),
+                         NVFP4_ERR_NOT_FOUND);
+        ck_assert_ptr_nonnull(strstr(err.text, "missing.weight"));
+    }
+    nvfp4_checkpoint_free(ck);
+    json_decref(want);
+}
+
+START_TEST(test_sharded_dir) { check_sharded(tdata("format/sharded")); }
+END_TEST
+
+START_TEST(test_sharded_index)
+{
+    check_sharded(tdata("format/sharded/model.safetensors.index.json"));
+}
+END_TEST
+
+START_TEST(test_single_file_checkpoint)
+{
+    nvfp4_error err;
+    nvfp4_checkpoint *ck = nvfp4_checkpoint_open(tdata("format/all_dtypes.safetensors"), &err);
+    json_t *want = tload_json_real("format/all_dtypes.json");
+
+    ck_assert_msg(ck != NULL, "%s", err.text);
+    ck_assert_uint_eq(nvfp4_checkpoint_count(ck),
+                      json_array_size(json_object_get(want, "tensors")));
+    /* Names come back sorted. */
+    for (size_t i = 1; i < nvfp4_checkpoint_count(ck); i++)
+        ck_assert_int_lt(strcmp(nvfp4_checkpoint_name(ck, i - 1), nvfp4_checkpoint_name(ck, i)), 0);
+    nvfp4_checkpoint_free(ck);
+    json_decref(want);
+}
+END_TEST
+
+/* Each malformed file: its own error category, the file named, no crash. */
+START_TEST(test_malformed_corpus)
+{
+    json_t *cases = json_object_get(tload_json("format/malformed.json"), "cases");
+
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i);
+        const char *file = json_string_value(json_object_get(c, "file"));
+        const char *expected = json_string_value(json_object_get(c, "expected"));
+        json_t *also = json_object_get(c, "also_acceptable");
+        char rel[512];
+        nvfp4_error err;
+        nvfp4_safetensors *st;
+        const char *got;
+        int ok;
+
+        snprintf(rel, sizeof(rel), "format/malformed/%s", file);
+        st = nvfp4_safetensors_open(tdata(rel), &err);
+        if (st) {
+            int accept = 0;
+            for (size_t a = 0; a < json_array_size(also); a++)
+                accept |= !strcmp(json_string_value(json_array_get(also, a)), "ACCEPT");
+            ck_assert_msg(accept, "%s was accepted, expected %s", file, expected);
+            nvfp4_safetensors_free(st);
+            continue;
+        }
+        got = status_name(err.status);
+        ok = !strcmp(got, expected);
+        for (size_t a = 0; a < json_array_size(also); a++)
+            ok |= !strcmp(got, json_string_value(json_array_get(also, a)));
+        ck_assert_msg(ok, "%s: got %s (%s), expected %s", file, got, err.text, expected);
+        ck_assert_msg(strstr(err.text, file) != NULL, "message does not name the file: %s",
+                      err.text);
+        ck_assert_msg(strstr(err.file, file) != NULL, "error file field: %s", err.file);
+    }
+}
+END_TEST
+
+START_TEST(test_malformed_dirs)
+{
+    nvfp4_error err;
+    nvfp4_checkpoint *ck;
+    const nvfp4_tensor *t;
+    int64_t v;
+
+    ck = nvfp4_checkpoint_open(tdata("format/malformed_sharded/missing_shard"), &err);
+    ck_assert_ptr_null(ck);
+    ck_assert_int_eq(err.status, NVFP4_ERR_NOT_FOUND);
+    ck_assert_msg(strstr(err.text, "model-00003-of-00003.safetensors"), "%s", err.text);
+
+    ck = nvfp4_checkpoint_open(tdata("format/malformed_sharded/missing_tensor"), &err);
+    ck_assert_msg(ck != NULL, "%s", err.text);
+    ck_assert_int_eq(nvfp4_checkpoint_get(ck, "model.norm.weight", &t, &err),
+                     NVFP4_ERR_NOT_FOUND);
+    ck_assert_msg(strstr(err.text, "model.norm.weight") &&
+                      strstr(err.text, "model-00002-of-00002.safetensors"),
+                  "%s", err.text);
+    nvfp4_checkpoint_free(ck);
+
+    ck = nvfp4_checkpoint_open(tdata("format/malformed_sharded/bad_index_json"), &err);
+    ck_assert_ptr_null(ck);
+    ck_assert_int_eq(err.status, NVFP4_ERR_BAD_JSON);
+    ck_assert_msg(strstr(err.text, "model.safetensors.index.json"), "%s", err.text);
+
+    ck = nvfp4_checkpoint_open(tdata("format/malformed_sharded/bad_config_type"), &err);
+    ck_assert_msg(ck != NULL, "%s", err.text);
+    ck_assert_int_eq(nvfp4_config_get_int(nvfp4_checkpoint_config(ck), "hidden_size", 0,
+                                          &v, &err),
+                     NVFP4_ERR_TYPE);
+    ck_assert_msg(strstr(err.text, "hidden_size") && strstr(err.text, "config.json") &&
+                      strstr(err.text, "integer"),
+                  "%s", err.text);
+    nvfp4_checkpoint_free(ck);
+
+    ck = nvfp4_checkpoint_open(tdata("format/no-such-dir"), &err);
+    ck_assert_ptr_null(ck);
+    ck_assert_int_eq(err.status, NVFP4_ERR_NOT_FOUND);
+}
+END_TEST
+
+START_TEST(test_config_getters)
+{
+    nvfp4_error err;
+    nvfp4_config *cfg = nvfp4_config_load(tdata("format/sharded/config.json"), &err);
+    json_t *raw = tload_json("format/sharded/config.json");
+    int64_t iv;
+    double dv;
+    const char *sv;
+    int bv;
+
+    ck_assert_msg(cfg != NULL, "%s", err.text);
+    ck_assert_int_eq(nvfp4_config_get_int(cfg, "hidden_size", -1, &iv, &err), NVFP4_OK);
+    ck_assert_int_eq(iv, json_integer_value(json_object_get(raw, "hidden_size")));
+    ck_assert_int_eq(nvfp4_config_get_int(cfg, "no_such_key", 42, &iv, &err), NVFP4_OK);
+    ck_assert_int_eq(iv, 42);
+    ck_assert_int_eq(nvfp4_config_get_double(cfg, "no.such.nested", 0.5, &dv, &err), NVFP4_OK);
+    ck_assert(dv == 0.5);
+    ck_assert_int_eq(nvfp4_config_get_string(cfg, "model_type", NULL, &sv, &err), NVFP4_OK);
+    ck_assert_str_eq(sv, json_string_value(json_object_get(raw, "model_type")));
+    ck_assert_int_eq(nvfp4_config_get_bool(cfg, "model_type", 0, &bv, &err), NVFP4_ERR_TYPE);
+    ck_assert_msg(strstr(err.text, "model_type"), "%s", err.text);
+    ck_assert_int_eq(nvfp4_config_get_string(cfg, "hidden_size", NULL, &sv, &err),
+                     NVFP4_ERR_TYPE);
+    ck_assert_ptr_nonnull(nvfp4_config_json(cfg, "architectures"));
+    nvfp4_config_free(cfg);
+    nvfp4_config_free(NULL);
+    json_decref(raw);
+}
+END_TEST
+
+/* The tool: --json reproduces the Python listing; malformed input exits 1. */
+static int run_tool(const char *args, char **out)
+{
+    char cmd[4096];
+    size_t cap = 1 << 16, n = 0;
+    FILE *p;
+    int st;
+
+    snprintf(cmd, sizeof(cmd), "%s %s 2>/dev/null", NVFP4_TOOL, args);
+    p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    *out = malloc(cap);
+    for (;;) {
+        size_t r = fread(*out + n, 1, cap - n - 1, p);
+        n += r;
+        if (r == 0)
+            break;
+        if (n + 1 >= cap)
+            *out = realloc(*out, cap *= 2);
+    }
+    (*out)[n] = '\0';
+    st = pclose(p);
+    ck_assert_msg(WIFEXITED(st), "%s died from a signal", cmd);
+    return WEXITSTATUS(st);
+}
+
+START_TEST(test_tool_inspect_json)
+{
+    json_t *want = tload_json_real("format/all_dtypes.json");
+    json_t *wt = json_object_get(want, "tensors");
+    char args[4200], *out;
+    json_error_t je;
+    json_t *got, *gt;
+
+    snprintf(args, sizeof(args), "inspect --json '%s'", tdata("format/all_dtypes.safetensors"));
+    ck_assert_int_eq(run_tool(args, &out), 0);
+    got = json_loads(out, 0, &je);
+    ck_assert_msg(got != NULL, "inspect --json printed invalid JSON: %s", je.text);
+    gt = json_object_get(got, "tensors");
+    ck_assert_uint_eq(json_array_size(gt), json_array_size(wt));
+    for (size_t i = 0; i < json_array_size(wt); i++) {
+        json_t *w = json_array_get(wt, i), *g = NULL;
+        for (size_t j = 0; j < json_array_size(gt); j++)
+            if (json_equal(json_object_get(json_array_get(gt, j), "name"),
+                           json_object_get(w, "name")))
+                g = json_array_get(gt, j);
+        ck_assert_ptr_nonnull(g);
+        json_t *gs = json_object_get(g, "shape"), *ws = json_object_get(w, "shape");
+        ck_assert(json_equal(json_object_get(g, "dtype"), json_object_get(w, "dtype")));
+        ck_assert_uint_eq(json_array_size(gs), json_array_size(ws));
+        for (size_t d = 0; d < json_array_size(ws); d++)
+            ck_assert_int_eq(tnum(json_array_get(gs, d)), tnum(json_array_get(ws, d)));
+        ck_assert_int_eq(tnum(json_object_get(g, "bytes")), tnum(json_object_get(w, "nbytes")));
+    }
+    json_decref(got);
+    json_decref(want);
+    free(out);
+}
+END_TEST
+
+START_TEST(test_tool_exit_codes)
+{
+    json_t *cases = json_object_get(tload_json("format/malformed.json"), "cases");
+    char args[4200], *out;
+
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i), *also = json_object_get(c, "also_acceptable");
+        char rel[512];
+        int accept = 0;
+        for (size_t a = 0; a < json_array_size(also); a++)
+            accept |= !strcmp(json_string_value(json_array_get(also, a)), "ACCEPT");
+        if (accept)
+            continue;
+        snprintf(rel, sizeof(rel), "format/malformed/%s",
+                 json_string_value(json_object_get(c, "file")));
+        snprintf(args, sizeof(args), "inspect '%s'", tdata(rel));
+        ck_assert_msg(run_tool(args, &out) == 1, "%s did not exit 1", rel);
+        free(out);
+    }
+    ck_assert_int_eq(run_tool("inspect", &out), 2);
+    free(out);
+    ck_assert_int_eq(run_tool("inspect --bogus x", &out), 2);
+    free(out);
+    ck_assert_int_eq(run_tool("--version", &out), 0);
+    ck_assert_ptr_nonnull(strstr(out, PACKAGE_VERSION));
+    free(out);
+    ck_assert_int_eq(run_tool("no-such-command", &out), 2);
+    free(out);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("format");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, test_placeholder_strerror);
+    TCase *tc = tcase_create("format");
+    SRunner *sr;
+    int nf;
+
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_all_dtypes);
+    tcase_add_test(tc, test_sharded_dir);
+    tcase_add_test(tc, test_sharded_index);
+    tcase_add_test(tc, test_single_file_checkpoint);
+    tcase_add_test(tc, test_malformed_corpus);
+    tcase_add_test(tc, test_malformed_dirs);
+    tcase_add_test(tc, test_config_getters);
+    tcase_add_test(tc, test_tool_inspect_json);
+    tcase_add_test(tc, test_tool_exit_codes);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
+    sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
+    nf = srunner_ntests_failed(sr);
     srunner_free(sr);
     return nf ? 1 : 0;
 }

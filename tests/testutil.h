@@ -17,15 +17,33 @@ static inline char *tdata(const char *rel)
     return b;
 }
 
-static inline json_t *tload_json(const char *rel)
+static inline json_t *tload_json_flags(const char *rel, size_t flags)
 {
     json_error_t e;
-    json_t *j = json_load_file(tdata(rel), 0, &e);
+    json_t *j = json_load_file(tdata(rel), flags, &e);
     if (!j) {
         fprintf(stderr, "cannot load fixture %s: %s\n", rel, e.text);
         abort();
     }
     return j;
+}
+
+static inline json_t *tload_json(const char *rel)
+{
+    return tload_json_flags(rel, 0);
+}
+
+/* For listings holding integers beyond int64 (U64 values): every number
+ * becomes a double, read with json_number_value. */
+static inline json_t *tload_json_real(const char *rel)
+{
+    return tload_json_flags(rel, JSON_DECODE_INT_AS_REAL);
+}
+
+/* Integer-valued JSON number (integer or real) as int64. */
+static inline long long tnum(json_t *v)
+{
+    return (long long)json_number_value(v);
 }
 
 /* Read a whole fixture file; aborts the test on failure (fixtures are ours). */
