@@ -12,6 +12,14 @@ tests_test_format_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_format_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_format_LDADD = libformat/libnvfp4-format.la $(CHECK_LIBS) $(JANSSON_LIBS)
 TESTS += tests/test-format
+
+check_PROGRAMS += tests/test-quant
+tests_test_quant_SOURCES = %reldir%/test-quant.c %reldir%/testutil.h
+tests_test_quant_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_quant_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_quant_LDADD = libquant/libnvfp4-quant.la libformat/libnvfp4-format.la \
+	$(CHECK_LIBS) $(JANSSON_LIBS)
+TESTS += tests/test-quant
 endif
 
 # The format layer stands alone: a program built with only

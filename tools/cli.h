@@ -25,4 +25,5 @@ int cli_usage(const cli_command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 extern const cli_command cli_inspect;
+extern const cli_command cli_dequant;
 #endif

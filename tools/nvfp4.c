@@ -9,6 +9,7 @@
 
 static const cli_command *const commands[] = {
     &cli_inspect,
+    &cli_dequant,
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
