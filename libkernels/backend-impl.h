@@ -1,0 +1,132 @@
+/*
+ * libkernels/backend-impl.h - the internal ABI between libnvfp4-kernels and
+ * its backends (after ggml's backend interface: a table of function pointers
+ * per backend, a registry, a per-operation "supported?" query).
+ *
+ * The CPU backend is compiled into the library.  GPU backends ("cuda",
+ * "hip") are separate shared objects, loaded at run time with dlopen(3) from
+ * each directory of $NVFP4_BACKEND_PATH (colon-separated) and then from
+ * $(pkglibdir)/backends.  A backend NAME lives in the file
+ *     nvfp4-backend-NAME.so
+ * and exports one function
+ *     const nvfp4_backend_iface *nvfp4_backend_entry(uint32_t abi_version);
+ * that returns its table when it implements ABI_VERSION, or NULL.  The
+ * library never calls dlclose on a loaded backend (kernels may still be
+ * queued, and unloading a CUDA runtime is not reliably possible).
+ *
+ * What the registry (libkernels/registry.c) guarantees before it calls a
+ * backend, so that a backend needs no argument checks of its own:
+ *   - every pointer argument is non-NULL and m, n, k and friends are > 0
+ *     (an op with m == 0 returns NVFP4_OK without calling the backend);
+ *   - shapes are consistent: rot_dim <= head_dim and even, nh % nkv == 0,
+ *     pos0 + m <= max_ctx, 1 <= k <= e for topk, embedding ids in range,
+ *     MoE idx in [0, experts), every kweight belongs to this backend;
+ *   - kweight_upload receives validated parts (same k and scheme, equal
+ *     weight_scale_2, k % 16 == 0 for NVFP4, tensors of the right size
+ *     and dtype) and the fused geometry in nvfp4_kweight_desc;
+ *   - the element counts the registry multiplies were checked for overflow.
+ * A backend fills ERR on any failure of its own (allocation, device) with
+ * NVFP4_ERR_BACKEND, NVFP4_ERR_NOMEM or NVFP4_ERR_DEVICE_OOM and must not
+ * abort the process.  An operation whose pointer is NULL is unsupported:
+ * nvfp4_backend_supports() reports 0 and the registry returns
+ * NVFP4_ERR_UNSUPPORTED naming the backend and the op.
+ *
+ * Determinism contract: for a given backend and input, results must not
+ * depend on the number of threads (or blocks): partition outputs, never
+ * split one reduction across workers.
+ */
+#ifndef NVFP4_BACKEND_IMPL_H
+#define NVFP4_BACKEND_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <nvfp4/kernels.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bump on any incompatible change of the structs below. */
+#define NVFP4_BACKEND_ABI_VERSION 1u
+
+/* The fused geometry of a weight, computed by the registry. */
+typedef struct {
+    nvfp4_scheme scheme;
+    int64_t n, k;              /* n = sum of the parts' n */
+    float weight_scale_2;      /* shared by all NVFP4 parts (§4) */
+    float input_scale;         /* max of the parts' (§4); 0 for W4A16/dense */
+    int has_bias;              /* some part has a bias (others count as 0) */
+} nvfp4_kweight_desc;
+
+typedef struct nvfp4_backend_iface {
+    uint32_t abi_version;      /* NVFP4_BACKEND_ABI_VERSION */
+    const char *name;          /* "cpu", "cuda", "hip" */
+
+    /* 1 when a usable device exists; must be cheap and must not fail loudly. */
+    int (*available)(void);
+    /* Create / destroy the backend's state (device context, streams, ...). */
+    void *(*open)(nvfp4_error *err);
+    void (*close)(void *ctx);
+    void (*set_threads)(void *ctx, int threads);
+    int (*threads)(void *ctx);
+    nvfp4_status (*sync)(void *ctx, nvfp4_error *err);
+
+    void *(*alloc)(void *ctx, size_t bytes, nvfp4_error *err);
+    void (*release)(void *ctx, void *ptr);
+    nvfp4_status (*upload)(void *ctx, void *dst, const void *src, size_t bytes,
+                           nvfp4_error *err);
+    nvfp4_status (*download)(void *ctx, void *dst, const void *src, size_t bytes,
+                             nvfp4_error *err);
+
+    /* Returns the backend's private weight object, or NULL and ERR. */
+    void *(*kweight_upload)(void *ctx, const nvfp4_linear *parts, size_t nparts,
+                            const nvfp4_kweight_desc *desc, nvfp4_error *err);
+    void (*kweight_free)(void *ctx, void *kw);
+
+    /* The operations of nvfp4/kernels.h, with the backend's own state and
+     * weight objects in place of the public handles.  NULL = unsupported. */
+    nvfp4_status (*linear)(void *ctx, void *kw, const nvfp4_kweight_desc *desc,
+                           const float *x, size_t m, float *y, nvfp4_error *err);
+    nvfp4_status (*embed)(void *ctx, void *kw, const nvfp4_kweight_desc *desc,
+                          const int32_t *ids, size_t m, float *y, nvfp4_error *err);
+    nvfp4_status (*rmsnorm)(void *ctx, const float *x, const float *weight, size_t m,
+                            size_t d, float eps, float *y, nvfp4_error *err);
+    nvfp4_status (*rope)(void *ctx, float *x, const int32_t *positions, size_t m,
+                         size_t heads, size_t head_dim, size_t rot_dim,
+                         const float *inv_freq, float attn_factor, nvfp4_error *err);
+    nvfp4_status (*attention)(void *ctx, const float *q, const float *k, const float *v,
+                              float *k_cache, float *v_cache, size_t max_ctx,
+                              size_t pos0, size_t m, size_t nh, size_t nkv, size_t hd,
+                              float scale, float *out, nvfp4_error *err);
+    nvfp4_status (*silu_mul)(void *ctx, const float *gu, size_t m, size_t inter,
+                             float *out, nvfp4_error *err);
+    nvfp4_status (*softmax)(void *ctx, const float *x, size_t m, size_t n, float *y,
+                            nvfp4_error *err);
+    nvfp4_status (*topk)(void *ctx, const float *logits, size_t m, size_t e, size_t k,
+                         int renorm, int32_t *idx, float *weights, nvfp4_error *err);
+    /* w13/w2: the backend's weight objects and their descriptors, per expert. */
+    nvfp4_status (*moe)(void *ctx, void *const *w13, const nvfp4_kweight_desc *const *d13,
+                        void *const *w2, const nvfp4_kweight_desc *const *d2,
+                        size_t experts, const float *x, size_t m, const int32_t *idx,
+                        const float *weights, size_t k, float *y, nvfp4_error *err);
+    nvfp4_status (*add)(void *ctx, const float *a, const float *b, size_t n, float *y,
+                        nvfp4_error *err);
+    nvfp4_status (*logsoftmax)(void *ctx, const float *x, size_t m, size_t n, float *y,
+                               nvfp4_error *err);
+    nvfp4_status (*argmax)(void *ctx, const float *x, size_t m, size_t n, int32_t *out,
+                           nvfp4_error *err);
+} nvfp4_backend_iface;
+
+/* The symbol a backend shared object exports (see above). */
+#define NVFP4_BACKEND_ENTRY_SYMBOL "nvfp4_backend_entry"
+typedef const nvfp4_backend_iface *(*nvfp4_backend_entry_fn)(uint32_t abi_version);
+
+/* The built-in CPU backend (libkernels/cpu.c). */
+const nvfp4_backend_iface *kern_cpu_iface(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NVFP4_BACKEND_IMPL_H */

@@ -1,0 +1,62 @@
+/* Shared between the files of the CPU backend; not exported. */
+#ifndef NVFP4_KERNELS_CPU_INTERNAL_H
+#define NVFP4_KERNELS_CPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend-impl.h"
+
+/* Instruction-set levels, lowest first.  The backend runs the highest one the
+ * CPU has, capped by $NVFP4_CPU_ISA (scalar|avx2|avx512|vnni) so that tests
+ * and benchmarks can exercise every path on one machine. */
+typedef enum {
+    CPU_ISA_SCALAR = 0,
+    CPU_ISA_AVX2,       /* AVX2 + FMA */
+    CPU_ISA_AVX512,     /* F, BW, VL, DQ */
+    CPU_ISA_VNNI,       /* AVX512 + VNNI: the int8 W4A4 kernel */
+} cpu_isa;
+
+typedef struct {
+    int threads;        /* 0 = OpenMP's default */
+    cpu_isa isa;
+} cpu_ctx;
+
+/* Repacked NVFP4 layout (see cpu-linear.c): chunks of 256 weights (16
+ * blocks) in 128 bytes, the tail chunk of c < 16 blocks in 8*c bytes. */
+#define CPU_CHUNK 256
+#define CPU_CHUNK_BLOCKS 16
+#define CPU_CHUNK_BYTES 128
+
+typedef struct {
+    const void *data;   /* [rows, k] */
+    nvfp4_dtype dtype;  /* F32, BF16, F16 */
+    int64_t rows;
+} cpu_dense_part;
+
+typedef struct {
+    nvfp4_kweight_desc d;
+    /* NVFP4 */
+    uint8_t *packed;    /* [n, k/2], repacked row by row */
+    uint8_t *scales;    /* [n, k/16] E4M3, row-major as in the file */
+    /* unquantized */
+    cpu_dense_part *dense;
+    size_t ndense;
+    /* original parts, for the exact per-row dequantization of embeddings */
+    nvfp4_linear *parts;
+    size_t nparts;
+    float *bias;        /* [n] or NULL */
+} cpu_kweight;
+
+int cpu_nthreads(const cpu_ctx *c);
+void *cpu_aligned_alloc(size_t bytes);
+
+void *cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t nparts,
+                         const nvfp4_kweight_desc *desc, nvfp4_error *err);
+void cpu_kweight_free(void *ctx, void *kw);
+nvfp4_status cpu_linear(void *ctx, void *kw, const nvfp4_kweight_desc *desc,
+                        const float *x, size_t m, float *y, nvfp4_error *err);
+nvfp4_status cpu_embed(void *ctx, void *kw, const nvfp4_kweight_desc *desc,
+                       const int32_t *ids, size_t m, float *y, nvfp4_error *err);
+
+#endif

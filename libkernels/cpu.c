@@ -1,0 +1,462 @@
+/* The CPU backend: host memory, OpenMP threads, runtime SIMD dispatch.
+ * The Linear lives in cpu-linear.c; the other transformer operations are
+ * here.  Every operation partitions its outputs (rows, heads, tokens) across
+ * threads and reduces each output in one thread, in a fixed order, so that
+ * results are the same bits for any thread count. */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cpu-internal.h"
+
+/* ---- context, memory ------------------------------------------------------ */
+
+static cpu_isa detect_isa(void)
+{
+    cpu_isa isa = CPU_ISA_SCALAR;
+    const char *cap = getenv("NVFP4_CPU_ISA");
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        isa = CPU_ISA_AVX2;
+    if (isa == CPU_ISA_AVX2 && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq"))
+        isa = CPU_ISA_AVX512;
+    if (isa == CPU_ISA_AVX512 && __builtin_cpu_supports("avx512vnni"))
+        isa = CPU_ISA_VNNI;
+#endif
+    if (cap) {
+        cpu_isa lim = isa;
+        if (strcmp(cap, "scalar") == 0)
+            lim = CPU_ISA_SCALAR;
+        else if (strcmp(cap, "avx2") == 0)
+            lim = CPU_ISA_AVX2;
+        else if (strcmp(cap, "avx512") == 0)
+            lim = CPU_ISA_AVX512;
+        if (lim < isa)
+            isa = lim;
+    }
+    return isa;
+}
+
+static int cpu_available(void)
+{
+    return 1;
+}
+
+static void *cpu_open(nvfp4_error *err)
+{
+    cpu_ctx *c = calloc(1, sizeof(*c));
+
+    if (!c) {
+        nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "cpu", -1, "out of memory");
+        return NULL;
+    }
+    c->isa = detect_isa();
+    return c;
+}
+
+static void cpu_close(void *ctx)
+{
+    free(ctx);
+}
+
+static void cpu_set_threads(void *ctx, int threads)
+{
+    ((cpu_ctx *)ctx)->threads = threads;
+}
+
+int cpu_nthreads(const cpu_ctx *c)
+{
+    if (c->threads > 0)
+        return c->threads;
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int cpu_threads(void *ctx)
+{
+    return cpu_nthreads(ctx);
+}
+
+void *cpu_aligned_alloc(size_t bytes)
+{
+    void *p = NULL;
+    /* 64: one cache line, one zmm register */
+    if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0)
+        return NULL;
+    return p;
+}
+
+static void *cpu_alloc(void *ctx, size_t bytes, nvfp4_error *err)
+{
+    void *p = cpu_aligned_alloc(bytes);
+
+    (void)ctx;
+    if (!p)
+        nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "cpu", -1,
+                        "cannot allocate %zu bytes", bytes);
+    return p;
+}
+
+static void cpu_release(void *ctx, void *ptr)
+{
+    (void)ctx;
+    free(ptr);
+}
+
+static nvfp4_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes,
+                             nvfp4_error *err)
+{
+    (void)ctx;
+    (void)err;
+    memmove(dst, src, bytes);
+    return NVFP4_OK;
+}
+
+/* ---- elementwise and row operations ---------------------------------------- */
+
+/* HF's LlamaRMSNorm: float32 variance = mean(x^2), x * rsqrt(var + eps),
+ * then times the weight.  The sum of squares is kept in double so the
+ * result is within float32 rounding of the exact value. */
+static nvfp4_status cpu_rmsnorm(void *ctx, const float *x, const float *weight, size_t m,
+                                size_t d, float eps, float *y, nvfp4_error *err)
+{
+    (void)err;
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx))
+    for (size_t i = 0; i < m; i++) {
+        const float *xi = x + i * d;
+        float *yi = y + i * d;
+        double ss = 0.0;
+        float inv;
+
+        for (size_t j = 0; j < d; j++)
+            ss += (double)xi[j] * xi[j];
+        inv = (float)(1.0 / sqrt(ss / (double)d + (double)eps));
+        for (size_t j = 0; j < d; j++)
+            yi[j] = (xi[j] * inv) * weight[j];
+    }
+    return NVFP4_OK;
+}
+
+/* HF rotate_half: for i < rot/2, (x_i, x_{i+rot/2}) is rotated by
+ * pos * inv_freq[i]; cos and sin are scaled by attn_factor (1 normally, the
+ * "mscale" of YaRN-style scaling). Dimensions past rot_dim are untouched. */
+static nvfp4_status cpu_rope(void *ctx, float *x, const int32_t *positions, size_t m,
+                             size_t heads, size_t head_dim, size_t rot_dim,
+                             const float *inv_freq, float attn_factor, nvfp4_error *err)
+{
+    const size_t half = rot_dim / 2;
+
+    (void)err;
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx))
+    for (size_t i = 0; i < m; i++) {
+        for (size_t j = 0; j < half; j++) {
+            /* HF forms the angle in float32: pos * inv_freq */
+            float ang = (float)positions[i] * inv_freq[j];
+            float c = cosf(ang) * attn_factor, s = sinf(ang) * attn_factor;
+            for (size_t h = 0; h < heads; h++) {
+                float *xh = x + (i * heads + h) * head_dim;
+                float a = xh[j], b = xh[j + half];
+                xh[j] = a * c - b * s;
+                xh[j + half] = b * c + a * s;
+            }
+        }
+    }
+    return NVFP4_OK;
+}
+
+static float dot_f(const float *a, const float *b, size_t n)
+{
+    float s = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+/* Causal grouped-query attention over the cache; one (token, head) per work
+ * item, a numerically safe softmax (max subtracted) in float32. */
+static nvfp4_status cpu_attention(void *ctx, const float *q, const float *k, const float *v,
+                                  float *k_cache, float *v_cache, size_t max_ctx,
+                                  size_t pos0, size_t m, size_t nh, size_t nkv, size_t hd,
+                                  float scale, float *out, nvfp4_error *err)
+{
+    const size_t kvw = nkv * hd, group = nh / nkv, ctxlen = pos0 + m;
+    const int nth = cpu_nthreads(ctx);
+    float *scores = malloc((size_t)nth * ctxlen * sizeof(float));
+
+    (void)max_ctx;
+    if (!scores)
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention", -1,
+                               "out of memory for %zu scores", ctxlen);
+    memcpy(k_cache + pos0 * kvw, k, m * kvw * sizeof(float));
+    memcpy(v_cache + pos0 * kvw, v, m * kvw * sizeof(float));
+#pragma omp parallel for schedule(static) num_threads(nth)
+    for (size_t it = 0; it < m * nh; it++) {
+        size_t i = it / nh, h = it % nh, kvh = h / group, len = pos0 + i + 1;
+        const float *qi = q + it * hd;
+        float *o = out + it * hd;
+        float *sc = scores;
+        float mx = -INFINITY, sum = 0.0f, inv;
+#ifdef _OPENMP
+        sc += (size_t)omp_get_thread_num() * ctxlen;
+#endif
+        for (size_t p = 0; p < len; p++) {
+            sc[p] = dot_f(qi, k_cache + p * kvw + kvh * hd, hd) * scale;
+            if (sc[p] > mx)
+                mx = sc[p];
+        }
+        for (size_t p = 0; p < len; p++) {
+            sc[p] = expf(sc[p] - mx);
+            sum += sc[p];
+        }
+        inv = 1.0f / sum;
+        memset(o, 0, hd * sizeof(float));
+        for (size_t p = 0; p < len; p++) {
+            const float *vp = v_cache + p * kvw + kvh * hd;
+            float wgt = sc[p] * inv;
+            for (size_t d = 0; d < hd; d++)
+                o[d] += wgt * vp[d];
+        }
+    }
+    free(scores);
+    return NVFP4_OK;
+}
+
+static nvfp4_status cpu_silu_mul(void *ctx, const float *gu, size_t m, size_t inter,
+                                 float *out, nvfp4_error *err)
+{
+    (void)err;
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx))
+    for (size_t i = 0; i < m; i++) {
+        const float *g = gu + i * 2 * inter, *u = g + inter;
+        for (size_t j = 0; j < inter; j++)
+            out[i * inter + j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    }
+    return NVFP4_OK;
+}
+
+static void softmax_row(const float *x, size_t n, float *y)
+{
+    float mx = -INFINITY, sum = 0.0f, inv;
+
+    for (size_t j = 0; j < n; j++)
+        if (x[j] > mx)
+            mx = x[j];
+    for (size_t j = 0; j < n; j++) {
+        y[j] = expf(x[j] - mx);
+        sum += y[j];
+    }
+    inv = 1.0f / sum;
+    for (size_t j = 0; j < n; j++)
+        y[j] *= inv;
+}
+
+static nvfp4_status cpu_softmax(void *ctx, const float *x, size_t m, size_t n, float *y,
+                                nvfp4_error *err)
+{
+    (void)err;
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx))
+    for (size_t i = 0; i < m; i++)
+        softmax_row(x + i * n, n, y + i * n);
+    return NVFP4_OK;
+}
+
+/* log_softmax = x - max - log(sum(exp(x - max))), the sum in double: these
+ * values feed perplexity, where the error of a float sum over 150k
+ * vocabulary entries would show. */
+static nvfp4_status cpu_logsoftmax(void *ctx, const float *x, size_t m, size_t n, float *y,
+                                   nvfp4_error *err)
+{
+    (void)err;
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx))
+    for (size_t i = 0; i < m; i++) {
+        const float *xi = x + i * n;
+        float mx = -INFINITY;
+        double sum = 0.0;
+        float lse;
+
+        for (size_t j = 0; j < n; j++)
+            if (xi[j] > mx)
+                mx = xi[j];
+        for (size_t j = 0; j < n; j++)
+            sum += exp((double)xi[j] - (double)mx);
+        lse = (float)log(sum);
+        for (size_t j = 0; j < n; j++)
+            y[i * n + j] = (xi[j] - mx) - lse;
+    }
+    return NVFP4_OK;
+}
+
+static nvfp4_status cpu_argmax(void *ctx, const float *x, size_t m, size_t n, int32_t *out,
+                               nvfp4_error *err)
+{
+    (void)ctx;
+    (void)err;
+    for (size_t i = 0; i < m; i++) {
+        const float *xi = x + i * n;
+        size_t best = 0;
+        /* first maximum wins (torch.argmax); NaN is never chosen over a number */
+        for (size_t j = 1; j < n; j++)
+            if (xi[j] > xi[best] || (isnan(xi[best]) && !isnan(xi[j])))
+                best = j;
+        out[i] = (int32_t)best;
+    }
+    return NVFP4_OK;
+}
+
+/* Router (§6): softmax over the expert logits, the k largest probabilities
+ * (ties: lower index first), optionally renormalised to sum 1. */
+static nvfp4_status cpu_topk(void *ctx, const float *logits, size_t m, size_t e, size_t k,
+                             int renorm, int32_t *idx, float *weights, nvfp4_error *err)
+{
+    float *p = malloc(e * sizeof(float));
+    unsigned char *taken = malloc(e);
+
+    (void)ctx;
+    if (!p || !taken) {
+        free(p);
+        free(taken);
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "topk", -1, "out of memory");
+    }
+    for (size_t i = 0; i < m; i++) {
+        float sum = 0.0f;
+
+        softmax_row(logits + i * e, e, p);
+        memset(taken, 0, e);
+        for (size_t j = 0; j < k; j++) {
+            size_t best = e;
+            for (size_t c = 0; c < e; c++)
+                if (!taken[c] && (best == e || p[c] > p[best]))
+                    best = c;
+            taken[best] = 1;
+            idx[i * k + j] = (int32_t)best;
+            weights[i * k + j] = p[best];
+            sum += p[best];
+        }
+        if (renorm)
+            for (size_t j = 0; j < k; j++)
+                weights[i * k + j] /= sum;
+    }
+    free(p);
+    free(taken);
+    return NVFP4_OK;
+}
+
+static nvfp4_status cpu_add(void *ctx, const float *a, const float *b, size_t n, float *y,
+                            nvfp4_error *err)
+{
+    (void)err;
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx))
+    for (size_t i = 0; i < n; i++)
+        y[i] = a[i] + b[i];
+    return NVFP4_OK;
+}
+
+/* Mixture of experts (§6): tokens grouped by expert, each expert one batched
+ * w13 product, SiLU(gate) * up, one w2 product; each token's outputs are
+ * summed in ascending expert order, whatever the thread count. */
+static nvfp4_status cpu_moe(void *vctx, void *const *w13, const nvfp4_kweight_desc *const *d13,
+                            void *const *w2, const nvfp4_kweight_desc *const *d2,
+                            size_t experts, const float *x, size_t m, const int32_t *idx,
+                            const float *weights, size_t k, float *y, nvfp4_error *err)
+{
+    const size_t hidden = (size_t)d13[0]->k, inter = (size_t)d2[0]->k;
+    size_t *rows = malloc(m * sizeof(size_t));
+    float *rw = malloc(m * sizeof(float));
+    float *xe = malloc(m * hidden * sizeof(float));
+    float *gu = malloc(m * 2 * inter * sizeof(float));
+    float *h = malloc(m * inter * sizeof(float));
+    float *o = malloc(m * hidden * sizeof(float));
+    nvfp4_status st = NVFP4_OK;
+
+    if (!rows || !rw || !xe || !gu || !h || !o) {
+        st = nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "moe", -1,
+                             "out of memory for %zu tokens", m);
+        goto out;
+    }
+    memset(y, 0, m * hidden * sizeof(float));
+    for (size_t e = 0; e < experts && st == NVFP4_OK; e++) {
+        size_t cnt = 0;
+
+        for (size_t t = 0; t < m; t++) {
+            int hit = 0;
+            /* an expert listed twice for a token runs once with both weights */
+            for (size_t j = 0; j < k; j++)
+                if ((size_t)idx[t * k + j] == e) {
+                    if (!hit)
+                        rw[cnt] = 0.0f;
+                    rw[cnt] += weights[t * k + j];
+                    hit = 1;
+                }
+            if (hit) {
+                rows[cnt] = t;
+                memcpy(xe + cnt * hidden, x + t * hidden, hidden * sizeof(float));
+                cnt++;
+            }
+        }
+        if (cnt == 0)
+            continue;
+        if ((st = cpu_linear(vctx, w13[e], d13[e], xe, cnt, gu, err)) != NVFP4_OK)
+            break;
+        cpu_silu_mul(vctx, gu, cnt, inter, h, err);
+        if ((st = cpu_linear(vctx, w2[e], d2[e], h, cnt, o, err)) != NVFP4_OK)
+            break;
+        for (size_t c = 0; c < cnt; c++)
+            for (size_t d = 0; d < hidden; d++)
+                y[rows[c] * hidden + d] += rw[c] * o[c * hidden + d];
+    }
+out:
+    free(rows);
+    free(rw);
+    free(xe);
+    free(gu);
+    free(h);
+    free(o);
+    return st;
+}
+
+static const nvfp4_backend_iface cpu_iface = {
+    .abi_version = NVFP4_BACKEND_ABI_VERSION,
+    .name = "cpu",
+    .available = cpu_available,
+    .open = cpu_open,
+    .close = cpu_close,
+    .set_threads = cpu_set_threads,
+    .threads = cpu_threads,
+    .sync = NULL,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .kweight_upload = cpu_kweight_upload,
+    .kweight_free = cpu_kweight_free,
+    .linear = cpu_linear,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .silu_mul = cpu_silu_mul,
+    .softmax = cpu_softmax,
+    .topk = cpu_topk,
+    .moe = cpu_moe,
+    .add = cpu_add,
+    .logsoftmax = cpu_logsoftmax,
+    .argmax = cpu_argmax,
+};
+
+const nvfp4_backend_iface *kern_cpu_iface(void)
+{
+    return &cpu_iface;
+}

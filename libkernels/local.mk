@@ -1,0 +1,25 @@
+lib_LTLIBRARIES += libkernels/libnvfp4-kernels.la
+nvfp4include_HEADERS += include/nvfp4/kernels.h
+pkgconfig_DATA += pkgconfig/nvfp4-kernels.pc
+
+libkernels_libnvfp4_kernels_la_SOURCES = \
+	%reldir%/backend-impl.h \
+	%reldir%/cpu-internal.h \
+	%reldir%/registry.c \
+	%reldir%/cpu.c \
+	%reldir%/cpu-linear.c
+# GPU backend plugins are looked up in $(pkglibdir)/backends (backend-impl.h).
+libkernels_libnvfp4_kernels_la_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DNVFP4_BACKEND_DIR='"$(pkglibdir)/backends"'
+# -ffp-contract=off: the scalar code keeps the reference's float32 operation
+# order (no silently fused multiply-add); SIMD kernels use explicit FMAs.
+libkernels_libnvfp4_kernels_la_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS) $(JANSSON_CFLAGS) \
+	-ffp-contract=off
+libkernels_libnvfp4_kernels_la_LIBADD = libquant/libnvfp4-quant.la \
+	libformat/libnvfp4-format.la $(LIBM) -ldl -lpthread
+libkernels_libnvfp4_kernels_la_LDFLAGS = $(OPENMP_CFLAGS) \
+	-version-info $(NVFP4_KERNELS_LT_VERSION) -no-undefined \
+	-Wl,--no-undefined \
+	-Wl,--version-script=$(srcdir)/%reldir%/libnvfp4-kernels.sym
+EXTRA_libkernels_libnvfp4_kernels_la_DEPENDENCIES = %reldir%/libnvfp4-kernels.sym
+EXTRA_DIST += %reldir%/libnvfp4-kernels.sym
