@@ -26,4 +26,7 @@ int cli_usage(const cli_command *cmd, const char *fmt, ...)
 
 extern const cli_command cli_inspect;
 extern const cli_command cli_dequant;
+extern const cli_command cli_generate;
+extern const cli_command cli_ppl;
+extern const cli_command cli_logits;
 #endif

@@ -3,6 +3,13 @@ tools_nvfp4_SOURCES = \
 	%reldir%/cli.h \
 	%reldir%/nvfp4.c \
 	%reldir%/cmd-inspect.c \
-	%reldir%/cmd-dequant.c
+	%reldir%/cmd-dequant.c \
+	%reldir%/cli-model.h \
+	%reldir%/cli-model.c \
+	%reldir%/cli-tokens.h \
+	%reldir%/cli-tokens.c \
+	%reldir%/cmd-generate.c \
+	%reldir%/cmd-ppl.c \
+	%reldir%/cmd-logits.c
 tools_nvfp4_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
-tools_nvfp4_LDADD = libquant/libnvfp4-quant.la libformat/libnvfp4-format.la $(JANSSON_LIBS)
+tools_nvfp4_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.la libquant/libnvfp4-quant.la libformat/libnvfp4-format.la $(JANSSON_LIBS)

@@ -10,6 +10,9 @@
 static const cli_command *const commands[] = {
     &cli_inspect,
     &cli_dequant,
+    &cli_generate,
+    &cli_ppl,
+    &cli_logits,
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 

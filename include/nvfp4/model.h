@@ -103,6 +103,20 @@ NVFP4_API nvfp4_status nvfp4_model_perplexity(nvfp4_model *model, const int32_t 
                                               nvfp4_progress_fn progress, void *user,
                                               nvfp4_ppl_result *out, nvfp4_error *err);
 
+/* ---- sampling ------------------------------------------------------------- */
+
+typedef struct {
+    float temperature;        /* <= 0: greedy (argmax, first on ties) */
+    float top_p;              /* nucleus mass in (0, 1]; 1 = all */
+    uint64_t state;           /* xorshift state from the seed */
+} nvfp4_sampler;
+
+NVFP4_API void nvfp4_sampler_init(nvfp4_sampler *s, float temperature, float top_p,
+                                  uint64_t seed);
+/* Pick the next token from one row of VOCAB logits. */
+NVFP4_API int32_t nvfp4_sampler_sample(nvfp4_sampler *s, const float *logits,
+                                       size_t vocab);
+
 #ifdef __cplusplus
 }
 #endif

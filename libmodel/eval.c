@@ -1,0 +1,176 @@
+/* Perplexity (lm-eval's rolling windows) and sampling. */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/*
+ * lm-eval's loglikelihood_rolling with context_len 1: the first window is
+ * [prefix] + tokens[0 : ctx-1] scoring tokens[0 : ctx]; every later window
+ * scores the next (up to) ctx tokens, conditioned on the ctx tokens before
+ * each (so windows are disjoint in what they score and overlap in context).
+ * The prefix is BOS, or EOS when the model has no BOS.
+ */
+nvfp4_status nvfp4_model_perplexity(nvfp4_model *m, const int32_t *tokens, size_t n,
+                                    size_t ctx, nvfp4_progress_fn progress, void *user,
+                                    nvfp4_ppl_result *out, nvfp4_error *err)
+{
+    size_t V = (size_t)nvfp4_model_vocab_size(m), predicted = 0;
+    int32_t prefix = nvfp4_model_bos(m) >= 0 ? nvfp4_model_bos(m) : nvfp4_model_eos(m);
+    int32_t *win = NULL;
+    float *logits = NULL;
+    double nll = 0;
+    nvfp4_status rc = NVFP4_OK;
+
+    memset(out, 0, sizeof(*out));
+    if (n == 0)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                               "no tokens to score");
+    if (ctx < 2 || ctx > (size_t)nvfp4_model_max_ctx(m))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                               "context %zu must be between 2 and the model's cache "
+                               "size %d", ctx, nvfp4_model_max_ctx(m));
+    if (prefix < 0)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, "bos_token_id", -1,
+                               "the model has neither bos_token_id nor eos_token_id to "
+                               "start the first window with");
+    win = malloc(ctx * sizeof(int32_t));
+    logits = malloc(ctx * V * sizeof(float));
+    if (!win || !logits) {
+        rc = nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        goto out;
+    }
+    while (predicted < n) {
+        size_t len, score, start;
+        if (predicted == 0) {
+            len = n < ctx ? n : ctx;
+            win[0] = prefix;
+            memcpy(win + 1, tokens, (len - 1) * sizeof(int32_t));
+            score = len;
+            start = 0;  /* window position of the first scored prediction */
+        } else {
+            size_t end;
+            score = n - predicted < ctx ? n - predicted : ctx;
+            end = predicted + score;           /* exclusive, in target indices */
+            /* inputs tokens[end-ctx-1 .. end-2] (clipped at 0) */
+            if (end >= ctx + 1) {
+                len = ctx;
+                memcpy(win, tokens + end - ctx - 1, ctx * sizeof(int32_t));
+            } else {
+                len = end - 1;
+                memcpy(win, tokens, len * sizeof(int32_t));
+            }
+            start = len - score;
+        }
+        nvfp4_model_reset(m);
+        rc = nvfp4_model_forward(m, win, len, 0, logits, 0, err);
+        if (rc)
+            goto out;
+        for (size_t i = 0; i < score; i++) {
+            const float *row = logits + (start + i) * V;
+            int32_t target = tokens[predicted + i];
+            double mx = row[0], s = 0;
+            for (size_t j = 1; j < V; j++)
+                if (row[j] > mx)
+                    mx = row[j];
+            for (size_t j = 0; j < V; j++)
+                s += exp((double)row[j] - mx);
+            nll -= (double)row[target] - mx - log(s);
+        }
+        predicted += score;
+        if (progress)
+            progress(predicted, n, user);
+    }
+    out->nll = nll;
+    out->tokens = n;
+    out->token_ppl = exp(nll / (double)n);
+out:
+    free(win);
+    free(logits);
+    return rc;
+}
+
+/* ---- sampling ---------------------------------------------------------------- */
+
+void nvfp4_sampler_init(nvfp4_sampler *s, float temperature, float top_p, uint64_t seed)
+{
+    s->temperature = temperature;
+    s->top_p = top_p > 0 && top_p <= 1 ? top_p : 1.0f;
+    /* splitmix64 of the seed: never a zero xorshift state */
+    seed += 0x9e3779b97f4a7c15ull;
+    seed = (seed ^ (seed >> 30)) * 0xbf58476d1ce4e5b9ull;
+    seed = (seed ^ (seed >> 27)) * 0x94d049bb133111ebull;
+    s->state = (seed ^ (seed >> 31)) | 1;
+}
+
+static double next_uniform(nvfp4_sampler *s)
+{
+    uint64_t x = s->state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    s->state = x;
+    return (double)(x >> 11) / 9007199254740992.0;
+}
+
+typedef struct {
+    float p;
+    int32_t id;
+} cand;
+
+static int cmp_cand(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->p != y->p)
+        return x->p > y->p ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int32_t nvfp4_sampler_sample(nvfp4_sampler *s, const float *logits, size_t vocab)
+{
+    size_t best = 0, keep;
+    double mx, sum = 0, r, acc = 0, mass = 0;
+    cand *c;
+
+    for (size_t i = 1; i < vocab; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    if (s->temperature <= 0 || vocab < 2)
+        return (int32_t)best;
+    c = malloc(vocab * sizeof(*c));
+    if (!c)
+        return (int32_t)best;
+    mx = logits[best];
+    for (size_t i = 0; i < vocab; i++) {
+        c[i].p = (float)exp(((double)logits[i] - mx) / s->temperature);
+        c[i].id = (int32_t)i;
+        sum += c[i].p;
+    }
+    qsort(c, vocab, sizeof(*c), cmp_cand);
+    for (keep = 0; keep < vocab; keep++) {
+        mass += c[keep].p / sum;
+        if (mass >= s->top_p) {
+            keep++;
+            break;
+        }
+    }
+    if (keep > vocab)
+        keep = vocab;
+    mass = 0;
+    for (size_t i = 0; i < keep; i++)
+        mass += c[i].p;
+    r = next_uniform(s) * mass;
+    best = (size_t)c[keep - 1].id;
+    for (size_t i = 0; i < keep; i++) {
+        acc += c[i].p;
+        if (r < acc) {
+            best = (size_t)c[i].id;
+            break;
+        }
+    }
+    free(c);
+    return (int32_t)best;
+}

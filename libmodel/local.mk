@@ -1,0 +1,22 @@
+lib_LTLIBRARIES += libmodel/libnvfp4-model.la
+nvfp4include_HEADERS += include/nvfp4/model.h
+pkgconfig_DATA += pkgconfig/nvfp4-model.pc
+
+libmodel_libnvfp4_model_la_SOURCES = \
+	%reldir%/internal.h \
+	%reldir%/arch.c \
+	%reldir%/model.c \
+	%reldir%/eval.c \
+	%reldir%/tokenizer-internal.h \
+	%reldir%/tokenizer.c \
+	%reldir%/tokenizer-split.c
+libmodel_libnvfp4_model_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(PCRE2_CFLAGS)
+libmodel_libnvfp4_model_la_LIBADD = libkernels/libnvfp4-kernels.la \
+	libquant/libnvfp4-quant.la libformat/libnvfp4-format.la \
+	$(JANSSON_LIBS) $(PCRE2_LIBS) $(LIBM)
+libmodel_libnvfp4_model_la_LDFLAGS = \
+	-version-info $(NVFP4_MODEL_LT_VERSION) -no-undefined \
+	-Wl,--no-undefined \
+	-Wl,--version-script=$(srcdir)/%reldir%/libnvfp4-model.sym
+EXTRA_libmodel_libnvfp4_model_la_DEPENDENCIES = %reldir%/libnvfp4-model.sym
+EXTRA_DIST += %reldir%/libnvfp4-model.sym

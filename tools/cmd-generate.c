@@ -1,0 +1,186 @@
+/* nvfp4 generate: stream a continuation of a prompt. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli-model.h"
+
+static void help(FILE *out)
+{
+    fprintf(out,
+            "Usage: nvfp4 generate MODEL --prompt TEXT [OPTIONS]\n"
+            "Continue TEXT with the model, streaming tokens to stdout as they come.\n"
+            "Greedy by default; stops at the end-of-sequence token or after N tokens.\n\n"
+            "  --prompt TEXT       the prompt (tokenized with MODEL/tokenizer.json)\n"
+            "  -n, --tokens N      tokens to generate (default 64)\n"
+            "  --temperature T     sample with temperature T (default 0: greedy)\n"
+            "  --top-p P           nucleus sampling mass (default 1)\n"
+            "  --seed S            random seed for sampling (default 0)\n"
+            "  --bos               start the prompt with the model's BOS token\n"
+            "  --stats             print speed statistics on stderr\n"
+            "%s"
+            "  -h, --help          show this help\n",
+            cli_model_options_help);
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int run(int argc, char **argv)
+{
+    enum { OPT_PROMPT = CLI_OPT_OTHER, OPT_TEMP, OPT_TOPP, OPT_SEED, OPT_BOS, OPT_STATS };
+    static const struct option opts[] = {CLI_MODEL_LONG_OPTIONS,
+                                         {"prompt", required_argument, NULL, OPT_PROMPT},
+                                         {"tokens", required_argument, NULL, 'n'},
+                                         {"temperature", required_argument, NULL, OPT_TEMP},
+                                         {"top-p", required_argument, NULL, OPT_TOPP},
+                                         {"seed", required_argument, NULL, OPT_SEED},
+                                         {"bos", no_argument, NULL, OPT_BOS},
+                                         {"stats", no_argument, NULL, OPT_STATS},
+                                         {NULL, 0, NULL, 0}};
+    cli_model_opts mo = {0};
+    const char *prompt = NULL;
+    long ntok = 64;
+    double temp = 0, topp = 1, t0, t1, t2;
+    unsigned long long seed = 0;
+    int bos = 0, stats = 0, c, rc = CLI_OK;
+    const nvfp4_tokenizer *tok;
+    nvfp4_model *m;
+    nvfp4_error err;
+    nvfp4_sampler smp;
+    int32_t *ids = NULL, *all = NULL, next;
+    size_t n = 0, V, pos;
+    float *logits = NULL;
+    long produced = 0;
+    char *end;
+
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "n:", opts, NULL)) != -1) {
+        int r = cli_model_option(&mo, c, optarg);
+        if (r == 1)
+            continue;
+        if (r < 0)
+            return cli_usage(&cli_generate, "bad value '%s' for %s", optarg, argv[optind - 1]);
+        switch (c) {
+        case OPT_PROMPT: prompt = optarg; break;
+        case 'n':
+            ntok = strtol(optarg, &end, 10);
+            if (*end || ntok < 0)
+                return cli_usage(&cli_generate, "bad token count '%s'", optarg);
+            break;
+        case OPT_TEMP:
+            temp = strtod(optarg, &end);
+            if (*end || temp < 0)
+                return cli_usage(&cli_generate, "bad temperature '%s'", optarg);
+            break;
+        case OPT_TOPP:
+            topp = strtod(optarg, &end);
+            if (*end || topp <= 0 || topp > 1)
+                return cli_usage(&cli_generate, "bad top-p '%s' (expected 0 < P <= 1)", optarg);
+            break;
+        case OPT_SEED:
+            seed = strtoull(optarg, &end, 10);
+            if (*end)
+                return cli_usage(&cli_generate, "bad seed '%s'", optarg);
+            break;
+        case OPT_BOS: bos = 1; break;
+        case OPT_STATS: stats = 1; break;
+        default:
+            return cli_usage(&cli_generate, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind + 1 != argc)
+        return cli_usage(&cli_generate, optind == argc ? "missing MODEL" : "too many arguments");
+    if (!prompt)
+        return cli_usage(&cli_generate, "--prompt is required");
+
+    t0 = now();
+    m = cli_model_open(argv[optind], &mo, 0);
+    if (!m)
+        return CLI_INVALID;
+    tok = nvfp4_model_tokenizer(m);
+    if (!tok) {
+        rc = cli_fail("%s: no tokenizer.json beside the model; use 'nvfp4 logits' with "
+                      "token ids instead", argv[optind]);
+        goto out;
+    }
+    if (nvfp4_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n, &err)) {
+        rc = cli_fail_error(&err);
+        goto out;
+    }
+    V = (size_t)nvfp4_model_vocab_size(m);
+    all = malloc((n + 1 + (size_t)ntok) * sizeof(int32_t));
+    logits = malloc(V * sizeof(float));
+    if (!all || !logits) {
+        rc = cli_fail("out of memory");
+        goto out;
+    }
+    pos = 0;
+    if (bos && nvfp4_model_bos(m) >= 0)
+        all[pos++] = nvfp4_model_bos(m);
+    memcpy(all + pos, ids, n * sizeof(int32_t));
+    pos += n;
+    if (pos == 0) {
+        rc = cli_fail("the prompt is empty");
+        goto out;
+    }
+    if (pos + (size_t)ntok > (size_t)nvfp4_model_max_ctx(m)) {
+        rc = cli_fail("prompt (%zu tokens) plus %ld new tokens exceed the context of %d",
+                      pos, ntok, nvfp4_model_max_ctx(m));
+        goto out;
+    }
+    nvfp4_sampler_init(&smp, (float)temp, (float)topp, seed);
+    fputs(prompt, stdout);
+    fflush(stdout);
+    t1 = now();
+    if (nvfp4_model_forward(m, all, pos, 0, logits, 1, &err)) {
+        rc = cli_fail_error(&err);
+        goto out;
+    }
+    t2 = now();
+    for (produced = 0; produced < ntok; produced++) {
+        const char *bytes;
+        size_t len;
+        next = nvfp4_sampler_sample(&smp, logits, V);
+        if (next == nvfp4_model_eos(m))
+            break;
+        bytes = nvfp4_tokenizer_token_bytes(tok, next, &len);
+        if (bytes && !nvfp4_tokenizer_is_special(tok, next))
+            fwrite(bytes, 1, len, stdout);
+        fflush(stdout);
+        all[pos] = next;
+        if (produced + 1 < ntok &&
+            nvfp4_model_forward(m, &all[pos], 1, pos, logits, 1, &err)) {
+            rc = cli_fail_error(&err);
+            goto out;
+        }
+        pos++;
+    }
+    fputc('\n', stdout);
+    if (stats) {
+        double t3 = now();
+        fprintf(stderr,
+                "nvfp4: load %.2f s; prefill %zu tokens %.1f tok/s; decode %ld tokens "
+                "%.1f tok/s\n",
+                t1 - t0, pos - (size_t)produced, (double)(pos - (size_t)produced) / (t2 - t1),
+                produced, produced > 1 ? (double)(produced - 1) / (t3 - t2) : 0.0);
+    }
+out:
+    free(ids);
+    free(all);
+    free(logits);
+    nvfp4_model_free(m);
+    return rc;
+}
+
+const cli_command cli_generate = {
+    "generate", "continue a prompt with the model (streaming)", run, help,
+};
