@@ -1369,6 +1369,49 @@ START_TEST(test_tool_dequant)
 }
 END_TEST
 
+/* inspect's schemes section: the per-scheme counts against the number of
+ * quantized prefixes the fixture writer counted in Quark's export. */
+START_TEST(test_tool_inspect_schemes)
+{
+    const char *model = fixture_models[_i];
+    char args[1024], rel[128], *out;
+    json_t *got, *ref, *counts, *layers;
+    json_error_t je;
+    const char *want_scheme;
+    int found_lm_head = 0;
+
+    snprintf(rel, sizeof(rel), "models/%s/reference.json", model);
+    ref = tload_json(rel);
+    want_scheme = json_is_true(json_object_get(ref, "w4a16")) ? "w4a16" : "w4a4";
+    snprintf(args, sizeof(args), "inspect --json %s/models/%s", TEST_DATA_DIR, model);
+    ck_assert_int_eq(run_tool(args, &out), 0);
+    got = json_loads(out, 0, &je);
+    ck_assert_msg(got != NULL, "%s", je.text);
+    counts = json_object_get(got, "scheme_counts");
+    layers = json_object_get(got, "layers");
+    ck_assert_int_eq(json_integer_value(json_object_get(counts, want_scheme)),
+                     tnum(json_object_get(ref, "quantized_prefixes")));
+    for (size_t i = 0; i < json_array_size(layers); i++) {
+        json_t *o = json_array_get(layers, i);
+        if (!strcmp(json_string_value(json_object_get(o, "name")), "lm_head")) {
+            found_lm_head = 1; /* excluded by every fixture's config */
+            ck_assert_str_eq(json_string_value(json_object_get(o, "scheme")), "none");
+        }
+    }
+    ck_assert(found_lm_head);
+    json_decref(got);
+    free(out);
+    snprintf(args, sizeof(args), "inspect %s/models/%s", TEST_DATA_DIR, model);
+    ck_assert_int_eq(run_tool(args, &out), 0);
+    snprintf(rel, sizeof(rel), "%s %lld", want_scheme,
+             tnum(json_object_get(ref, "quantized_prefixes")));
+    assert_contains(out, "scheme counts:");
+    assert_contains(out, rel);
+    free(out);
+    json_decref(ref);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("quant");
@@ -1402,6 +1445,7 @@ int main(void)
     tcase_add_loop_test(models, test_models_linear, 0, (int)nmodels);
     tcase_add_loop_test(models, test_models_all_layers_load, 0, (int)nmodels);
     tcase_add_test(models, test_tool_dequant);
+    tcase_add_loop_test(models, test_tool_inspect_schemes, 0, (int)nmodels);
     tcase_set_timeout(models, 60);
     suite_add_tcase(s, codec);
     suite_add_tcase(s, arith);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nvfp4/quant.h>
+
 #include "cli.h"
 
 static void help(FILE *out)
@@ -63,6 +65,66 @@ static json_t *config_summary(const nvfp4_config *cfg)
         }
     }
     return o;
+}
+
+/* Schemes section: for each Linear-like layer (a prefix whose .weight is
+ * 2-D), the scheme quantization_config resolves it to (§3) and how the file
+ * stores it, plus a count per scheme.  Adds "layers" and "scheme_counts"
+ * (or "schemes_error") to ROOT. */
+static void schemes_section(nvfp4_checkpoint *ck, json_t *root)
+{
+    nvfp4_error err;
+    nvfp4_qconfig *qc = nvfp4_qconfig_parse(nvfp4_checkpoint_config(ck), &err);
+    json_t *layers, *counts;
+
+    if (!qc) {
+        json_object_set_new(root, "schemes_error", json_string(err.text));
+        return;
+    }
+    layers = json_array();
+    counts = json_object();
+    for (size_t i = 0; i < nvfp4_checkpoint_count(ck); i++) {
+        const char *name = nvfp4_checkpoint_name(ck, i), *scheme;
+        size_t len = strlen(name);
+        const nvfp4_tensor *t, *sc;
+        char prefix[NVFP4_ERROR_FIELD_LENGTH], scname[NVFP4_ERROR_FIELD_LENGTH + 16];
+        nvfp4_scheme s;
+        json_t *o;
+        int stored;
+
+        if (len < 8 || strcmp(name + len - 7, ".weight") != 0 || len - 7 >= sizeof(prefix))
+            continue;
+        if (nvfp4_checkpoint_get(ck, name, &t, &err) || t->ndim != 2)
+            continue;
+        snprintf(prefix, sizeof(prefix), "%.*s", (int)(len - 7), name);
+        o = json_object();
+        json_object_set_new(o, "name", json_string(prefix));
+        if (nvfp4_qconfig_resolve(qc, prefix, &s, &err)) {
+            s = NVFP4_SCHEME_NONE; /* "unsupported" is reported as such */
+            scheme = "unsupported";
+            json_object_set_new(o, "error", json_string(err.text));
+        } else {
+            scheme = nvfp4_scheme_name(s);
+        }
+        snprintf(scname, sizeof(scname), "%s.weight_scale", prefix);
+        stored = nvfp4_checkpoint_get(ck, scname, &sc, &err) == NVFP4_OK;
+        /* Quark quantizes nn.Linear modules only: a float 2-D weight that the
+         * config would cover is an embedding or the like, so it is "none";
+         * the config's word is kept beside it. */
+        if (!stored && s != NVFP4_SCHEME_NONE) {
+            json_object_set_new(o, "config_scheme", json_string(scheme));
+            scheme = "none";
+        }
+        json_object_set_new(o, "scheme", json_string(scheme));
+        json_object_set_new(o, "stored",
+                            json_string(stored ? "nvfp4" : nvfp4_dtype_name(t->dtype)));
+        json_object_set_new(counts, scheme,
+                            json_integer(json_integer_value(json_object_get(counts, scheme)) + 1));
+        json_array_append_new(layers, o);
+    }
+    json_object_set_new(root, "layers", layers);
+    json_object_set_new(root, "scheme_counts", counts);
+    nvfp4_qconfig_free(qc);
 }
 
 static int run(int argc, char **argv)
@@ -133,6 +195,7 @@ static int run(int argc, char **argv)
     cfg = nvfp4_checkpoint_config(ck);
     if (cfg)
         json_object_set_new(root, "config", config_summary(cfg));
+    schemes_section(ck, root);
 
     if (as_json) {
         json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
@@ -169,6 +232,28 @@ static int run(int argc, char **argv)
                 printf("  %-18s %s\n", k, s ? s : "?");
                 free(s);
             }
+        }
+        if (json_object_get(root, "schemes_error")) {
+            printf("\nschemes: %s\n",
+                   json_string_value(json_object_get(root, "schemes_error")));
+        } else if (json_array_size(json_object_get(root, "layers"))) {
+            json_t *layers = json_object_get(root, "layers");
+            printf("\nschemes (quantization_config; stored as):\n");
+            for (size_t i = 0; i < json_array_size(layers); i++) {
+                json_t *o = json_array_get(layers, i), *e = json_object_get(o, "error");
+                json_t *cs = json_object_get(o, "config_scheme");
+                printf("  %-56s %-11s %-6s%s%s%s%s%s\n",
+                       json_string_value(json_object_get(o, "name")),
+                       json_string_value(json_object_get(o, "scheme")),
+                       json_string_value(json_object_get(o, "stored")),
+                       cs ? "  (config says " : "", cs ? json_string_value(cs) : "",
+                       cs ? "; not a quantized Linear)" : "", e ? "  " : "",
+                       e ? json_string_value(e) : "");
+            }
+            printf("scheme counts:");
+            json_object_foreach(json_object_get(root, "scheme_counts"), k, v)
+                printf(" %s %" JSON_INTEGER_FORMAT, k, json_integer_value(v));
+            printf("\n");
         }
     }
 out:
