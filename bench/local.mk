@@ -1,0 +1,7 @@
+# Benchmarks: built with the tree, never run by `make check` (timings on a
+# shared machine are not tests).
+noinst_PROGRAMS += bench/bench-dequant
+bench_bench_dequant_SOURCES = %reldir%/bench-dequant.c
+bench_bench_dequant_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(OPENMP_CFLAGS)
+bench_bench_dequant_LDFLAGS = $(OPENMP_CFLAGS)
+bench_bench_dequant_LDADD = libquant/libnvfp4-quant.la libformat/libnvfp4-format.la
