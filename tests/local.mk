@@ -20,6 +20,14 @@ tests_test_quant_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_quant_LDADD = libquant/libnvfp4-quant.la libformat/libnvfp4-format.la \
 	$(CHECK_LIBS) $(JANSSON_LIBS)
 TESTS += tests/test-quant
+
+check_PROGRAMS += tests/test-kernels
+tests_test_kernels_SOURCES = %reldir%/test-kernels.c %reldir%/testutil.h
+tests_test_kernels_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_kernels_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_kernels_LDADD = libkernels/libnvfp4-kernels.la libquant/libnvfp4-quant.la \
+	libformat/libnvfp4-format.la $(CHECK_LIBS) $(JANSSON_LIBS) $(LIBM)
+TESTS += tests/test-kernels
 endif
 
 # The format layer stands alone: a program built with only
