@@ -28,6 +28,15 @@ tests_test_kernels_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_kernels_LDADD = libkernels/libnvfp4-kernels.la libquant/libnvfp4-quant.la \
 	libformat/libnvfp4-format.la $(CHECK_LIBS) $(JANSSON_LIBS) $(LIBM)
 TESTS += tests/test-kernels
+
+check_PROGRAMS += tests/test-model
+tests_test_model_SOURCES = %reldir%/test-model.c %reldir%/testutil.h
+tests_test_model_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_model_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_model_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.la \
+	libquant/libnvfp4-quant.la libformat/libnvfp4-format.la $(CHECK_LIBS) \
+	$(JANSSON_LIBS) $(LIBM)
+TESTS += tests/test-model
 endif
 
 # The format layer stands alone: a program built with only
