@@ -29,4 +29,5 @@ extern const cli_command cli_dequant;
 extern const cli_command cli_generate;
 extern const cli_command cli_ppl;
 extern const cli_command cli_logits;
+extern const cli_command cli_tokenize;
 #endif

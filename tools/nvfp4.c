@@ -13,6 +13,7 @@ static const cli_command *const commands[] = {
     &cli_generate,
     &cli_ppl,
     &cli_logits,
+    &cli_tokenize,
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 

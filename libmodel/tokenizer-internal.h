@@ -1,0 +1,113 @@
+/* Pieces of the tokenizer shared by tokenizer.c (loading, BPE, the public
+ * API) and tokenizer-split.c (the pre-tokenizer: PCRE2 regex splits, added
+ * token matching, UTF-8).  Not exported.
+ *
+ * The reference behaviour throughout is the Hugging Face `tokenizers` crate
+ * (tokenizer/added_vocabulary.rs, tokenizer/normalizer.rs split behaviours,
+ * pre_tokenizers/{byte_level,split,digits}.rs, models/bpe/{model,word}.rs);
+ * comments name the function whose semantics a piece of code reproduces. */
+#ifndef NVFP4_TOKENIZER_INTERNAL_H
+#define NVFP4_TOKENIZER_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <nvfp4/model.h>
+
+/* A byte range of text that lives at least as long as the encode call. */
+typedef struct {
+    const char *p;
+    size_t n;
+    int32_t id;       /* an added token's id, or -1 for text still to split */
+} tk_piece;
+
+typedef struct {
+    tk_piece *v;
+    size_t n, cap;
+} tk_pieces;
+
+int tk_pieces_push(tk_pieces *ps, const char *p, size_t n, int32_t id);
+
+/* Bump allocator for strings made during one encode (prefix spaces);
+ * blocks never move, so pieces may point into them. */
+typedef struct tk_block tk_block;
+typedef struct {
+    tk_block *head;
+} tk_arena;
+
+char *tk_arena_alloc(tk_arena *a, size_t n);
+void tk_arena_free(tk_arena *a);
+
+/* tokenizers' SplitDelimiterBehavior. */
+typedef enum {
+    TK_REMOVED = 0,
+    TK_ISOLATED,
+    TK_MERGED_WITH_PREVIOUS,
+    TK_MERGED_WITH_NEXT,
+    TK_CONTIGUOUS,
+} tk_behavior;
+
+typedef enum { TK_PT_SPLIT = 0, TK_PT_BYTELEVEL } tk_pt_kind;
+
+/* One pre-tokenizer step.  Digits is a Split on \p{N} (Isolated when
+ * individual_digits, else Contiguous), which is what digits.rs does with
+ * char::is_numeric (general categories Nd, Nl, No = \p{N}). */
+typedef struct {
+    tk_pt_kind kind;
+    pcre2_code *re;       /* Split pattern, or the GPT-2 regex of ByteLevel */
+    tk_behavior behavior;
+    int invert;
+    int add_prefix_space; /* ByteLevel */
+    int use_regex;        /* ByteLevel */
+} tk_pretok;
+
+/* Compile a tokenizers (Oniguruma syntax) pattern for PCRE2; LITERAL for
+ * SplitPattern::String.  NULL with *msg set on error (msg: static or buf). */
+pcre2_code *tk_regex_compile(const char *pattern, size_t len, int literal,
+                             char *buf, size_t bufsize);
+
+/* Split every piece of IN (id < 0 only; added tokens pass through) by one
+ * pre-tokenizer step, appending to OUT.  0 or -1 (out of memory, or a PCRE2
+ * failure described in msg). */
+int tk_pretok_apply(const tk_pretok *pt, const tk_pieces *in, tk_pieces *out,
+                    tk_arena *arena, pcre2_match_data *md, char *msg, size_t msgsize);
+
+/* Added tokens of one kind (normalized or not), for leftmost-longest matching
+ * (the daachorse MatchKind::LeftmostLongest automaton of added_vocabulary.rs). */
+typedef struct {
+    const char *content;
+    size_t len;
+    int32_t id;
+    int single_word, lstrip, rstrip;
+    int special, normalized;
+    size_t off;          /* of content in the tokenizer's string pool */
+} tk_added;
+
+typedef struct {
+    tk_added *v;         /* sorted by first byte, then longest first */
+    size_t n;
+    size_t first[257];   /* v[first[b] .. first[b+1]) start with byte b */
+    pcre2_code *word_re; /* one char of Rust regex \w (single_word) */
+    pcre2_code *space_re;/* one char of Rust regex \s (lstrip, rstrip) */
+} tk_added_set;
+
+/* Takes ownership of TOKENS (malloc'ed); 0, or -1 with msg set. */
+int tk_added_set_build(tk_added_set *set, tk_added *tokens, size_t n, char *msg,
+                       size_t msgsize);
+void tk_added_set_free(tk_added_set *set);
+
+/* AddedVocabulary::find_matches on one piece: append token pieces (id >= 0)
+ * and the text between them (id -1) to OUT. */
+int tk_added_split(const tk_added_set *set, const char *s, size_t n, tk_pieces *out,
+                   pcre2_match_data *md);
+
+/* Offset of the first invalid UTF-8 byte (Rust str rules), or len if valid. */
+size_t tk_utf8_check(const unsigned char *s, size_t len);
+/* Append the bytes of S as String::from_utf8_lossy would (U+FFFD for each
+ * maximal invalid subpart).  dst must hold 3 * len bytes. Returns length. */
+size_t tk_utf8_lossy(const unsigned char *s, size_t len, char *dst);
+
+#endif
