@@ -69,8 +69,11 @@ static nvfp4_status check_2d(const nvfp4_tensor *t, int64_t rows, int64_t cols,
 }
 
 /* A per-tensor scale (§2): F32 or BF16, shape [] or [1], finite and > 0.
- * A zero global scale makes other engines emit NaN (§8), so it is refused. */
-static nvfp4_status read_global(const nvfp4_tensor *t, float *out, nvfp4_error *err)
+ * A zero global scale makes other engines emit NaN (§8), so it is refused.
+ * An activation scale is inverted (gs = 1 / input_scale, §5): INVERTED
+ * also refuses one so small that its reciprocal overflows to infinity. */
+static nvfp4_status read_global(const nvfp4_tensor *t, int inverted, float *out,
+                                nvfp4_error *err)
 {
     char shp[128];
     float v;
@@ -92,6 +95,10 @@ static nvfp4_status read_global(const nvfp4_tensor *t, float *out, nvfp4_error *
                                         : isnan(v) ? "NaN poisons every output"
                                         : isinf(v) ? "infinity poisons every output"
                                                    : "a negative scale flips every sign");
+    if (inverted && isinf(1.0f / v))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, t->file, t->name, (int64_t)t->offset,
+                               "activation scale is %g; its reciprocal (the global "
+                               "activation scale of §5) overflows float32", (double)v);
     *out = v;
     return NVFP4_OK;
 }
@@ -183,7 +190,7 @@ static nvfp4_status load_nvfp4(nvfp4_checkpoint *ck, const char *prefix, int64_t
     }
 
     if ((st = get_tensor(ck, prefix, "weight_scale_2", 0, &g, err)) ||
-        (st = read_global(g, &out->weight_scale_2, err)))
+        (st = read_global(g, 0, &out->weight_scale_2, err)))
         return st;
 
     if (out->scheme == NVFP4_SCHEME_W4A4) {
@@ -197,7 +204,7 @@ static nvfp4_status load_nvfp4(nvfp4_checkpoint *ck, const char *prefix, int64_t
                                    "W4A4 layer has neither %s.input_scale_2 nor "
                                    "%s.input_scale (the static activation scale, §2)",
                                    prefix, prefix);
-        if ((st = read_global(in, &out->input_scale, err)))
+        if ((st = read_global(in, 1, &out->input_scale, err)))
             return st;
     }
     out->n = w->shape[0];

@@ -1000,6 +1000,22 @@ START_TEST(test_linear_load_rejections)
                           "L.input_scale_2", bad_text[i], NULL);
     }
 
+    /* an activation scale whose reciprocal (§5's gs) overflows */
+    layer_default(&L);
+    set_f32(&L.t[T_IN2], 1e-39f);
+    expect_load_error(&L, NVFP4_SCHEME_W4A4, LN, LK, NVFP4_ERR_INVALID, "L.input_scale_2",
+                      "reciprocal", "overflows");
+    layer_default(&L);
+    set_f32(&L.t[T_G], 1e-39f); /* fine as a weight multiplier */
+    {
+        nvfp4_checkpoint *ck = layer_open(&L);
+        nvfp4_linear lin;
+        nvfp4_error err;
+        ck_assert_msg(!nvfp4_linear_load(ck, "L", NVFP4_SCHEME_W4A4, LN, LK, &lin, &err), "%s",
+                      err.text);
+        nvfp4_checkpoint_free(ck);
+    }
+
     /* NaN and negative block-scale bytes, with their position */
     for (int i = 0; i < 4; i++) {
         layer_default(&L);

@@ -57,7 +57,9 @@ NVFP4_API void nvfp4_quant_dequant_row_bf16(const uint8_t *packed,
 
 /* Activation quantize-dequantize of one row of K elements (K % 16 == 0),
  * exactly vLLM's emulation formula (§5) with gs = 1 / input_scale.
- * In-place allowed (x == out). */
+ * input_scale must be finite, > 0 and have a finite reciprocal, as
+ * nvfp4_linear_load guarantees.  x' stays float32 (the caller casts to
+ * bf16 when it emulates vLLM's bf16 activations).  In-place allowed. */
 NVFP4_API void nvfp4_quant_qdq_row(const float *x, size_t k, float input_scale,
                                    float *out);
 
