@@ -12,20 +12,25 @@
  * [prefix] + tokens[0 : ctx-1] scoring tokens[0 : ctx]; every later window
  * scores the next (up to) ctx tokens, conditioned on the ctx tokens before
  * each (so windows are disjoint in what they score and overlap in context).
- * The prefix is BOS, or EOS when the model has no BOS.
+ * The prefix defaults to BOS, or EOS when the model has no BOS.
  */
 nvfp4_status nvfp4_model_perplexity(nvfp4_model *m, const int32_t *tokens, size_t n,
-                                    size_t ctx, nvfp4_progress_fn progress, void *user,
+                                    size_t ctx, int32_t prefix, nvfp4_progress_fn progress,
+                                    void *user,
                                     nvfp4_ppl_result *out, nvfp4_error *err)
 {
     size_t V = (size_t)nvfp4_model_vocab_size(m), predicted = 0;
-    int32_t prefix = nvfp4_model_bos(m) >= 0 ? nvfp4_model_bos(m) : nvfp4_model_eos(m);
     int32_t *win = NULL;
     float *logits = NULL;
     double nll = 0;
     nvfp4_status rc = NVFP4_OK;
 
     memset(out, 0, sizeof(*out));
+    if (prefix < 0)
+        prefix = nvfp4_model_bos(m) >= 0 ? nvfp4_model_bos(m) : nvfp4_model_eos(m);
+    if (prefix >= (int32_t)V)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                               "prefix token %d is outside the vocabulary of %zu", prefix, V);
     if (n == 0)
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
                                "no tokens to score");

@@ -214,14 +214,14 @@ START_TEST(test_perplexity_one_window)
             s += exp(row[j] - mx);
         want -= row[f.tokens[i + 1]] - mx - log(s);
     }
-    ck_assert_int_eq(nvfp4_model_perplexity(m, f.tokens + 1, f.T - 1, f.T - 1, NULL, NULL,
+    ck_assert_int_eq(nvfp4_model_perplexity(m, f.tokens + 1, f.T - 1, f.T - 1, -1, NULL, NULL,
                                             &r, &err),
                      NVFP4_OK);
     ck_assert_uint_eq(r.tokens, f.T - 1);
     ck_assert_msg(fabs(r.nll - want) < 1e-3, "nll %g, reference %g", r.nll, want);
     ck_assert(fabs(r.token_ppl - exp(want / (double)(f.T - 1))) < 1e-3 * r.token_ppl);
     /* a context above the cache is refused, not silently clipped */
-    ck_assert_int_eq(nvfp4_model_perplexity(m, f.tokens, f.T, 1000, NULL, NULL, &r, &err),
+    ck_assert_int_eq(nvfp4_model_perplexity(m, f.tokens, f.T, 1000, -1, NULL, NULL, &r, &err),
                      NVFP4_ERR_INVALID);
     nvfp4_model_free(m);
     fixture_free(&f);

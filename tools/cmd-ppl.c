@@ -24,6 +24,7 @@ static void help(FILE *out)
             "  --text FILE      UTF-8 text to score\n"
             "  --tokens IDS     score these token ids instead (comma list or @FILE)\n"
             "  --ctx N          window length (default 512)\n"
+            "  --prefix ID      token that starts the first window (default: BOS, else EOS)\n"
             "  --json           print one JSON object on stdout\n"
             "%s"
             "  -h, --help       show this help\n"
@@ -76,12 +77,13 @@ static size_t count_words(const char *s, size_t n)
 
 static int run(int argc, char **argv)
 {
-    enum { OPT_TEXT = CLI_OPT_OTHER, OPT_TOKENS };
+    enum { OPT_TEXT = CLI_OPT_OTHER, OPT_TOKENS, OPT_PREFIX };
     static const struct option opts[] = {CLI_MODEL_LONG_OPTIONS,
                                          {"text", required_argument, NULL, OPT_TEXT},
                                          {"tokens", required_argument, NULL, OPT_TOKENS},
                                          {"ctx", required_argument, NULL, CLI_OPT_CTX},
                                          {"json", no_argument, NULL, CLI_OPT_JSON},
+                                         {"prefix", required_argument, NULL, OPT_PREFIX},
                                          {NULL, 0, NULL, 0}};
     cli_model_opts mo = {0};
     const char *textp = NULL, *tokspec = NULL;
@@ -93,6 +95,8 @@ static int run(int argc, char **argv)
     nvfp4_error err;
     nvfp4_ppl_result res;
     progress_state ps;
+    long prefix = -1;
+    char *end;
 
     mo.ctx = 512;
     optind = 1;
@@ -109,6 +113,11 @@ static int run(int argc, char **argv)
             tokspec = optarg;
         else if (c == CLI_OPT_JSON)
             as_json = 1;
+        else if (c == OPT_PREFIX) {
+            prefix = strtol(optarg, &end, 10);
+            if (*end || prefix < 0 || prefix > INT32_MAX)
+                return cli_usage(&cli_ppl, "bad token id '%s' for --prefix", optarg);
+        }
         else
             return cli_usage(&cli_ppl, "unknown option '%s'", argv[optind - 1]);
     }
@@ -148,7 +157,8 @@ static int run(int argc, char **argv)
     }
     ps.t0 = now();
     ps.tty = isatty(2);
-    if (nvfp4_model_perplexity(m, ids, n, (size_t)mo.ctx, progress, &ps, &res, &err)) {
+    if (nvfp4_model_perplexity(m, ids, n, (size_t)mo.ctx, (int32_t)prefix, progress, &ps,
+                               &res, &err)) {
         rc = cli_fail_error(&err);
         goto out;
     }

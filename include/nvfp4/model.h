@@ -89,9 +89,11 @@ NVFP4_API nvfp4_status nvfp4_model_forward(nvfp4_model *model, const int32_t *to
                                            size_t n, size_t pos, float *logits,
                                            int last_only, nvfp4_error *err);
 
-/* Rolling-window perplexity as lm-eval's wikitext task computes it: windows of
- * ctx tokens, each scoring only the tokens not scored before (first window
- * starts with BOS when bos >= 0).  progress may be NULL. */
+/* Rolling-window perplexity as lm-eval's wikitext task computes it
+ * (loglikelihood_rolling, context_len 1): windows of ctx tokens, each scoring
+ * only the tokens not scored before; the first window starts with PREFIX
+ * (pass -1 for the model's BOS, or EOS when it has no BOS).  progress may be
+ * NULL. */
 typedef void (*nvfp4_progress_fn)(size_t done, size_t total, void *user);
 typedef struct {
     double nll;               /* total negative log-likelihood (nats) */
@@ -99,7 +101,7 @@ typedef struct {
     double token_ppl;         /* exp(nll / tokens) */
 } nvfp4_ppl_result;
 NVFP4_API nvfp4_status nvfp4_model_perplexity(nvfp4_model *model, const int32_t *tokens,
-                                              size_t n, size_t ctx,
+                                              size_t n, size_t ctx, int32_t prefix,
                                               nvfp4_progress_fn progress, void *user,
                                               nvfp4_ppl_result *out, nvfp4_error *err);
 
