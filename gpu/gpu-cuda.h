@@ -1,0 +1,160 @@
+/*
+ * gpu/gpu-cuda.h - the neutral GPU spelling of gpu/gpu.h, defined for the
+ * CUDA runtime.  gpu/gpu-hip.h defines exactly the same names for HIP; a
+ * name missing from one of them fails to compile on that vendor, so add
+ * every new mapping to both (never a macro chain renaming cuda* to hip*).
+ */
+#ifndef NVFP4_GPU_CUDA_H
+#define NVFP4_GPU_CUDA_H
+
+#include <stdio.h>
+
+#include <cuda_runtime.h>
+
+#define GPU_VENDOR_CUDA 1
+#define GPU_VENDOR_NAME "cuda"
+
+typedef cudaError_t gpu_error_t;
+typedef cudaStream_t gpu_stream_t;
+typedef cudaEvent_t gpu_event_t;
+
+#define GPU_SUCCESS cudaSuccess
+
+/* ---- host side ---------------------------------------------------------- */
+
+static inline int gpu_is_oom(gpu_error_t e) { return e == cudaErrorMemoryAllocation; }
+static inline const char *gpu_error_string(gpu_error_t e) { return cudaGetErrorString(e); }
+static inline const char *gpu_error_name(gpu_error_t e) { return cudaGetErrorName(e); }
+/* Launch errors are sticky per thread: read and clear. */
+static inline gpu_error_t gpu_last_error(void) { return cudaGetLastError(); }
+
+static inline gpu_error_t gpu_device_count(int *n) { return cudaGetDeviceCount(n); }
+static inline gpu_error_t gpu_set_device(int dev) { return cudaSetDevice(dev); }
+static inline gpu_error_t gpu_get_device(int *dev) { return cudaGetDevice(dev); }
+
+/* What the backend needs to know about a device. */
+typedef struct {
+    char name[256];
+    char arch[64];        /* "sm_90", "sm_100" */
+    int major, minor;     /* compute capability */
+    int warp_size;
+    int sm_count;
+    size_t total_mem;
+} gpu_device_info;
+
+static inline gpu_error_t gpu_get_device_info(int dev, gpu_device_info *info)
+{
+    cudaDeviceProp p;
+    gpu_error_t e = cudaGetDeviceProperties(&p, dev);
+    if (e != cudaSuccess)
+        return e;
+    snprintf(info->name, sizeof info->name, "%s", p.name);
+    snprintf(info->arch, sizeof info->arch, "sm_%d%d", p.major, p.minor);
+    info->major = p.major;
+    info->minor = p.minor;
+    info->warp_size = p.warpSize;
+    info->sm_count = p.multiProcessorCount;
+    info->total_mem = p.totalGlobalMem;
+    return cudaSuccess;
+}
+
+static inline gpu_error_t gpu_malloc(void **p, size_t bytes) { return cudaMalloc(p, bytes); }
+static inline gpu_error_t gpu_free(void *p) { return cudaFree(p); }
+static inline gpu_error_t gpu_mem_info(size_t *free_b, size_t *total_b)
+{
+    return cudaMemGetInfo(free_b, total_b);
+}
+
+static inline gpu_error_t gpu_stream_create(gpu_stream_t *s)
+{
+    return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
+}
+static inline gpu_error_t gpu_stream_destroy(gpu_stream_t s) { return cudaStreamDestroy(s); }
+static inline gpu_error_t gpu_stream_sync(gpu_stream_t s) { return cudaStreamSynchronize(s); }
+
+static inline gpu_error_t gpu_copy_h2d(void *dst, const void *src, size_t n, gpu_stream_t s)
+{
+    return cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s);
+}
+static inline gpu_error_t gpu_copy_d2h(void *dst, const void *src, size_t n, gpu_stream_t s)
+{
+    return cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s);
+}
+static inline gpu_error_t gpu_copy_d2d(void *dst, const void *src, size_t n, gpu_stream_t s)
+{
+    return cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s);
+}
+static inline gpu_error_t gpu_memset(void *dst, int v, size_t n, gpu_stream_t s)
+{
+    return cudaMemsetAsync(dst, v, n, s);
+}
+
+static inline gpu_error_t gpu_event_create(gpu_event_t *e) { return cudaEventCreate(e); }
+static inline gpu_error_t gpu_event_destroy(gpu_event_t e) { return cudaEventDestroy(e); }
+static inline gpu_error_t gpu_event_record(gpu_event_t e, gpu_stream_t s)
+{
+    return cudaEventRecord(e, s);
+}
+static inline gpu_error_t gpu_event_sync(gpu_event_t e) { return cudaEventSynchronize(e); }
+static inline gpu_error_t gpu_event_elapsed_ms(float *ms, gpu_event_t a, gpu_event_t b)
+{
+    return cudaEventElapsedTime(ms, a, b);
+}
+
+/* ---- device side -------------------------------------------------------- */
+#ifdef __CUDACC__
+
+#define GPU_HD __host__ __device__ __forceinline__
+#define GPU_DEV __device__ __forceinline__
+
+/* The device pass of the compiler (the host pass sees none of this). */
+#ifdef __CUDA_ARCH__
+#define GPU_DEVICE_PASS 1
+/* WARP: threads that run in lock step and can exchange registers. */
+#define GPU_WARP 32
+#else
+#define GPU_WARP 32
+#endif
+
+/* Round-to-nearest float ops that the compiler may never fuse (§5 needs
+ * the reference's float32 roundings bit for bit). */
+GPU_HD float gpu_mul_rn(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+GPU_HD float gpu_div_rn(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+
+GPU_DEV float gpu_shfl_xor(float v, int mask)
+{
+    return __shfl_xor_sync(0xffffffffu, v, mask);
+}
+GPU_DEV int gpu_shfl_xor_int(int v, int mask)
+{
+    return __shfl_xor_sync(0xffffffffu, v, mask);
+}
+GPU_DEV float gpu_ldg(const float *p) { return __ldg(p); }
+GPU_DEV void gpu_syncthreads(void) { __syncthreads(); }
+GPU_DEV int gpu_atomic_cas(int *p, int cmp, int val) { return atomicCAS(p, cmp, val); }
+
+/* Tensor-core MMA (WMMA, BF16 in, float32 accumulate) from sm_80 on; the
+ * host decides per device (compute capability >= 8.0) whether the kernel
+ * that uses it may run. */
+#define GPU_HAVE_WMMA 1
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define GPU_WMMA_DEVICE 1
+#endif
+
+#endif /* __CUDACC__ */
+
+#endif /* NVFP4_GPU_CUDA_H */

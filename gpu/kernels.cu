@@ -1,0 +1,1222 @@
+/*
+ * gpu/kernels.cu - every operation of a decode/prefill step, written once
+ * against the neutral spelling of gpu/gpu.h and compiled by nvcc (CUDA) and
+ * hipcc (HIP).  The only vendor-specific part is the tensor-core GEMM (WMMA,
+ * CUDA sm_80+), guarded by GPU_HAVE_WMMA; HIP runs the portable tiled GEMM.
+ *
+ * Numerics (section numbers refer to docs/quark-nvfp4-spec.md):
+ *  - weights dequantize as E2M1 * (E4M3(scale) * global), §2; the GEMV
+ *    factors the block scale out of each 16-element partial sum, the GEMMs
+ *    form the dequantized value in float32 (portable) or round it to BF16
+ *    for the tensor cores (WMMA, float32 accumulation, §8);
+ *  - the W4A4 activation quantize-dequantize is bit-exact with the CPU
+ *    (gpu/numerics.h, same float32 operations in the same order);
+ *  - everything else accumulates in float32; reductions have a fixed shape
+ *    per launch, so results do not depend on timing (determinism contract of
+ *    libkernels/backend-impl.h).
+ * The build disables multiply-add contraction (nvcc --fmad=false, hipcc
+ * -ffp-contract=off); the kernels spell every fused multiply-add they want
+ * as fmaf().
+ */
+#include "gpu.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "numerics.h"
+
+#if defined(GPU_VENDOR_CUDA) && GPU_HAVE_WMMA
+#include <cuda_bf16.h>
+#include <mma.h>
+#endif
+
+#define GK_THREADS 256
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static gpu_error_t launched(void)
+{
+    return gpu_last_error();
+}
+
+static unsigned grid_for(int64_t n, int64_t per_block)
+{
+    int64_t g = (n + per_block - 1) / per_block;
+    return (unsigned)(g < 1 ? 1 : g);
+}
+
+GPU_DEV float warp_sum(float v)
+{
+    for (int o = GPU_WARP / 2; o > 0; o >>= 1)
+        v += gpu_shfl_xor(v, o);
+    return v;
+}
+
+GPU_DEV float warp_max(float v)
+{
+    for (int o = GPU_WARP / 2; o > 0; o >>= 1)
+        v = fmaxf(v, gpu_shfl_xor(v, o));
+    return v;
+}
+
+/* Reduce over the block (blockDim.x a multiple of the warp, at most 1024);
+ * SH holds at least 32 floats.  Every thread gets the result. */
+template <bool MAX>
+GPU_DEV float block_reduce(float v, float *sh)
+{
+    const int lane = threadIdx.x % GPU_WARP, wid = threadIdx.x / GPU_WARP;
+    const int nw = blockDim.x / GPU_WARP;
+
+    v = MAX ? warp_max(v) : warp_sum(v);
+    if (lane == 0)
+        sh[wid] = v;
+    gpu_syncthreads();
+    if (wid == 0) {
+        float w = lane < nw ? sh[lane] : (MAX ? -INFINITY : 0.0f);
+        w = MAX ? warp_max(w) : warp_sum(w);
+        if (lane == 0)
+            sh[0] = w;
+    }
+    gpu_syncthreads();
+    v = sh[0];
+    gpu_syncthreads();
+    return v;
+}
+
+/* Element I of a dense weight row in its file dtype. */
+template <int FMT>
+GPU_DEV float dense_at(const void *base, int64_t i)
+{
+    if (FMT == GK_F32)
+        return ((const float *)base)[i];
+    if (FMT == GK_BF16)
+        return num_bf16_value(((const uint16_t *)base)[i]);
+    return num_f16_value(((const uint16_t *)base)[i]);
+}
+
+/* Eight consecutive dense elements from a 16-byte aligned address. */
+template <int FMT>
+GPU_DEV void dense_load8(const void *base, int64_t i, float *v)
+{
+    if (FMT == GK_F32) {
+        const float4 *p = (const float4 *)((const float *)base + i);
+        float4 a = p[0], b = p[1];
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+        v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    } else {
+        uint4 q = *(const uint4 *)((const uint16_t *)base + i);
+        uint32_t wd[4] = {q.x, q.y, q.z, q.w};
+        for (int j = 0; j < 4; j++) {
+            if (FMT == GK_BF16) {
+                v[2 * j] = num_bf16_value(wd[j] & 0xFFFFu);
+                v[2 * j + 1] = num_bf16_value(wd[j] >> 16);
+            } else {
+                v[2 * j] = num_f16_value(wd[j] & 0xFFFFu);
+                v[2 * j + 1] = num_f16_value(wd[j] >> 16);
+            }
+        }
+    }
+}
+
+/* ---- §5 activation quantize-dequantize --------------------------------------- */
+
+/* One thread per block of 16; bit-exact with the CPU (gpu/numerics.h). */
+__global__ void qdq_kernel(const float *__restrict__ x, int64_t nblocks, float gs,
+                           float *__restrict__ out)
+{
+    int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    float v[NUM_BLOCK], o[NUM_BLOCK];
+
+    if (b >= nblocks)
+        return;
+    for (int j = 0; j < NUM_BLOCK; j++)
+        v[j] = x[b * NUM_BLOCK + j];
+    num_qdq_block(v, gs, o);
+    for (int j = 0; j < NUM_BLOCK; j++)
+        out[b * NUM_BLOCK + j] = o[j];
+}
+
+extern "C" gpu_error_t gk_qdq(const float *x, int64_t rows, int64_t k, float input_scale,
+                              float *out, gpu_stream_t s)
+{
+    /* gs = 1 / input_scale, one float32 division on the host exactly as
+     * nvfp4_quant_qdq_row computes it */
+    const float gs = 1.0f / input_scale;
+    const int64_t nblocks = rows * (k / NUM_BLOCK);
+
+    qdq_kernel<<<grid_for(nblocks, GK_THREADS), GK_THREADS, 0, s>>>(x, nblocks, gs, out);
+    return launched();
+}
+
+/* ---- GEMV: decode, m <= 8 ------------------------------------------------------
+ * One warp per output row; the lanes stride the row with 16-byte loads (two
+ * NVFP4 blocks, 32 weights) so a warp reads 512 contiguous bytes per step
+ * and every weight byte is read once for up to MT tokens.  The E2M1 pairs of
+ * a byte come from a 256-entry table in shared memory.  Per block of 16 the
+ * code-times-activation partial sum is scaled once by E4M3(scale) * global
+ * (the §2 product, one rounding), then accumulated. */
+
+struct lut_t {
+    float lo[256], hi[256];
+};
+
+GPU_DEV void lut_fill(lut_t *lut)
+{
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+        lut->lo[i] = num_e2m1_value(i & 15);
+        lut->hi[i] = num_e2m1_value(i >> 4);
+    }
+}
+
+/* Partial sum of one NVFP4 block (8 bytes in W0, W1) with 16 activations. */
+template <bool VEC>
+GPU_DEV float block_dot(const lut_t *lut, uint32_t w0, uint32_t w1, const float *xb)
+{
+    float xv[16];
+    float p = 0.0f;
+
+    if (VEC) {
+        const float4 *x4 = (const float4 *)xb;
+        for (int q = 0; q < 4; q++) {
+            float4 t = x4[q];
+            xv[4 * q] = t.x; xv[4 * q + 1] = t.y; xv[4 * q + 2] = t.z; xv[4 * q + 3] = t.w;
+        }
+    } else {
+        for (int q = 0; q < 16; q++)
+            xv[q] = xb[q];
+    }
+    for (int j = 0; j < 4; j++) {
+        uint32_t b = (w0 >> (8 * j)) & 0xFFu;
+        p = fmaf(lut->lo[b], xv[2 * j], p);
+        p = fmaf(lut->hi[b], xv[2 * j + 1], p);
+    }
+    for (int j = 0; j < 4; j++) {
+        uint32_t b = (w1 >> (8 * j)) & 0xFFu;
+        p = fmaf(lut->lo[b], xv[8 + 2 * j], p);
+        p = fmaf(lut->hi[b], xv[8 + 2 * j + 1], p);
+    }
+    return p;
+}
+
+/* acc[t] += row . x_t for the tokens t < cnt of XR (row pointers). */
+template <int MT, bool VEC>
+GPU_DEV void nvfp4_row_dot(const lut_t *lut, const gk_weight &w, int64_t row,
+                           const float *const *xr, int cnt, float *acc)
+{
+    const int lane = threadIdx.x % GPU_WARP;
+    const int64_t nblk = w.k / NUM_BLOCK;
+    const uint8_t *prow = w.packed + row * (w.k / 2);
+    const uint8_t *srow = w.scales + row * nblk;
+
+    if (VEC) {
+        /* two blocks per lane and step: 16 bytes, k % 32 == 0 */
+        for (int64_t b = 2 * (int64_t)lane; b < nblk; b += 2 * GPU_WARP) {
+            uint4 q = *(const uint4 *)(prow + b * 8);
+            float s0 = gpu_mul_rn(num_e4m3_value(srow[b]), w.global);
+            float s1 = gpu_mul_rn(num_e4m3_value(srow[b + 1]), w.global);
+            for (int t = 0; t < MT; t++) {
+                if (t < cnt) {
+                    const float *xb = xr[t] + b * NUM_BLOCK;
+                    acc[t] = fmaf(block_dot<true>(lut, q.x, q.y, xb), s0, acc[t]);
+                    acc[t] = fmaf(block_dot<true>(lut, q.z, q.w, xb + 16), s1, acc[t]);
+                }
+            }
+        }
+    } else {
+        /* one block (8 bytes) per lane and step; also takes unaligned x */
+        for (int64_t b = lane; b < nblk; b += GPU_WARP) {
+            uint2 q = *(const uint2 *)(prow + b * 8);
+            float s0 = gpu_mul_rn(num_e4m3_value(srow[b]), w.global);
+            for (int t = 0; t < MT; t++)
+                if (t < cnt)
+                    acc[t] = fmaf(block_dot<false>(lut, q.x, q.y, xr[t] + b * NUM_BLOCK), s0,
+                                  acc[t]);
+        }
+    }
+}
+
+template <int MT, int FMT, bool VEC>
+GPU_DEV void dense_row_dot(const gk_weight &w, int64_t row, const float *const *xr, int cnt,
+                           float *acc)
+{
+    const int lane = threadIdx.x % GPU_WARP;
+    const int64_t k = w.k;
+    const int64_t base = row * k;
+
+    if (VEC) {
+        /* eight elements per lane and step: 16 bytes of BF16/F16, 32 of F32 */
+        for (int64_t i = 8 * (int64_t)lane; i < k; i += 8 * GPU_WARP) {
+            float v[8];
+            dense_load8<FMT>(w.dense, base + i, v);
+            for (int t = 0; t < MT; t++) {
+                if (t < cnt) {
+                    const float4 *x4 = (const float4 *)(xr[t] + i);
+                    float4 a = x4[0], b = x4[1];
+                    float p = acc[t];
+                    p = fmaf(v[0], a.x, p); p = fmaf(v[1], a.y, p);
+                    p = fmaf(v[2], a.z, p); p = fmaf(v[3], a.w, p);
+                    p = fmaf(v[4], b.x, p); p = fmaf(v[5], b.y, p);
+                    p = fmaf(v[6], b.z, p); p = fmaf(v[7], b.w, p);
+                    acc[t] = p;
+                }
+            }
+        }
+    } else {
+        for (int64_t i = lane; i < k; i += GPU_WARP) {
+            float v = dense_at<FMT>(w.dense, base + i);
+            for (int t = 0; t < MT; t++)
+                if (t < cnt)
+                    acc[t] = fmaf(v, xr[t][i], acc[t]);
+        }
+    }
+}
+
+template <int MT, int FMT, bool VEC>
+GPU_DEV void row_dot(const lut_t *lut, const gk_weight &w, int64_t row,
+                     const float *const *xr, int cnt, float *acc)
+{
+    if (FMT == GK_NVFP4)
+        nvfp4_row_dot<MT, VEC>(lut, w, row, xr, cnt, acc);
+    else
+        dense_row_dot<MT, FMT, VEC>(w, row, xr, cnt, acc);
+}
+
+/* Reduce the per-lane sums and let lane 0 store them (+ bias). */
+template <int MT>
+GPU_DEV void row_store(const gk_weight &w, int64_t row, float *acc, float *const *yr,
+                       int cnt)
+{
+    const int lane = threadIdx.x % GPU_WARP;
+    for (int t = 0; t < MT; t++) {
+        float v = warp_sum(acc[t]);
+        if (lane == 0 && t < cnt)
+            yr[t][row] = w.bias ? v + w.bias[row] : v;
+    }
+}
+
+template <int MT, int FMT, bool VEC>
+__global__ void __launch_bounds__(GK_THREADS)
+gemv_kernel(gk_weight w, const float *__restrict__ x, int m, float *__restrict__ y)
+{
+    __shared__ lut_t lut;
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / GPU_WARP) + threadIdx.x / GPU_WARP;
+    const float *xr[MT];
+    float *yr[MT];
+    float acc[MT];
+
+    if (FMT == GK_NVFP4) {
+        lut_fill(&lut);
+        gpu_syncthreads();
+    }
+    if (row >= w.n)
+        return;
+    for (int t = 0; t < MT; t++) {
+        xr[t] = x + (int64_t)(t < m ? t : 0) * w.k;
+        yr[t] = y + (int64_t)(t < m ? t : 0) * w.n;
+        acc[t] = 0.0f;
+    }
+    row_dot<MT, FMT, VEC>(&lut, w, row, xr, m, acc);
+    row_store<MT>(w, row, acc, yr, m);
+}
+
+template <int FMT, bool VEC>
+static void gemv_launch(const gk_device *dev, const gk_weight *w, const float *x, int m,
+                        float *y, gpu_stream_t s)
+{
+    const unsigned grid = grid_for(w->n, GK_THREADS / dev->warp_size);
+
+    if (m <= 1)
+        gemv_kernel<1, FMT, VEC><<<grid, GK_THREADS, 0, s>>>(*w, x, m, y);
+    else if (m <= 2)
+        gemv_kernel<2, FMT, VEC><<<grid, GK_THREADS, 0, s>>>(*w, x, m, y);
+    else if (m <= 4)
+        gemv_kernel<4, FMT, VEC><<<grid, GK_THREADS, 0, s>>>(*w, x, m, y);
+    else
+        gemv_kernel<8, FMT, VEC><<<grid, GK_THREADS, 0, s>>>(*w, x, m, y);
+}
+
+/* ---- GEMM: prefill, portable tiled path (HIP, and CUDA without WMMA) -------
+ * 64x64 output tile per block of 256 threads, each thread 4x4 outputs, K in
+ * steps of 32 (two NVFP4 blocks).  The weight tile is dequantized to float32
+ * in shared memory exactly as §2 (code * (scale * global)). */
+
+#define PT_BM 64
+#define PT_BN 64
+#define PT_BK 32
+
+/* Dequantize weight rows n0.. of k-step k0 into WS[kk][r] (float32). */
+template <int FMT>
+GPU_DEV void load_w_tile_f32(const gk_weight &w, int64_t n0, int64_t k0,
+                             float (*ws)[PT_BN + 1])
+{
+    const int tid = threadIdx.x;
+    if (FMT == GK_NVFP4) {
+        /* 64 rows x 2 blocks = 128 units of 16 weights */
+        if (tid < 2 * PT_BN) {
+            const int r = tid >> 1, bj = tid & 1;
+            const int64_t row = n0 + r, blk = k0 / NUM_BLOCK + bj;
+            const int64_t nblk = w.k / NUM_BLOCK;
+            if (row < w.n && blk < nblk) {
+                const uint8_t *p = w.packed + row * (w.k / 2) + blk * 8;
+                const float sc = gpu_mul_rn(num_e4m3_value(w.scales[row * nblk + blk]),
+                                            w.global);
+                uint2 q = *(const uint2 *)p;
+                for (int j = 0; j < 8; j++) {
+                    uint32_t b = ((j < 4 ? q.x : q.y) >> (8 * (j & 3))) & 0xFFu;
+                    ws[bj * 16 + 2 * j][r] = gpu_mul_rn(num_e2m1_value(b & 15u), sc);
+                    ws[bj * 16 + 2 * j + 1][r] = gpu_mul_rn(num_e2m1_value(b >> 4), sc);
+                }
+            } else {
+                for (int j = 0; j < 16; j++)
+                    ws[bj * 16 + j][r] = 0.0f;
+            }
+        }
+    } else {
+        for (int i = tid; i < PT_BN * PT_BK; i += blockDim.x) {
+            const int r = i / PT_BK, c = i % PT_BK;
+            const int64_t row = n0 + r, col = k0 + c;
+            ws[c][r] = (row < w.n && col < w.k) ? dense_at<FMT>(w.dense, row * w.k + col)
+                                               : 0.0f;
+        }
+    }
+}
+
+template <int FMT>
+__global__ void __launch_bounds__(GK_THREADS)
+gemm_tiled_kernel(gk_weight w, const float *__restrict__ x, int64_t m,
+                  float *__restrict__ y)
+{
+    __shared__ float xs[PT_BK][PT_BM + 1];
+    __shared__ float ws[PT_BK][PT_BN + 1];
+    const int64_t m0 = (int64_t)blockIdx.y * PT_BM, n0 = (int64_t)blockIdx.x * PT_BN;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float acc[4][4] = {{0.0f}};
+
+    for (int64_t k0 = 0; k0 < w.k; k0 += PT_BK) {
+        for (int i = threadIdx.x; i < PT_BM * PT_BK; i += blockDim.x) {
+            const int r = i / PT_BK, c = i % PT_BK;
+            const int64_t row = m0 + r, col = k0 + c;
+            xs[c][r] = (row < m && col < w.k) ? x[row * w.k + col] : 0.0f;
+        }
+        load_w_tile_f32<FMT>(w, n0, k0, ws);
+        gpu_syncthreads();
+        for (int kk = 0; kk < PT_BK; kk++) {
+            float a[4], b[4];
+            for (int i = 0; i < 4; i++) {
+                a[i] = xs[kk][ty * 4 + i];
+                b[i] = ws[kk][tx * 4 + i];
+            }
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        gpu_syncthreads();
+    }
+    for (int i = 0; i < 4; i++) {
+        const int64_t row = m0 + ty * 4 + i;
+        if (row >= m)
+            continue;
+        for (int j = 0; j < 4; j++) {
+            const int64_t col = n0 + tx * 4 + j;
+            if (col < w.n)
+                y[row * w.n + col] = w.bias ? acc[i][j] + w.bias[col] : acc[i][j];
+        }
+    }
+}
+
+/* ---- GEMM: tensor cores (CUDA sm_80+) ---------------------------------------
+ * The same 64x64 tile with four warps of 32x32 (2x2 WMMA 16x16x16 BF16
+ * fragments, float32 accumulators).  Activations and dequantized weights
+ * are rounded to BF16 (RNE) in shared memory: each product then carries at
+ * most two BF16 roundings (relative 2^-8), accumulation stays float32. */
+#if defined(GPU_VENDOR_CUDA) && GPU_HAVE_WMMA
+#define WM_THREADS 128
+#define WM_LD (PT_BK + 8) /* multiple of 8 BF16 = 16 bytes, as WMMA needs */
+#define WM_LDC (PT_BN + 4)
+
+template <int FMT>
+__global__ void __launch_bounds__(WM_THREADS)
+gemm_wmma_kernel(gk_weight w, const float *__restrict__ x, int64_t m,
+                 float *__restrict__ y)
+{
+#ifdef GPU_WMMA_DEVICE
+    using namespace nvcuda;
+    __shared__ __align__(32) __nv_bfloat16 xs[PT_BM][WM_LD];
+    __shared__ __align__(32) __nv_bfloat16 ws[PT_BN][WM_LD];
+    __shared__ __align__(32) float cs[PT_BM][WM_LDC];
+    const int64_t m0 = (int64_t)blockIdx.y * PT_BM, n0 = (int64_t)blockIdx.x * PT_BN;
+    const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+    const int tid = threadIdx.x;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            wmma::fill_fragment(acc[i][j], 0.0f);
+
+    for (int64_t k0 = 0; k0 < w.k; k0 += PT_BK) {
+        for (int i = tid; i < PT_BM * PT_BK; i += WM_THREADS) {
+            const int r = i / PT_BK, c = i % PT_BK;
+            const int64_t row = m0 + r, col = k0 + c;
+            xs[r][c] = __float2bfloat16_rn((row < m && col < w.k) ? x[row * w.k + col] : 0.0f);
+        }
+        if (FMT == GK_NVFP4) {
+            /* 128 threads = 64 rows x 2 blocks of 16 */
+            const int r = tid >> 1, bj = tid & 1;
+            const int64_t row = n0 + r, blk = k0 / NUM_BLOCK + bj;
+            const int64_t nblk = w.k / NUM_BLOCK;
+            if (row < w.n && blk < nblk) {
+                const float sc = gpu_mul_rn(num_e4m3_value(w.scales[row * nblk + blk]),
+                                            w.global);
+                uint2 q = *(const uint2 *)(w.packed + row * (w.k / 2) + blk * 8);
+                for (int j = 0; j < 8; j++) {
+                    uint32_t b = ((j < 4 ? q.x : q.y) >> (8 * (j & 3))) & 0xFFu;
+                    ws[r][bj * 16 + 2 * j] =
+                        __float2bfloat16_rn(gpu_mul_rn(num_e2m1_value(b & 15u), sc));
+                    ws[r][bj * 16 + 2 * j + 1] =
+                        __float2bfloat16_rn(gpu_mul_rn(num_e2m1_value(b >> 4), sc));
+                }
+            } else {
+                for (int j = 0; j < 16; j++)
+                    ws[r][bj * 16 + j] = __float2bfloat16_rn(0.0f);
+            }
+        } else {
+            for (int i = tid; i < PT_BN * PT_BK; i += WM_THREADS) {
+                const int r = i / PT_BK, c = i % PT_BK;
+                const int64_t row = n0 + r, col = k0 + c;
+                ws[r][c] = __float2bfloat16_rn(
+                    (row < w.n && col < w.k) ? dense_at<FMT>(w.dense, row * w.k + col) : 0.0f);
+            }
+        }
+        __syncthreads();
+        for (int kk = 0; kk < PT_BK; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb[2];
+            for (int i = 0; i < 2; i++)
+                wmma::load_matrix_sync(fa[i], &xs[wm * 32 + i * 16][kk], WM_LD);
+            for (int j = 0; j < 2; j++)
+                wmma::load_matrix_sync(fb[j], &ws[wn * 32 + j * 16][kk], WM_LD);
+            for (int i = 0; i < 2; i++)
+                for (int j = 0; j < 2; j++)
+                    wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            wmma::store_matrix_sync(&cs[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j],
+                                    WM_LDC, wmma::mem_row_major);
+    __syncthreads();
+    for (int i = tid; i < PT_BM * PT_BN; i += WM_THREADS) {
+        const int r = i / PT_BN, c = i % PT_BN;
+        const int64_t row = m0 + r, col = n0 + c;
+        if (row < m && col < w.n)
+            y[row * w.n + col] = w.bias ? cs[r][c] + w.bias[col] : cs[r][c];
+    }
+#endif /* GPU_WMMA_DEVICE */
+}
+#endif
+
+/* ---- linear ------------------------------------------------------------------- */
+
+template <int FMT>
+static void linear_launch(const gk_device *dev, const gk_weight *w, const float *x,
+                          int64_t m, float *y, int force, gpu_stream_t s)
+{
+    const int use_gemv = force ? force == 1 : m <= GK_GEMV_MAX_M;
+
+    if (use_gemv) {
+        /* 16-byte loads need k % 32 (NVFP4: two blocks) or k % 8 (dense:
+         * eight elements) and 16-byte aligned rows of x */
+        const int vec = (FMT == GK_NVFP4 ? w->k % 32 == 0 : w->k % 8 == 0) &&
+                        ((uintptr_t)x % 16) == 0 &&
+                        (FMT == GK_NVFP4 || ((uintptr_t)w->dense % 16) == 0);
+        for (int64_t t0 = 0; t0 < m; t0 += GK_GEMV_MAX_M) {
+            const int cnt = (int)(m - t0 < GK_GEMV_MAX_M ? m - t0 : GK_GEMV_MAX_M);
+            if (vec)
+                gemv_launch<FMT, true>(dev, w, x + t0 * w->k, cnt, y + t0 * w->n, s);
+            else
+                gemv_launch<FMT, false>(dev, w, x + t0 * w->k, cnt, y + t0 * w->n, s);
+        }
+        return;
+    }
+    {
+        dim3 grid(grid_for(w->n, PT_BN), grid_for(m, PT_BM));
+#if defined(GPU_VENDOR_CUDA) && GPU_HAVE_WMMA
+        if (dev->wmma && force != 2) {
+            gemm_wmma_kernel<FMT><<<grid, WM_THREADS, 0, s>>>(*w, x, m, y);
+            return;
+        }
+#endif
+        gemm_tiled_kernel<FMT><<<grid, GK_THREADS, 0, s>>>(*w, x, m, y);
+    }
+}
+
+extern "C" gpu_error_t gk_linear(const gk_device *dev, const gk_weight *w, const float *x,
+                                 int64_t m, float *y, float *xq, int force, gpu_stream_t s)
+{
+    if (w->format == GK_NVFP4 && w->input_scale > 0.0f) {
+        gpu_error_t e = gk_qdq(x, m, w->k, w->input_scale, xq, s);
+        if (e != GPU_SUCCESS)
+            return e;
+        x = xq;
+    }
+    switch (w->format) {
+    case GK_NVFP4: linear_launch<GK_NVFP4>(dev, w, x, m, y, force, s); break;
+    case GK_F32: linear_launch<GK_F32>(dev, w, x, m, y, force, s); break;
+    case GK_BF16: linear_launch<GK_BF16>(dev, w, x, m, y, force, s); break;
+    default: linear_launch<GK_F16>(dev, w, x, m, y, force, s); break;
+    }
+    return launched();
+}
+
+/* ---- embedding ------------------------------------------------------------------ */
+
+/* Row ids[i] of the table, exactly as the CPU dequantizes it (§2). */
+__global__ void embed_kernel(gk_weight w, const int32_t *__restrict__ ids,
+                             float *__restrict__ y, int *flag)
+{
+    const int64_t i = blockIdx.y;
+    const int32_t id = ids[i];
+    float *out = y + i * w.k; /* the table is [n rows, k = hidden] */
+
+    /* The registry checked the ids; never read outside the table anyway. */
+    if (id < 0 || id >= w.n) {
+        if (threadIdx.x == 0 && blockIdx.x == 0)
+            gpu_atomic_cas(flag, 0, 1);
+        for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < w.k;
+             c += (int64_t)gridDim.x * blockDim.x)
+            out[c] = 0.0f;
+        return;
+    }
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < w.k;
+         c += (int64_t)gridDim.x * blockDim.x) {
+        float v;
+        switch (w.format) {
+        case GK_NVFP4: {
+            const int64_t nblk = w.k / NUM_BLOCK;
+            const uint8_t byte = w.packed[(int64_t)id * (w.k / 2) + c / 2];
+            const float sc = gpu_mul_rn(num_e4m3_value(w.scales[(int64_t)id * nblk + c / 16]),
+                                        w.global);
+            v = gpu_mul_rn(num_e2m1_value((c & 1) ? byte >> 4 : byte & 15u), sc);
+            break;
+        }
+        case GK_F32: v = dense_at<GK_F32>(w.dense, (int64_t)id * w.k + c); break;
+        case GK_BF16: v = dense_at<GK_BF16>(w.dense, (int64_t)id * w.k + c); break;
+        default: v = dense_at<GK_F16>(w.dense, (int64_t)id * w.k + c); break;
+        }
+        out[c] = v;
+    }
+}
+
+extern "C" gpu_error_t gk_embed(const gk_weight *w, const int32_t *ids, int64_t m, float *y,
+                                int *flag, gpu_stream_t s)
+{
+    dim3 grid(grid_for(w->k, GK_THREADS) > 64 ? 64 : grid_for(w->k, GK_THREADS),
+              (unsigned)m);
+    embed_kernel<<<grid, GK_THREADS, 0, s>>>(*w, ids, y, flag);
+    return launched();
+}
+
+/* ---- row-wise ops ---------------------------------------------------------------- */
+
+/* HF's LlamaRMSNorm in float32: x * rsqrt(mean(x^2) + eps) * weight. */
+__global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ wt,
+                               int64_t d, float eps, float *y)
+{
+    __shared__ float sh[32];
+    const float *xr = x + (int64_t)blockIdx.x * d;
+    float *yr = y + (int64_t)blockIdx.x * d;
+    float ss = 0.0f, inv;
+
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+        ss = fmaf(xr[i], xr[i], ss);
+    ss = block_reduce<false>(ss, sh);
+    inv = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+        yr[i] = xr[i] * inv * wt[i];
+}
+
+extern "C" gpu_error_t gk_rmsnorm(const float *x, const float *weight, int64_t m, int64_t d,
+                                  float eps, float *y, gpu_stream_t s)
+{
+    rmsnorm_kernel<<<(unsigned)m, GK_THREADS, 0, s>>>(x, weight, d, eps, y);
+    return launched();
+}
+
+/* "Rotate half" (HF apply_rotary_pos_emb): for j < rot/2,
+ * (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), angle = pos * inv_freq[j],
+ * cos and sin scaled by attn_factor (YaRN's mscale; 1 otherwise). */
+__global__ void rope_kernel(float *x, const int32_t *__restrict__ pos, int64_t m,
+                            int64_t heads, int64_t hd, int64_t half,
+                            const float *__restrict__ inv_freq, float attn_factor)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t total = m * heads * half;
+    int64_t row, j;
+    float ang, c, sn, x1, x2;
+    float *base;
+
+    if (t >= total)
+        return;
+    j = t % half;
+    row = t / half; /* token * heads + head */
+    base = x + row * hd;
+    ang = (float)pos[row / heads] * inv_freq[j];
+    c = cosf(ang) * attn_factor;
+    sn = sinf(ang) * attn_factor;
+    x1 = base[j];
+    x2 = base[j + half];
+    base[j] = x1 * c - x2 * sn;
+    base[j + half] = x2 * c + x1 * sn;
+}
+
+extern "C" gpu_error_t gk_rope(float *x, const int32_t *positions, int64_t m, int64_t heads,
+                               int64_t head_dim, int64_t rot_dim, const float *inv_freq,
+                               float attn_factor, gpu_stream_t s)
+{
+    const int64_t total = m * heads * (rot_dim / 2);
+    rope_kernel<<<grid_for(total, GK_THREADS), GK_THREADS, 0, s>>>(
+        x, positions, m, heads, head_dim, rot_dim / 2, inv_freq, attn_factor);
+    return launched();
+}
+
+__global__ void silu_mul_kernel(const float *__restrict__ gu, int64_t m, int64_t inter,
+                                float *__restrict__ out)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    float g, u;
+
+    if (t >= m * inter)
+        return;
+    g = gu[(t / inter) * 2 * inter + t % inter];
+    u = gu[(t / inter) * 2 * inter + inter + t % inter];
+    out[t] = g / (1.0f + expf(-g)) * u;
+}
+
+extern "C" gpu_error_t gk_silu_mul(const float *gu, int64_t m, int64_t inter, float *out,
+                                   gpu_stream_t s)
+{
+    silu_mul_kernel<<<grid_for(m * inter, GK_THREADS), GK_THREADS, 0, s>>>(gu, m, inter, out);
+    return launched();
+}
+
+/* Softmax (LOG = 0) or log-softmax (LOG = 1) of one row per block, with the
+ * row maximum subtracted first. */
+__global__ void softmax_kernel(const float *x, int64_t n, float *y, int log)
+{
+    __shared__ float sh[32];
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n;
+    float mx = -INFINITY, sum = 0.0f;
+
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        mx = fmaxf(mx, xr[i]);
+    mx = block_reduce<true>(mx, sh);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        sum += expf(xr[i] - mx);
+    sum = block_reduce<false>(sum, sh);
+    if (log) {
+        const float lse = logf(sum);
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+            yr[i] = xr[i] - mx - lse;
+    } else {
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+            yr[i] = expf(xr[i] - mx) / sum;
+    }
+}
+
+extern "C" gpu_error_t gk_softmax(const float *x, int64_t m, int64_t n, float *y, int log,
+                                  gpu_stream_t s)
+{
+    softmax_kernel<<<(unsigned)m, n >= 4096 ? 1024 : GK_THREADS, 0, s>>>(x, n, y, log);
+    return launched();
+}
+
+__global__ void add_kernel(const float *a, const float *b, int64_t n, float *y)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n)
+        y[t] = a[t] + b[t];
+}
+
+extern "C" gpu_error_t gk_add(const float *a, const float *b, int64_t n, float *y,
+                              gpu_stream_t s)
+{
+    add_kernel<<<grid_for(n, GK_THREADS), GK_THREADS, 0, s>>>(a, b, n, y);
+    return launched();
+}
+
+/* (value, index) with the larger value winning and the lower index on
+ * ties; NaN never wins (it compares false), as on the CPU's ">" scan. */
+GPU_DEV void argmax_merge(float *v, int *i, float ov, int oi)
+{
+    if (oi >= 0 && (*i < 0 || ov > *v || (ov == *v && oi < *i))) {
+        *v = ov;
+        *i = oi;
+    }
+}
+
+GPU_DEV void block_argmax(float *v, int *i, float *shv, int *shi)
+{
+    const int lane = threadIdx.x % GPU_WARP, wid = threadIdx.x / GPU_WARP;
+    const int nw = blockDim.x / GPU_WARP;
+
+    for (int o = GPU_WARP / 2; o > 0; o >>= 1) {
+        float ov = gpu_shfl_xor(*v, o);
+        int oi = gpu_shfl_xor_int(*i, o);
+        argmax_merge(v, i, ov, oi);
+    }
+    if (lane == 0) {
+        shv[wid] = *v;
+        shi[wid] = *i;
+    }
+    gpu_syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < nw; w++)
+            argmax_merge(&shv[0], &shi[0], shv[w], shi[w]);
+    }
+    gpu_syncthreads();
+    *v = shv[0];
+    *i = shi[0];
+    gpu_syncthreads();
+}
+
+__global__ void argmax_kernel(const float *__restrict__ x, int64_t n, int32_t *out)
+{
+    __shared__ float shv[32];
+    __shared__ int shi[32];
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float v = 0.0f;
+    int idx = -1;
+
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        argmax_merge(&v, &idx, xr[i], (int)i);
+    /* NaN never merges: a lane left with idx -1 only holds NaNs */
+    if (idx >= 0 && xr[idx] != xr[idx])
+        idx = -1;
+    block_argmax(&v, &idx, shv, shi);
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = idx < 0 ? 0 : idx;
+}
+
+extern "C" gpu_error_t gk_argmax(const float *x, int64_t m, int64_t n, int32_t *out,
+                                 gpu_stream_t s)
+{
+    argmax_kernel<<<(unsigned)m, n >= 4096 ? 1024 : GK_THREADS, 0, s>>>(x, n, out);
+    return launched();
+}
+
+/* ---- router ------------------------------------------------------------------------
+ * HF's Mixtral/Qwen-MoE routing: softmax over the logits in float32, then
+ * the k largest probabilities (lower expert index first on ties), then
+ * optionally divided by their sum. */
+__global__ void topk_kernel(const float *__restrict__ logits, int64_t e, int64_t k,
+                            int renorm, int32_t *idx, float *weights)
+{
+    extern __shared__ float prob[];
+    __shared__ float sh[32];
+    __shared__ int shi[32];
+    const float *lr = logits + (int64_t)blockIdx.x * e;
+    float mx = -INFINITY, sum = 0.0f;
+
+    for (int64_t i = threadIdx.x; i < e; i += blockDim.x)
+        mx = fmaxf(mx, lr[i]);
+    mx = block_reduce<true>(mx, sh);
+    for (int64_t i = threadIdx.x; i < e; i += blockDim.x) {
+        prob[i] = expf(lr[i] - mx);
+        sum += prob[i];
+    }
+    sum = block_reduce<false>(sum, sh);
+    for (int64_t i = threadIdx.x; i < e; i += blockDim.x)
+        prob[i] = prob[i] / sum;
+    gpu_syncthreads();
+    for (int64_t j = 0; j < k; j++) {
+        float v = 0.0f;
+        int bi = -1;
+        for (int64_t i = threadIdx.x; i < e; i += blockDim.x)
+            if (prob[i] >= 0.0f) /* chosen ones are marked -1 */
+                argmax_merge(&v, &bi, prob[i], (int)i);
+        block_argmax(&v, &bi, sh, shi);
+        if (threadIdx.x == 0) {
+            const int chosen = bi < 0 ? 0 : bi;
+            idx[(int64_t)blockIdx.x * k + j] = chosen;
+            weights[(int64_t)blockIdx.x * k + j] = bi < 0 ? 0.0f : prob[chosen];
+            prob[chosen] = -1.0f;
+        }
+        gpu_syncthreads();
+    }
+    if (renorm && threadIdx.x == 0) {
+        float *wr = weights + (int64_t)blockIdx.x * k;
+        float tot = 0.0f;
+        for (int64_t j = 0; j < k; j++)
+            tot += wr[j];
+        if (tot > 0.0f)
+            for (int64_t j = 0; j < k; j++)
+                wr[j] = wr[j] / tot;
+    }
+}
+
+extern "C" gpu_error_t gk_topk(const float *logits, int64_t m, int64_t e, int64_t k,
+                               int renorm, int32_t *idx, float *weights, gpu_stream_t s)
+{
+    topk_kernel<<<(unsigned)m, GK_THREADS, (size_t)e * sizeof(float), s>>>(logits, e, k,
+                                                                          renorm, idx, weights);
+    return launched();
+}
+
+/* ---- attention ----------------------------------------------------------------------
+ * One block per (head, token), online softmax (flash-attention style) over
+ * tiles of ATT_TILE cache positions: a warp per position forms q.k with its
+ * lanes over head_dim (coalesced), the block rescales the running sum and
+ * the accumulator in shared memory when the maximum grows.  k and v were
+ * appended to the caches before (stream order). */
+#define ATT_TILE 64
+#define ATT_THREADS 128
+
+__global__ void __launch_bounds__(ATT_THREADS)
+attention_kernel(const float *__restrict__ q, const float *__restrict__ kc,
+                 const float *__restrict__ vc, int64_t pos0, int64_t nh, int64_t nkv,
+                 int64_t hd, float scale, float *__restrict__ out)
+{
+    extern __shared__ float smem[]; /* q[hd] | acc[hd] | p[ATT_TILE] */
+    __shared__ float sh[32];
+    float *qs = smem, *acc = smem + hd, *p = smem + 2 * hd;
+    const int64_t h = blockIdx.x, i = blockIdx.y;
+    const int64_t kvh = h / (nh / nkv);
+    const int64_t len = pos0 + i + 1; /* causal: positions 0 .. pos0 + i */
+    const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
+    const int nwarps = blockDim.x / GPU_WARP;
+    float run_max = -INFINITY, run_sum = 0.0f;
+
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+        qs[d] = q[(i * nh + h) * hd + d];
+        acc[d] = 0.0f;
+    }
+    gpu_syncthreads();
+    for (int64_t t0 = 0; t0 < len; t0 += ATT_TILE) {
+        const int tn = (int)(len - t0 < ATT_TILE ? len - t0 : ATT_TILE);
+        float tmax = -INFINITY, tsum = 0.0f, new_max, alpha;
+
+        for (int j = warp; j < tn; j += nwarps) {
+            const float *kr = kc + ((t0 + j) * nkv + kvh) * hd;
+            float dot = 0.0f;
+            for (int64_t d = lane; d < hd; d += GPU_WARP)
+                dot = fmaf(qs[d], kr[d], dot);
+            dot = warp_sum(dot);
+            if (lane == 0)
+                p[j] = dot * scale;
+        }
+        gpu_syncthreads();
+        for (int j = threadIdx.x; j < tn; j += blockDim.x)
+            tmax = fmaxf(tmax, p[j]);
+        tmax = block_reduce<true>(tmax, sh);
+        new_max = fmaxf(run_max, tmax);
+        alpha = run_max == -INFINITY ? 0.0f : expf(run_max - new_max);
+        for (int j = threadIdx.x; j < tn; j += blockDim.x) {
+            p[j] = expf(p[j] - new_max);
+            tsum += p[j];
+        }
+        tsum = block_reduce<false>(tsum, sh); /* also orders the p[] writes */
+        run_sum = run_sum * alpha + tsum;
+        for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+            float a = acc[d] * alpha;
+            for (int j = 0; j < tn; j++)
+                a = fmaf(p[j], vc[((t0 + j) * nkv + kvh) * hd + d], a);
+            acc[d] = a;
+        }
+        run_max = new_max;
+        gpu_syncthreads();
+    }
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x)
+        out[(i * nh + h) * hd + d] = acc[d] / run_sum;
+}
+
+extern "C" gpu_error_t gk_attention(const float *q, const float *k, const float *v,
+                                    float *k_cache, float *v_cache, int64_t max_ctx,
+                                    int64_t pos0, int64_t m, int64_t nh, int64_t nkv,
+                                    int64_t hd, float scale, float *out, gpu_stream_t s)
+{
+    /* the new rows are contiguous in the [max_ctx, nkv, hd] caches */
+    const size_t row = (size_t)nkv * (size_t)hd;
+    const size_t bytes = (size_t)m * row * sizeof(float);
+    gpu_error_t e;
+    dim3 grid((unsigned)nh, (unsigned)m);
+
+    (void)max_ctx;
+    if ((e = gpu_copy_d2d(k_cache + (size_t)pos0 * row, k, bytes, s)) != GPU_SUCCESS)
+        return e;
+    if ((e = gpu_copy_d2d(v_cache + (size_t)pos0 * row, v, bytes, s)) != GPU_SUCCESS)
+        return e;
+    attention_kernel<<<grid, ATT_THREADS, (2 * (size_t)hd + ATT_TILE) * sizeof(float), s>>>(
+        q, k_cache, v_cache, pos0, nh, nkv, hd, scale, out);
+    return launched();
+}
+
+/* ---- mixture of experts (§6) ------------------------------------------------------
+ * A (token, slot) pair p = t * k + j goes to expert idx[p].  The route
+ * kernel counts pairs per expert and lists them grouped by expert; the
+ * grouped GEMV kernels then run one grid row per expert, reading that
+ * expert's weights once per chunk of up to 8 of its pairs (tokens grouped
+ * by expert).  Per pair: x (qdq'd with the expert's w13 input scale for
+ * W4A4), gate/up = w13 x, a = silu(gate) * up (qdq'd with the w2 input
+ * scale), o = w2 a; finally y[t] = sum_j weight[t, j] * o[t * k + j] in slot
+ * order. */
+
+struct moe_layout {
+    size_t off_counts, off_list, off_xq, off_gu, off_act, off_out, total;
+};
+
+static size_t align256(size_t v)
+{
+    return (v + 255) & ~(size_t)255;
+}
+
+static moe_layout moe_plan(int64_t experts, int64_t m, int64_t k, int64_t hidden,
+                           int64_t inter)
+{
+    const size_t pairs = (size_t)m * (size_t)k;
+    moe_layout l;
+    size_t at = 0;
+
+    l.off_counts = at; at = align256(at + ((size_t)experts + 1) * sizeof(int) * 2);
+    l.off_list = at;   at = align256(at + pairs * sizeof(int));
+    l.off_xq = at;     at = align256(at + pairs * (size_t)hidden * sizeof(float));
+    l.off_gu = at;     at = align256(at + pairs * 2 * (size_t)inter * sizeof(float));
+    l.off_act = at;    at = align256(at + pairs * (size_t)inter * sizeof(float));
+    l.off_out = at;    at = align256(at + pairs * (size_t)hidden * sizeof(float));
+    l.total = at;
+    return l;
+}
+
+extern "C" size_t gk_moe_scratch(int64_t experts, int64_t m, int64_t k, int64_t hidden,
+                                 int64_t inter)
+{
+    return moe_plan(experts, m, k, hidden, inter).total;
+}
+
+/* Counts per expert, exclusive offsets[experts + 1] and the pair list
+ * grouped by expert.  One block; the order inside a group does not matter
+ * (every pair owns its output rows). */
+__global__ void moe_route_kernel(const int32_t *__restrict__ idx, int64_t pairs,
+                                 int64_t experts, int *counts, int *offsets, int *list,
+                                 int *flag)
+{
+    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
+        counts[e] = 0;
+    gpu_syncthreads();
+    for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
+        const int32_t e = idx[p];
+        if (e < 0 || e >= experts)
+            gpu_atomic_cas(flag, 0, 1);
+        else
+            atomicAdd(&counts[e], 1);
+    }
+    gpu_syncthreads();
+    if (threadIdx.x == 0) {
+        int at = 0;
+        for (int64_t e = 0; e < experts; e++) {
+            offsets[e] = at;
+            at += counts[e];
+            counts[e] = 0;
+        }
+        offsets[experts] = at;
+    }
+    gpu_syncthreads();
+    for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
+        const int32_t e = idx[p];
+        if (e >= 0 && e < experts)
+            list[offsets[e] + atomicAdd(&counts[e], 1)] = (int)p;
+    }
+}
+
+/* §5 per pair with its expert's input scale: out[p] = qdq(in[row(p)]). */
+__global__ void moe_qdq_kernel(const gk_weight *__restrict__ d, const int32_t *__restrict__ idx,
+                               int64_t pairs, int64_t experts, int64_t k_tok, int in_is_pair,
+                               const float *in, int64_t cols, float *out)
+{
+    const int64_t nb = cols / NUM_BLOCK;
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t p, b;
+    int32_t e;
+    float v[NUM_BLOCK], o[NUM_BLOCK];
+    const float *src;
+
+    if (t >= pairs * nb)
+        return;
+    p = t / nb;
+    b = t % nb;
+    e = idx[p];
+    if (e < 0 || e >= experts)
+        return;
+    src = in + (in_is_pair ? p : p / k_tok) * cols + b * NUM_BLOCK;
+    for (int j = 0; j < NUM_BLOCK; j++)
+        v[j] = src[j];
+    /* gs = 1 / input_scale, the same correctly rounded division as the CPU */
+    num_qdq_block(v, gpu_div_rn(1.0f, d[e].input_scale), o);
+    for (int j = 0; j < NUM_BLOCK; j++)
+        out[p * cols + b * NUM_BLOCK + j] = o[j];
+}
+
+/* Grid (row groups, experts): rows of expert blockIdx.y's weight times its
+ * pairs' inputs, 8 pairs per pass over the weights. */
+template <int FMT, bool VEC>
+__global__ void __launch_bounds__(GK_THREADS)
+moe_gemv_kernel(const gk_weight *__restrict__ d, const int *__restrict__ offsets,
+                const int *__restrict__ list, const float *in, int in_is_pair, int64_t k_tok,
+                float *out)
+{
+    __shared__ lut_t lut;
+    const int64_t e = blockIdx.y;
+    const int beg = offsets[e], end = offsets[e + 1];
+    const gk_weight w = d[e];
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / GPU_WARP) + threadIdx.x / GPU_WARP;
+
+    if (beg == end)
+        return;
+    if (FMT == GK_NVFP4) {
+        lut_fill(&lut);
+        gpu_syncthreads();
+    }
+    if (row >= w.n)
+        return;
+    for (int c0 = beg; c0 < end; c0 += GK_GEMV_MAX_M) {
+        const int cnt = end - c0 < GK_GEMV_MAX_M ? end - c0 : GK_GEMV_MAX_M;
+        const float *xr[GK_GEMV_MAX_M];
+        float *yr[GK_GEMV_MAX_M];
+        float acc[GK_GEMV_MAX_M];
+        for (int t = 0; t < GK_GEMV_MAX_M; t++) {
+            const int p = list[c0 + (t < cnt ? t : 0)];
+            xr[t] = in + (in_is_pair ? p : p / k_tok) * w.k;
+            yr[t] = out + (int64_t)p * w.n;
+            acc[t] = 0.0f;
+        }
+        row_dot<GK_GEMV_MAX_M, FMT, VEC>(&lut, w, row, xr, cnt, acc);
+        row_store<GK_GEMV_MAX_M>(w, row, acc, yr, cnt);
+    }
+}
+
+__global__ void moe_silu_kernel(const int32_t *__restrict__ idx, int64_t pairs,
+                                int64_t experts, const float *__restrict__ gu, int64_t inter,
+                                float *__restrict__ act)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t p, c;
+    float g, u;
+
+    if (t >= pairs * inter)
+        return;
+    p = t / inter;
+    c = t % inter;
+    if (idx[p] < 0 || idx[p] >= experts)
+        return;
+    g = gu[p * 2 * inter + c];
+    u = gu[p * 2 * inter + inter + c];
+    act[t] = g / (1.0f + expf(-g)) * u;
+}
+
+__global__ void moe_combine_kernel(const int32_t *__restrict__ idx,
+                                   const float *__restrict__ weights, int64_t m, int64_t k,
+                                   int64_t experts, const float *__restrict__ o,
+                                   int64_t hidden, float *__restrict__ y)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t tok, c;
+    float acc = 0.0f;
+
+    if (t >= m * hidden)
+        return;
+    tok = t / hidden;
+    c = t % hidden;
+    for (int64_t j = 0; j < k; j++) {
+        const int64_t p = tok * k + j;
+        if (idx[p] >= 0 && idx[p] < experts)
+            acc = fmaf(weights[p], o[p * hidden + c], acc);
+    }
+    y[t] = acc;
+}
+
+template <int FMT>
+static void moe_gemv_launch(const gk_device *dev, const gk_weight *d, int64_t experts,
+                            int64_t rows, int vec, const int *offsets, const int *list,
+                            const float *in, int in_is_pair, int64_t k_tok, float *out,
+                            gpu_stream_t s)
+{
+    dim3 grid(grid_for(rows, GK_THREADS / dev->warp_size), (unsigned)experts);
+    if (vec)
+        moe_gemv_kernel<FMT, true><<<grid, GK_THREADS, 0, s>>>(d, offsets, list, in,
+                                                              in_is_pair, k_tok, out);
+    else
+        moe_gemv_kernel<FMT, false><<<grid, GK_THREADS, 0, s>>>(d, offsets, list, in,
+                                                               in_is_pair, k_tok, out);
+}
+
+static void moe_gemv(const gk_device *dev, int format, const gk_weight *d, int64_t experts,
+                     int64_t rows, int vec, const int *offsets, const int *list,
+                     const float *in, int in_is_pair, int64_t k_tok, float *out,
+                     gpu_stream_t s)
+{
+    switch (format) {
+    case GK_NVFP4:
+        moe_gemv_launch<GK_NVFP4>(dev, d, experts, rows, vec, offsets, list, in, in_is_pair,
+                                  k_tok, out, s);
+        break;
+    case GK_F32:
+        moe_gemv_launch<GK_F32>(dev, d, experts, rows, vec, offsets, list, in, in_is_pair,
+                                k_tok, out, s);
+        break;
+    case GK_BF16:
+        moe_gemv_launch<GK_BF16>(dev, d, experts, rows, vec, offsets, list, in, in_is_pair,
+                                 k_tok, out, s);
+        break;
+    default:
+        moe_gemv_launch<GK_F16>(dev, d, experts, rows, vec, offsets, list, in, in_is_pair,
+                                k_tok, out, s);
+        break;
+    }
+}
+
+/* D13 and D2 are device arrays of the experts' weights, all experts of one
+ * array in format FMT13 / FMT2 (the backend checked); VEC13 / VEC2 say that
+ * the 16-byte GEMV loads are legal for them (see linear_launch). */
+extern "C" gpu_error_t gk_moe(const gk_device *dev, const gk_weight *d13, const gk_weight *d2,
+                              int fmt13, int fmt2, int vec13, int vec2, int qdq13, int qdq2,
+                              int64_t experts, const float *x, int64_t m, const int32_t *idx,
+                              const float *weights, int64_t k, int64_t hidden, int64_t inter,
+                              float *y, void *scratch, int *flag, gpu_stream_t s)
+{
+    const moe_layout l = moe_plan(experts, m, k, hidden, inter);
+    char *base = (char *)scratch;
+    int *counts = (int *)(base + l.off_counts);
+    int *offsets = counts + experts + 1;
+    int *list = (int *)(base + l.off_list);
+    float *xq = (float *)(base + l.off_xq);
+    float *gu = (float *)(base + l.off_gu);
+    float *act = (float *)(base + l.off_act);
+    float *o = (float *)(base + l.off_out);
+    const int64_t pairs = m * k;
+    const float *in13 = x;
+    int in13_pair = 0;
+
+    moe_route_kernel<<<1, 1024, 0, s>>>(idx, pairs, experts, counts, offsets, list, flag);
+    if (qdq13) {
+        const int64_t nb = pairs * (hidden / NUM_BLOCK);
+        moe_qdq_kernel<<<grid_for(nb, GK_THREADS), GK_THREADS, 0, s>>>(
+            d13, idx, pairs, experts, k, 0, x, hidden, xq);
+        in13 = xq;
+        in13_pair = 1;
+    }
+    moe_gemv(dev, fmt13, d13, experts, 2 * inter, vec13, offsets, list, in13, in13_pair, k,
+             gu, s);
+    moe_silu_kernel<<<grid_for(pairs * inter, GK_THREADS), GK_THREADS, 0, s>>>(
+        idx, pairs, experts, gu, inter, act);
+    if (qdq2) {
+        const int64_t nb = pairs * (inter / NUM_BLOCK);
+        moe_qdq_kernel<<<grid_for(nb, GK_THREADS), GK_THREADS, 0, s>>>(
+            d2, idx, pairs, experts, k, 1, act, inter, act);
+    }
+    moe_gemv(dev, fmt2, d2, experts, hidden, vec2, offsets, list, act, 1, k, o, s);
+    moe_combine_kernel<<<grid_for(m * hidden, GK_THREADS), GK_THREADS, 0, s>>>(
+        idx, weights, m, k, experts, o, hidden, y);
+    return launched();
+}

@@ -1,0 +1,106 @@
+/*
+ * gpu/kernels.h - the launchers of gpu/kernels.cu, one per operation of
+ * nvfp4/kernels.h, shared by the CUDA and the HIP build.  Every pointer is
+ * device memory; every launcher only enqueues work on STREAM and returns
+ * the launch status (gpu_last_error), which the backend glue turns into an
+ * nvfp4 status.  Shapes were checked by the registry (libkernels/
+ * backend-impl.h); the launchers check only what the kernels themselves
+ * cannot do (sizes beyond a kernel's limits).
+ */
+#ifndef NVFP4_GPU_KERNELS_H
+#define NVFP4_GPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu.h"
+
+/* Storage format of a weight on the device. */
+enum {
+    GK_NVFP4 = 0,   /* packed E2M1 [n, k/2] + E4M3 scales [n, k/16] + global */
+    GK_F32,         /* dense [n, k], the dtype of the file, decoded in the kernel */
+    GK_BF16,
+    GK_F16,
+    GK_FORMAT_COUNT
+};
+
+/* One weight as the kernels see it (all pointers device memory).  Passed by
+ * value to kernels, and stored in device arrays for the grouped MoE ones. */
+typedef struct {
+    int format;             /* GK_* */
+    int64_t n, k;
+    const uint8_t *packed;  /* NVFP4 */
+    const uint8_t *scales;  /* NVFP4 */
+    float global;           /* NVFP4 weight_scale_2 (a multiplier, §2) */
+    float input_scale;      /* W4A4 activation scale (§5); 0 = no qdq */
+    const void *dense;      /* GK_F32/BF16/F16 */
+    const float *bias;      /* [n] float32 or NULL */
+} gk_weight;
+
+/* Device facts the launchers choose kernels by. */
+typedef struct {
+    int warp_size;          /* 32 (NVIDIA, RDNA) or 64 (CDNA) */
+    int wmma;               /* tensor-core BF16 MMA usable (sm_80+) */
+} gk_device;
+
+/* Token counts up to this take the GEMV (weights read once per 8 tokens);
+ * above it the tiled GEMM. */
+#define GK_GEMV_MAX_M 8
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* §5 on rows of k (k % 16 == 0), bit-exact with nvfp4_quant_qdq_row. */
+gpu_error_t gk_qdq(const float *x, int64_t rows, int64_t k, float input_scale, float *out,
+                   gpu_stream_t s);
+/* y[m, n] = x[m, k] @ W^T (+ bias).  For W4A4 (input_scale > 0) the caller
+ * passes XQ, scratch of m*k floats for the quantize-dequantized x.
+ * FORCE: 0 = choose, 1 = GEMV, 2 = portable GEMM, 3 = WMMA GEMM (tests and
+ * benchmarks exercise each path). */
+gpu_error_t gk_linear(const gk_device *dev, const gk_weight *w, const float *x, int64_t m,
+                      float *y, float *xq, int force, gpu_stream_t s);
+/* y[m, n] = row ids[i] of W, dequantized exactly (§2) or decoded. */
+gpu_error_t gk_embed(const gk_weight *w, const int32_t *ids, int64_t m, float *y,
+                     int *flag, gpu_stream_t s);
+gpu_error_t gk_rmsnorm(const float *x, const float *weight, int64_t m, int64_t d, float eps,
+                       float *y, gpu_stream_t s);
+gpu_error_t gk_rope(float *x, const int32_t *positions, int64_t m, int64_t heads,
+                    int64_t head_dim, int64_t rot_dim, const float *inv_freq,
+                    float attn_factor, gpu_stream_t s);
+/* Largest head_dim the attention kernel takes (shared-memory accumulator). */
+#define GK_ATTN_MAX_HD 1024
+gpu_error_t gk_attention(const float *q, const float *k, const float *v, float *k_cache,
+                         float *v_cache, int64_t max_ctx, int64_t pos0, int64_t m,
+                         int64_t nh, int64_t nkv, int64_t hd, float scale, float *out,
+                         gpu_stream_t s);
+gpu_error_t gk_silu_mul(const float *gu, int64_t m, int64_t inter, float *out,
+                        gpu_stream_t s);
+gpu_error_t gk_softmax(const float *x, int64_t m, int64_t n, float *y, int log,
+                       gpu_stream_t s);
+/* Largest expert count of the router kernel (probabilities in shared memory). */
+#define GK_TOPK_MAX_E 8192
+gpu_error_t gk_topk(const float *logits, int64_t m, int64_t e, int64_t k, int renorm,
+                    int32_t *idx, float *weights, gpu_stream_t s);
+gpu_error_t gk_add(const float *a, const float *b, int64_t n, float *y, gpu_stream_t s);
+gpu_error_t gk_argmax(const float *x, int64_t m, int64_t n, int32_t *out, gpu_stream_t s);
+
+/* Mixture of experts (§6), tokens grouped by expert on the device.
+ * D13, D2: device arrays of the experts' weights, all of format FMT13 /
+ * FMT2; VEC*: 16-byte loads legal (k % 32 for NVFP4, k % 8 and aligned for
+ * dense, x 16-byte aligned); QDQ*: W4A4, quantize-dequantize the expert's
+ * input first (§5, §6).  SCRATCH: gk_moe_scratch bytes, 256-byte aligned.
+ * FLAG: device int set to 1 when an idx is out of range (that slot is
+ * skipped).  hidden and inter are multiples of 16 when QDQ* is set. */
+size_t gk_moe_scratch(int64_t experts, int64_t m, int64_t k, int64_t hidden, int64_t inter);
+gpu_error_t gk_moe(const gk_device *dev, const gk_weight *d13, const gk_weight *d2,
+                   int fmt13, int fmt2, int vec13, int vec2, int qdq13, int qdq2,
+                   int64_t experts, const float *x, int64_t m, const int32_t *idx,
+                   const float *weights, int64_t k, int64_t hidden, int64_t inter, float *y,
+                   void *scratch, int *flag, gpu_stream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NVFP4_GPU_KERNELS_H */
