@@ -1630,6 +1630,7 @@ char *nvfp4_tokenizer_decode(const nvfp4_tokenizer *t, const int32_t *ids, size_
             nvfp4_error_set(err, NVFP4_ERR_OUT_OF_RANGE, t->path, NULL, -1,
                             "ids[%zu] = %d is not a token id (vocabulary of %zu)", i,
                             (int)ids[i], t->n_ids);
+            dl_free(&a);
             return NULL;
         }
         /* Tokenizer::decode: token strings (added vocabulary first), minus

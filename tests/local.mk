@@ -21,6 +21,14 @@ tests_test_quant_LDADD = libquant/libnvfp4-quant.la libformat/libnvfp4-format.la
 	$(CHECK_LIBS) $(JANSSON_LIBS)
 TESTS += tests/test-quant
 
+check_PROGRAMS += tests/test-tokenizer
+tests_test_tokenizer_SOURCES = %reldir%/test-tokenizer.c %reldir%/testutil.h
+tests_test_tokenizer_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_tokenizer_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_tokenizer_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.la \
+	libquant/libnvfp4-quant.la libformat/libnvfp4-format.la $(CHECK_LIBS) $(JANSSON_LIBS)
+TESTS += tests/test-tokenizer
+
 check_PROGRAMS += tests/test-kernels
 tests_test_kernels_SOURCES = %reldir%/test-kernels.c %reldir%/testutil.h
 tests_test_kernels_CPPFLAGS = $(TEST_CPPFLAGS)

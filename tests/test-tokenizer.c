@@ -1,0 +1,606 @@
+/*
+ * Tokenizer tests (libmodel/tokenizer*.c).  The references are independent
+ * of the code under test:
+ *  - tests/data/tokenizer: SmolLM2's tokenizer.json and, for a corpus of
+ *    texts, the ids, tokens and decoded text that the real `tokenizers`
+ *    package gives (scripts/fixtures/gen_tokenizer.py);
+ *  - properties of tokenizers' algorithm written out below (an added token
+ *    splits the text before pre-tokenization, so ids of texts joined by one
+ *    are the joined ids);
+ *  - for rejections, variants of the fixture written here: the assertion is
+ *    on our error (status, key and message), not on values.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nvfp4/model.h>
+
+#include "testutil.h"
+
+#define TOK_JSON "tokenizer/tokenizer.json"
+#define EXPECTED "tokenizer/expected.json"
+
+static void assert_contains(const char *text, const char *want)
+{
+    ck_assert_msg(strstr(text, want) != NULL, "message \"%s\" lacks \"%s\"", text, want);
+}
+
+static nvfp4_tokenizer *load_fixture(void)
+{
+    nvfp4_error err;
+    nvfp4_tokenizer *tok;
+
+    nvfp4_error_clear(&err);
+    tok = nvfp4_tokenizer_load(tdata(TOK_JSON), &err);
+    ck_assert_msg(tok != NULL, "load: %s", err.text);
+    return tok;
+}
+
+/* Every id list of the corpus, as the tokenizers package gave them. */
+static void expected_ids(const json_t *c, int32_t **ids, size_t *n)
+{
+    const json_t *arr = json_object_get(c, "ids");
+    *n = json_array_size(arr);
+    *ids = malloc((*n + 1) * sizeof(int32_t));
+    ck_assert_ptr_nonnull(*ids);
+    for (size_t i = 0; i < *n; i++)
+        (*ids)[i] = (int32_t)json_integer_value(json_array_get(arr, i));
+}
+
+START_TEST(test_encode_corpus)
+{
+    nvfp4_tokenizer *tok = load_fixture();
+    json_t *exp = tload_json(EXPECTED);
+    const json_t *cases = json_object_get(exp, "cases");
+    size_t i;
+    json_t *c;
+
+    ck_assert_uint_ge(json_array_size(cases), 20);
+    json_array_foreach(cases, i, c) {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        size_t len = json_string_length(json_object_get(c, "text")), n, nexp;
+        int32_t *ids = NULL, *want;
+        nvfp4_error err;
+
+        nvfp4_error_clear(&err);
+        ck_assert_int_eq(nvfp4_tokenizer_encode(tok, text, len, &ids, &n, &err), NVFP4_OK);
+        expected_ids(c, &want, &nexp);
+        ck_assert_msg(n == nexp, "case %zu: %zu ids, tokenizers gives %zu", i, n, nexp);
+        for (size_t k = 0; k < n; k++)
+            ck_assert_msg(ids[k] == want[k], "case %zu id %zu: %d, tokenizers gives %d", i, k,
+                          ids[k], want[k]);
+        free(ids);
+        free(want);
+    }
+    json_decref(exp);
+    nvfp4_tokenizer_free(tok);
+}
+END_TEST
+
+START_TEST(test_decode_corpus)
+{
+    nvfp4_tokenizer *tok = load_fixture();
+    json_t *exp = tload_json(EXPECTED);
+    const json_t *cases = json_object_get(exp, "cases");
+    size_t i;
+    json_t *c;
+
+    json_array_foreach(cases, i, c) {
+        const json_t *dec = json_object_get(c, "decoded");
+        const json_t *text = json_object_get(c, "text");
+        int32_t *want;
+        size_t nexp;
+        nvfp4_error err;
+        char *s;
+
+        expected_ids(c, &want, &nexp);
+        nvfp4_error_clear(&err);
+        s = nvfp4_tokenizer_decode(tok, want, nexp, 0, &err);
+        ck_assert_msg(s != NULL, "case %zu: %s", i, err.text);
+        /* Tokenizer.decode's text, and with this tokenizer the original. */
+        ck_assert_msg(strlen(s) == json_string_length(dec) && !strcmp(s, json_string_value(dec)),
+                      "case %zu: decoded \"%s\", tokenizers gives \"%s\"", i, s,
+                      json_string_value(dec));
+        ck_assert_str_eq(s, json_string_value(text));
+        free(s);
+        free(want);
+    }
+    json_decref(exp);
+    nvfp4_tokenizer_free(tok);
+}
+END_TEST
+
+/* token_bytes: the tokens of a byte-level BPE cover the text byte for byte
+ * (every corpus text decodes to itself, and none needs byte fallback). */
+START_TEST(test_token_bytes)
+{
+    nvfp4_tokenizer *tok = load_fixture();
+    json_t *exp = tload_json(EXPECTED);
+    const json_t *cases = json_object_get(exp, "cases");
+    size_t i;
+    json_t *c;
+
+    json_array_foreach(cases, i, c) {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        size_t len = json_string_length(json_object_get(c, "text")), nexp, o = 0;
+        int32_t *want;
+
+        expected_ids(c, &want, &nexp);
+        for (size_t k = 0; k < nexp; k++) {
+            size_t bl = 0;
+            const char *b = nvfp4_tokenizer_token_bytes(tok, want[k], &bl);
+            ck_assert_ptr_nonnull(b);
+            ck_assert_msg(o + bl <= len && !memcmp(text + o, b, bl),
+                          "case %zu token %zu (id %d) does not cover the text at byte %zu", i,
+                          k, want[k], o);
+            o += bl;
+        }
+        ck_assert_uint_eq(o, len);
+        free(want);
+    }
+    ck_assert_ptr_null(nvfp4_tokenizer_token_bytes(tok, -1, NULL));
+    ck_assert_ptr_null(nvfp4_tokenizer_token_bytes(tok, 49152, NULL));
+    json_decref(exp);
+    nvfp4_tokenizer_free(tok);
+}
+END_TEST
+
+START_TEST(test_vocab_and_special)
+{
+    nvfp4_tokenizer *tok = load_fixture();
+    json_t *exp = tload_json(EXPECTED);
+    const json_t *added = json_object_get(exp, "added_tokens");
+    size_t i;
+    json_t *a;
+
+    ck_assert_uint_eq(nvfp4_tokenizer_vocab_size(tok),
+                      (size_t)json_integer_value(json_object_get(exp, "vocab_size")));
+    ck_assert_uint_ge(json_array_size(added), 1);
+    json_array_foreach(added, i, a) {
+        const char *content = json_string_value(json_object_get(a, "content"));
+        int32_t id = (int32_t)json_integer_value(json_object_get(a, "id"));
+        ck_assert_int_eq(nvfp4_tokenizer_token_id(tok, content), id);
+        ck_assert_int_eq(nvfp4_tokenizer_is_special(tok, id),
+                         json_is_true(json_object_get(a, "special")));
+    }
+    ck_assert_int_eq(nvfp4_tokenizer_token_id(tok,
+                                              json_string_value(json_object_get(exp, "bos_token"))),
+                     json_integer_value(json_object_get(exp, "bos_token_id")));
+    /* "Hello" is the first token of the first case (19556), not special */
+    ck_assert_int_eq(nvfp4_tokenizer_token_id(tok, "Hello"), 19556);
+    ck_assert_int_eq(nvfp4_tokenizer_is_special(tok, 19556), 0);
+    ck_assert_int_eq(nvfp4_tokenizer_token_id(tok, "no such token, surely"), -1);
+    ck_assert_int_eq(nvfp4_tokenizer_is_special(tok, -5), 0);
+    json_decref(exp);
+    nvfp4_tokenizer_free(tok);
+}
+END_TEST
+
+/* skip_special drops exactly the special tokens: the fixture's case
+ * "text<|im_end|>more text<|endoftext|>" then reads "textmore text". */
+START_TEST(test_decode_skip_special)
+{
+    nvfp4_tokenizer *tok = load_fixture();
+    json_t *exp = tload_json(EXPECTED);
+    const json_t *cases = json_object_get(exp, "cases");
+    int found = 0;
+    size_t i;
+    json_t *c;
+
+    json_array_foreach(cases, i, c) {
+        int32_t *want;
+        size_t nexp;
+        char *s;
+        if (strcmp(json_string_value(json_object_get(c, "text")),
+                   "text<|im_end|>more text<|endoftext|>") != 0)
+            continue;
+        found = 1;
+        expected_ids(c, &want, &nexp);
+        s = nvfp4_tokenizer_decode(tok, want, nexp, 1, NULL);
+        ck_assert_ptr_nonnull(s);
+        ck_assert_str_eq(s, "textmore text");
+        free(s);
+        free(want);
+    }
+    ck_assert_int_eq(found, 1);
+    json_decref(exp);
+    nvfp4_tokenizer_free(tok);
+}
+END_TEST
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ~100 KB: the corpus texts joined by <|endoftext|>, over and over.  The
+ * special token is cut out before pre-tokenization, so the ids are the
+ * cases' ids joined by its id (0).  The brief asks for "well under a
+ * second" on 100 KB; 1 s is the bound so a loaded 2-core machine does not
+ * flake (a plain -O2 build takes a few milliseconds). */
+START_TEST(test_encode_100k)
+{
+    nvfp4_tokenizer *tok = load_fixture();
+    json_t *exp = tload_json(EXPECTED);
+    const json_t *cases = json_object_get(exp, "cases");
+    const char *sep = "<|endoftext|>";
+    int32_t sep_id = nvfp4_tokenizer_token_id(tok, sep);
+    size_t cap = 200000, len = 0, nwant = 0, n = 0;
+    char *text = malloc(cap);
+    int32_t *want = malloc(cap * sizeof(int32_t)), *ids = NULL;
+    nvfp4_error err;
+    double t0, t1;
+
+    ck_assert_ptr_nonnull(text);
+    ck_assert_ptr_nonnull(want);
+    ck_assert_int_eq(sep_id, 0);
+    while (len < 100000) {
+        size_t i;
+        json_t *c;
+        json_array_foreach(cases, i, c) {
+            const json_t *t = json_object_get(c, "text"), *arr = json_object_get(c, "ids");
+            size_t tl = json_string_length(t);
+            ck_assert_uint_lt(len + tl + strlen(sep), cap);
+            memcpy(text + len, json_string_value(t), tl);
+            len += tl;
+            memcpy(text + len, sep, strlen(sep));
+            len += strlen(sep);
+            for (size_t k = 0; k < json_array_size(arr); k++)
+                want[nwant++] = (int32_t)json_integer_value(json_array_get(arr, k));
+            want[nwant++] = sep_id;
+        }
+    }
+    nvfp4_error_clear(&err);
+    t0 = now();
+    ck_assert_int_eq(nvfp4_tokenizer_encode(tok, text, len, &ids, &n, &err), NVFP4_OK);
+    t1 = now();
+    fprintf(stderr, "encode: %zu bytes -> %zu ids in %.2f ms\n", len, n, (t1 - t0) * 1e3);
+    ck_assert_uint_eq(n, nwant);
+    for (size_t k = 0; k < n; k++)
+        ck_assert_msg(ids[k] == want[k], "id %zu: %d, expected %d", k, ids[k], want[k]);
+    ck_assert_msg(t1 - t0 < 1.0, "encoding %zu bytes took %.3f s", len, t1 - t0);
+    free(ids);
+    free(want);
+    free(text);
+    json_decref(exp);
+    nvfp4_tokenizer_free(tok);
+}
+END_TEST
+
+/* ---- rejections ------------------------------------------------------------ */
+
+static char tmpdir[64];
+
+static void make_tmpdir(void)
+{
+    strcpy(tmpdir, "/tmp/test-tokenizer-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static const char *tmp_path(const char *name)
+{
+    static char b[512];
+    snprintf(b, sizeof(b), "%s/%s", tmpdir, name);
+    return b;
+}
+
+/* Write J to a file and load it; the load must fail with STATUS, the key
+ * KEY (when given) and a message that contains WANT. */
+static void expect_reject(json_t *j, nvfp4_status status, const char *key, const char *want)
+{
+    const char *p = tmp_path("tokenizer.json");
+    nvfp4_error err;
+    nvfp4_tokenizer *tok;
+
+    ck_assert_int_eq(json_dump_file(j, p, JSON_COMPACT), 0);
+    nvfp4_error_clear(&err);
+    tok = nvfp4_tokenizer_load(p, &err);
+    ck_assert_msg(tok == NULL, "accepted a tokenizer that should fail with \"%s\"", want);
+    ck_assert_msg(err.status == status, "status %d (%s), expected %d; %s", err.status,
+                  nvfp4_strerror(err.status), status, err.text);
+    if (key)
+        ck_assert_str_eq(err.key, key);
+    ck_assert_str_eq(err.file, p);
+    assert_contains(err.text, want);
+    unlink(p);
+}
+
+static json_t *fixture_json(void)
+{
+    return tload_json(TOK_JSON);
+}
+
+START_TEST(test_reject_files)
+{
+    const char *p;
+    nvfp4_error err;
+    FILE *f;
+
+    make_tmpdir();
+    nvfp4_error_clear(&err);
+    p = tmp_path("missing.json");
+    ck_assert_ptr_null(nvfp4_tokenizer_load(p, &err));
+    ck_assert_int_eq(err.status, NVFP4_ERR_NOT_FOUND);
+    ck_assert_str_eq(err.file, p);
+    assert_contains(err.text, "cannot open");
+
+    p = tmp_path("garbage.json");
+    f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"model\": {\"type\": \"BPE\",\n  \"vocab\": {\"a\": 0,,}", f);
+    fclose(f);
+    nvfp4_error_clear(&err);
+    ck_assert_ptr_null(nvfp4_tokenizer_load(p, &err));
+    ck_assert_int_eq(err.status, NVFP4_ERR_BAD_JSON);
+    assert_contains(err.text, "not valid JSON at line 2");
+    unlink(p);
+
+    p = tmp_path("array.json");
+    f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("[1, 2]", f);
+    fclose(f);
+    nvfp4_error_clear(&err);
+    ck_assert_ptr_null(nvfp4_tokenizer_load(p, &err));
+    ck_assert_int_eq(err.status, NVFP4_ERR_BAD_JSON);
+    assert_contains(err.text, "expected a JSON object, found an array");
+    unlink(p);
+    rmdir(tmpdir);
+}
+END_TEST
+
+START_TEST(test_reject_model)
+{
+    json_t *j;
+
+    make_tmpdir();
+    static const char *const others[] = {"WordPiece", "Unigram", "WordLevel"};
+    for (int i = 0; i < 3; i++) {
+        char want[64];
+        j = fixture_json();
+        json_object_set_new(json_object_get(j, "model"), "type", json_string(others[i]));
+        snprintf(want, sizeof(want), "model type \"%s\" is not supported", others[i]);
+        expect_reject(j, NVFP4_ERR_UNSUPPORTED, "model.type", want);
+        json_decref(j);
+    }
+
+    j = fixture_json();
+    json_object_del(json_object_get(j, "model"), "vocab");
+    expect_reject(j, NVFP4_ERR_NOT_FOUND, "model.vocab", "no vocab");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(json_object_get(j, "model"), "vocab", json_array());
+    expect_reject(j, NVFP4_ERR_TYPE, "model.vocab", "expected an object of token -> id, found an array");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(json_object_get(json_object_get(j, "model"), "vocab"), "zz",
+                        json_string("7"));
+    expect_reject(j, NVFP4_ERR_TYPE, "model.vocab.zz", "expected an integer token id, found a string");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(json_object_get(json_object_get(j, "model"), "vocab"), "zz",
+                        json_integer(-3));
+    expect_reject(j, NVFP4_ERR_INVALID, "model.vocab.zz", "token id -3 outside");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_del(json_object_get(j, "model"), "merges");
+    expect_reject(j, NVFP4_ERR_NOT_FOUND, "model.merges", "no merges");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(json_object_get(j, "model"), "dropout", json_real(0.1));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "model.dropout", "dropout");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(json_object_get(j, "model"), "continuing_subword_prefix",
+                        json_string("##"));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "model.continuing_subword_prefix",
+                  "not byte-level BPE");
+    json_decref(j);
+    rmdir(tmpdir);
+}
+END_TEST
+
+START_TEST(test_reject_merges)
+{
+    json_t *j, *m;
+
+    make_tmpdir();
+    j = fixture_json();
+    m = json_object_get(json_object_get(j, "model"), "merges");
+    json_array_set_new(m, 3, json_string("abc"));
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "model.merges[3]",
+                  "expected \"left right\" (one space), found \"abc\"");
+    json_decref(j);
+
+    j = fixture_json();
+    m = json_object_get(json_object_get(j, "model"), "merges");
+    json_array_set_new(m, 0, json_string("a b c"));
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "model.merges[0]", "found \"a b c\"");
+    json_decref(j);
+
+    j = fixture_json();
+    m = json_object_get(json_object_get(j, "model"), "merges");
+    json_array_set_new(m, 1, json_integer(5));
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "model.merges[1]",
+                  "expected \"left right\" or [left, right], found an integer");
+    json_decref(j);
+
+    j = fixture_json();
+    m = json_object_get(json_object_get(j, "model"), "merges");
+    json_array_set_new(m, 2, json_pack("[s]", "a"));
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "model.merges[2]", "of other than two strings");
+    json_decref(j);
+
+    j = fixture_json();
+    m = json_object_get(json_object_get(j, "model"), "merges");
+    json_array_set_new(m, 4, json_pack("[ss]", "qqzzqq", "e"));
+    expect_reject(j, NVFP4_ERR_NOT_FOUND, "model.merges[4]",
+                  "merge token \"qqzzqq\" is not in the vocab");
+    json_decref(j);
+    rmdir(tmpdir);
+}
+END_TEST
+
+START_TEST(test_reject_pipeline)
+{
+    json_t *j;
+
+    make_tmpdir();
+    j = fixture_json();
+    json_object_set_new(j, "normalizer", json_pack("{ss}", "type", "NFC"));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "normalizer.type", "normalizer \"NFC\" is not supported");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(j, "normalizer",
+                        json_pack("{ss s[{ss}]}", "type", "Sequence", "normalizers", "type",
+                                  "Lowercase"));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "normalizer.normalizers[0].type",
+                  "normalizer \"Lowercase\" is not supported");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(j, "pre_tokenizer",
+                        json_pack("{ss ss}", "type", "Metaspace", "replacement", "_"));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "pre_tokenizer.type",
+                  "pre-tokenizer \"Metaspace\" is not supported");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(j, "pre_tokenizer", json_null());
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "pre_tokenizer", "no pre-tokenizer");
+    json_decref(j);
+
+    /* ByteLevel must come last: a split after it would see mapped bytes */
+    j = fixture_json();
+    json_object_set_new(j, "pre_tokenizer",
+                        json_pack("{ss s[{ss sb sb sb} {ss sb}]}", "type", "Sequence",
+                                  "pretokenizers", "type", "ByteLevel", "add_prefix_space", 0,
+                                  "trim_offsets", 0, "use_regex", 1, "type", "Digits",
+                                  "individual_digits", 1));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "pre_tokenizer",
+                  "expected exactly one ByteLevel pre-tokenizer, as the last step");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(j, "pre_tokenizer",
+                        json_pack("{ss s[{ss s{ss} ss sb} {ss sb sb sb}]}", "type", "Sequence",
+                                  "pretokenizers", "type", "Split", "pattern", "Regex", "(\\p{L}+",
+                                  "behavior", "Isolated", "invert", 0, "type", "ByteLevel",
+                                  "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0));
+    expect_reject(j, NVFP4_ERR_INVALID, "pre_tokenizer.pretokenizers[0].pattern",
+                  "does not compile");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(j, "pre_tokenizer",
+                        json_pack("{ss s[{ss s{ss} ss sb} {ss sb sb sb}]}", "type", "Sequence",
+                                  "pretokenizers", "type", "Split", "pattern", "Regex", "\\s+",
+                                  "behavior", "Sideways", "invert", 0, "type", "ByteLevel",
+                                  "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "pre_tokenizer.pretokenizers[0].behavior",
+                  "split behavior \"Sideways\" is not supported");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(j, "decoder", json_pack("{ss ss}", "type", "WordPiece", "prefix", "##"));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "decoder.type", "decoder \"WordPiece\" is not supported");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(j, "decoder", json_pack("{ss s[{ss}]}", "type", "Sequence", "decoders",
+                                                "type", "Fuse"));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "decoder", "no ByteLevel step");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(j, "truncation", json_pack("{si}", "max_length", 8));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "truncation", "changes the ids of encode");
+    json_decref(j);
+
+    j = fixture_json();
+    json_array_set_new(json_object_get(j, "added_tokens"), 0,
+                       json_pack("{si si}", "id", 0, "content", 5));
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "added_tokens[0].content",
+                  "expected a string, found an integer");
+    json_decref(j);
+    rmdir(tmpdir);
+}
+END_TEST
+
+START_TEST(test_reject_encode_decode)
+{
+    nvfp4_tokenizer *tok = load_fixture();
+    int32_t *ids = (int32_t *)1, bad[3] = {19556, 49152, 17};
+    size_t n = 7;
+    nvfp4_error err;
+
+    /* a stray continuation byte, and a UTF-16 surrogate encoded in UTF-8 */
+    nvfp4_error_clear(&err);
+    ck_assert_int_eq(nvfp4_tokenizer_encode(tok, "ab\x80", 3, &ids, &n, &err), NVFP4_ERR_INVALID);
+    ck_assert_ptr_null(ids);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(err.offset, 2);
+    assert_contains(err.text, "not valid UTF-8 at byte 2");
+    nvfp4_error_clear(&err);
+    ck_assert_int_eq(nvfp4_tokenizer_encode(tok, "x\xed\xa0\x80", 4, &ids, &n, &err),
+                     NVFP4_ERR_INVALID);
+    assert_contains(err.text, "at byte 1");
+
+    nvfp4_error_clear(&err);
+    ck_assert_ptr_null(nvfp4_tokenizer_decode(tok, bad, 3, 0, &err));
+    ck_assert_int_eq(err.status, NVFP4_ERR_OUT_OF_RANGE);
+    assert_contains(err.text, "ids[1] = 49152 is not a token id");
+
+    /* the empty text is no tokens, not an error */
+    ck_assert_int_eq(nvfp4_tokenizer_encode(tok, "", 0, &ids, &n, &err), NVFP4_OK);
+    ck_assert_uint_eq(n, 0);
+    free(ids);
+    nvfp4_tokenizer_free(tok);
+    nvfp4_tokenizer_free(NULL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("tokenizer");
+    TCase *tc = tcase_create("fixture");
+    TCase *rej = tcase_create("reject");
+    SRunner *sr;
+    int nf;
+
+    tcase_add_test(tc, test_encode_corpus);
+    tcase_add_test(tc, test_decode_corpus);
+    tcase_add_test(tc, test_token_bytes);
+    tcase_add_test(tc, test_vocab_and_special);
+    tcase_add_test(tc, test_decode_skip_special);
+    tcase_add_test(tc, test_encode_100k);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(rej, test_reject_files);
+    tcase_add_test(rej, test_reject_model);
+    tcase_add_test(rej, test_reject_merges);
+    tcase_add_test(rej, test_reject_pipeline);
+    tcase_add_test(rej, test_reject_encode_decode);
+    tcase_set_timeout(rej, 120);
+    suite_add_tcase(s, tc);
+    suite_add_tcase(s, rej);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf ? 1 : 0;
+}
