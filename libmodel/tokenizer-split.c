@@ -184,12 +184,19 @@ static int buf_put(char **b, size_t *n, size_t *cap, const char *s, size_t k)
     return 0;
 }
 
+/* Unicode's White_Space property, written out because \p{White_Space}
+ * needs PCRE2 10.40 and the set is small and stable (U+180E left it in
+ * Unicode 6.3). */
+#define WS_ITEMS "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}" \
+                 "\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+
 /* Oniguruma (tokenizers' engine, UTF-8, Ruby syntax) and PCRE2 with UCP agree
  * on \p{..}, classes, lookarounds and (?i:); they differ on the shorthand
- * classes.  Onig's \s is the Unicode White_Space property (PCRE2's UCP \s
- * misses U+0085 NEL) and its \w is Letter|Mark|Decimal_Number|
- * Connector_Punctuation (PCRE2 10.42's UCP \w is L, N and '_').  Spell those
- * out so both engines see the same sets. */
+ * classes.  Onig's \s is White_Space (PCRE2's UCP \s misses U+0085 NEL) and
+ * its \w is Letter|Mark|Decimal_Number|Connector_Punctuation (PCRE2 10.42's
+ * UCP \w is L, N and '_').  Spell those out so both engines see the same
+ * sets.  (\S and \W inside a class stay PCRE2's: a class cannot hold a
+ * negated set; they differ from Onig on U+0085 only, and on marks.) */
 static char *translate_onig(const char *pat, size_t len)
 {
     static const char W[] = "\\p{L}\\p{M}\\p{Nd}\\p{Pc}";
@@ -204,10 +211,12 @@ static char *translate_onig(const char *pat, size_t len)
         int rc = 0;
         if (c == '\\' && i + 1 < len) {
             char e = pat[++i];
-            if (e == 's')
-                rc = buf_put(&b, &n, &cap, "\\p{White_Space}", 15);
-            else if (e == 'S')
-                rc = buf_put(&b, &n, &cap, "\\P{White_Space}", 15);
+            if (e == 's' && in_class)
+                rc = buf_put(&b, &n, &cap, WS_ITEMS, sizeof(WS_ITEMS) - 1);
+            else if (e == 's')
+                rc = buf_put(&b, &n, &cap, "[" WS_ITEMS "]", sizeof(WS_ITEMS) + 1);
+            else if (e == 'S' && !in_class)
+                rc = buf_put(&b, &n, &cap, "[^" WS_ITEMS "]", sizeof(WS_ITEMS) + 2);
             else if (e == 'w' && in_class)
                 rc = buf_put(&b, &n, &cap, W, sizeof(W) - 1);
             else if (e == 'w')
@@ -512,8 +521,12 @@ int tk_added_set_build(tk_added_set *set, tk_added *tokens, size_t n, char *msg,
         set->first[b] = i;
     }
     /* Rust regex \w and \s (added_vocabulary.rs), one character each. */
-    static const char word[] = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]";
-    static const char space[] = "\\p{White_Space}";
+    /* \p{Alphabetic} (PCRE2 >= 10.40 only) is L, Nl and Other_Alphabetic,
+     * which is marks (in \p{M}) and the circled/squared Latin letters. */
+    static const char word[] = "[\\p{L}\\p{Nl}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}"
+                               "\\x{24B6}-\\x{24E9}\\x{1F130}-\\x{1F149}\\x{1F150}-\\x{1F169}"
+                               "\\x{1F170}-\\x{1F189}]";
+    static const char space[] = "[" WS_ITEMS "]";
     set->word_re = tk_regex_compile(word, sizeof(word) - 1, 0, msg, msgsize);
     set->space_re = set->word_re ? tk_regex_compile(space, sizeof(space) - 1, 0, msg, msgsize)
                                  : NULL;
