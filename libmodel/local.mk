@@ -10,10 +10,11 @@ libmodel_libnvfp4_model_la_SOURCES = \
 	%reldir%/tokenizer-internal.h \
 	%reldir%/tokenizer.c \
 	%reldir%/tokenizer-split.c
-libmodel_libnvfp4_model_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(PCRE2_CFLAGS)
+libmodel_libnvfp4_model_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(PCRE2_CFLAGS) \
+	$(ICU_CFLAGS)
 libmodel_libnvfp4_model_la_LIBADD = libkernels/libnvfp4-kernels.la \
 	libquant/libnvfp4-quant.la libformat/libnvfp4-format.la \
-	$(JANSSON_LIBS) $(PCRE2_LIBS) $(LIBM)
+	$(JANSSON_LIBS) $(PCRE2_LIBS) $(ICU_LIBS) $(LIBM)
 libmodel_libnvfp4_model_la_LDFLAGS = \
 	-version-info $(NVFP4_MODEL_LT_VERSION) -no-undefined \
 	-Wl,--no-undefined \

@@ -41,6 +41,12 @@ typedef struct {
 char *tk_arena_alloc(tk_arena *a, size_t n);
 void tk_arena_free(tk_arena *a);
 
+/* The NFC normalizer (normalizers/unicode.rs) through ICU: S itself when it
+ * is already NFC, else a normalized copy in ARENA.  0, or -1 with msg set
+ * (also when the library was built without ICU). */
+int tk_nfc(const char *s, size_t n, tk_arena *arena, const char **out, size_t *outn,
+           char *msg, size_t msgsize);
+
 /* tokenizers' SplitDelimiterBehavior. */
 typedef enum {
     TK_REMOVED = 0,
@@ -84,6 +90,8 @@ typedef struct {
     int single_word, lstrip, rstrip;
     int special, normalized;
     size_t off;          /* of content in the tokenizer's string pool */
+    size_t match_off, match_len;  /* what is matched: content, normalized
+                                   * when the token is (normalized_cache) */
 } tk_added;
 
 typedef struct {

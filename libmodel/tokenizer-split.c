@@ -8,6 +8,11 @@
 
 #include "tokenizer-internal.h"
 
+#ifdef HAVE_ICU
+#include <unicode/unorm2.h>
+#include <unicode/ustring.h>
+#endif
+
 /* ---- small containers ---------------------------------------------------- */
 
 int tk_pieces_push(tk_pieces *ps, const char *p, size_t n, int32_t id)
@@ -165,6 +170,74 @@ static size_t char_before(const char *s, size_t i)
         i--;
     return i;
 }
+
+/* ---- NFC -------------------------------------------------------------------- */
+
+#ifdef HAVE_ICU
+int tk_nfc(const char *s, size_t n, tk_arena *arena, const char **out, size_t *outn,
+           char *msg, size_t msgsize)
+{
+    UErrorCode e = U_ZERO_ERROR;
+    const UNormalizer2 *nfc = unorm2_getNFCInstance(&e);
+    UChar *u = NULL, *v = NULL;
+    int32_t ulen = 0, vlen, olen = 0;
+    size_t i;
+    char *o;
+
+    *out = s;
+    *outn = n;
+    /* ASCII is NFC-invariant: most text never reaches ICU. */
+    for (i = 0; i < n && (unsigned char)s[i] < 0x80; i++)
+        ;
+    if (i == n)
+        return 0;
+    if (U_FAILURE(e) || n > INT32_MAX / 4)
+        goto fail;
+    /* UTF-8 -> UTF-16 needs at most n code units; NFC at most 3x that. */
+    u = malloc(((size_t)n + 1) * sizeof(UChar));
+    v = malloc(((size_t)n * 3 + 1) * sizeof(UChar));
+    if (!u || !v)
+        goto fail;
+    u_strFromUTF8(u, (int32_t)n + 1, &ulen, s, (int32_t)n, &e);
+    if (U_FAILURE(e))
+        goto fail;
+    if (unorm2_quickCheck(nfc, u, ulen, &e) == UNORM_YES && U_SUCCESS(e)) {
+        free(u);
+        free(v);
+        return 0;
+    }
+    e = U_ZERO_ERROR;
+    vlen = unorm2_normalize(nfc, u, ulen, v, (int32_t)n * 3 + 1, &e);
+    if (U_FAILURE(e))
+        goto fail;
+    /* UTF-16 -> UTF-8: at most 3 bytes per code unit */
+    if (!(o = tk_arena_alloc(arena, (size_t)vlen * 3 + 1)))
+        goto fail;
+    u_strToUTF8(o, vlen * 3 + 1, &olen, v, vlen, &e);
+    if (U_FAILURE(e))
+        goto fail;
+    free(u);
+    free(v);
+    *out = o;
+    *outn = (size_t)olen;
+    return 0;
+fail:
+    free(u);
+    free(v);
+    snprintf(msg, msgsize, "NFC normalization failed: %s", u_errorName(e));
+    return -1;
+}
+#else
+int tk_nfc(const char *s, size_t n, tk_arena *arena, const char **out, size_t *outn,
+           char *msg, size_t msgsize)
+{
+    (void)arena;
+    *out = s;
+    *outn = n;
+    snprintf(msg, msgsize, "NFC normalization needs ICU, which this build lacks");
+    return -1;
+}
+#endif
 
 /* ---- regexes -------------------------------------------------------------- */
 

@@ -112,6 +112,7 @@ struct nvfp4_tokenizer {
     size_t n_added;
     tk_added_set added_raw, added_norm;
 
+    int nfc;                /* the normalizer is NFC (else the identity) */
     tk_pretok *pretok;
     size_t n_pretok;
 
@@ -634,11 +635,33 @@ static nvfp4_status load_added(loader *L, const json_t *root)
     return assign_added_ids(L);
 }
 
-/* normalizer: the identity only (null, or a Sequence of nothing). */
+/* One normalizer: NFC is the only one besides the identity. */
+static nvfp4_status add_normalizer(loader *L, const json_t *n, const char *path)
+{
+    const char *type = get_type(L, n, path);
+    char key[128];
+
+    if (!type)
+        return L->err ? L->err->status : NVFP4_ERR_BAD_ENTRY;
+    snprintf(key, sizeof(key), "%s.type", path);
+    if (strcmp(type, "NFC") != 0)
+        return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, key, -1,
+                               "normalizer \"%s\" is not supported (only NFC or none)", type);
+#ifndef HAVE_ICU
+    return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, key, -1,
+                           "normalizer \"NFC\" needs ICU, which this build of nvfp4 lacks");
+#else
+    L->t->nfc = 1;      /* NFC twice is NFC */
+    return NVFP4_OK;
+#endif
+}
+
+/* normalizer: null, NFC, or a Sequence of those. */
 static nvfp4_status load_normalizer(loader *L, const json_t *root)
 {
     const json_t *n = json_object_get(root, "normalizer");
     const char *type;
+    nvfp4_status st;
 
     if (!n || json_is_null(n))
         return NVFP4_OK;
@@ -646,21 +669,19 @@ static nvfp4_status load_normalizer(loader *L, const json_t *root)
         return L->err ? L->err->status : NVFP4_ERR_BAD_ENTRY;
     if (!strcmp(type, "Sequence")) {
         const json_t *list = json_object_get(n, "normalizers");
-        if (json_is_array(list) && json_array_size(list) == 0)
-            return NVFP4_OK;
-        if (json_is_array(list) && json_array_size(list) > 0) {
-            const json_t *first = json_array_get(list, 0);
-            const json_t *ty = json_is_object(first) ? json_object_get(first, "type") : NULL;
-            return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path,
-                                   "normalizer.normalizers[0].type", -1,
-                                   "normalizer \"%s\" is not supported (only none)",
-                                   json_is_string(ty) ? json_string_value(ty) : "?");
+        if (!json_is_array(list))
+            return nvfp4_error_set(L->err, NVFP4_ERR_BAD_ENTRY, L->path,
+                                   "normalizer.normalizers", -1,
+                                   "expected an array of normalizers");
+        for (size_t i = 0; i < json_array_size(list); i++) {
+            char k[64];
+            snprintf(k, sizeof(k), "normalizer.normalizers[%zu]", i);
+            if ((st = add_normalizer(L, json_array_get(list, i), k)))
+                return st;
         }
-        return nvfp4_error_set(L->err, NVFP4_ERR_BAD_ENTRY, L->path, "normalizer.normalizers",
-                               -1, "expected an array of normalizers");
+        return NVFP4_OK;
     }
-    return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, "normalizer.type", -1,
-                           "normalizer \"%s\" is not supported (only none)", type);
+    return add_normalizer(L, n, "normalizer");
 }
 
 /* GPT-2's split regex, which ByteLevel applies when use_regex is true
@@ -1005,6 +1026,30 @@ static nvfp4_status build_tables(loader *L)
         t->id_bytes_len[i] = (uint32_t)len;
     }
 
+    /* Tokens with normalized=true are looked for in normalized text, so
+     * in their normalized form (AddedVocabulary::refresh_added_tokens). */
+    for (i = 0; i < t->n_added; i++) {
+        tk_added *a = &t->added[i];
+        a->match_off = a->off;
+        a->match_len = a->len;
+        if (a->normalized && t->nfc) {
+            tk_arena arena = {0};
+            const char *s;
+            size_t n;
+            if (tk_nfc(t->pool + a->off, a->len, &arena, &s, &n, msg, sizeof(msg))) {
+                tk_arena_free(&arena);
+                return nvfp4_error_set(L->err, NVFP4_ERR_INVALID, L->path, "added_tokens", -1,
+                                       "%s", msg);
+            }
+            if (s != t->pool + a->off && pool_add(t, s, n, &a->match_off)) {
+                tk_arena_free(&arena);
+                return fail_nomem(L);
+            }
+            a->match_len = n;
+            tk_arena_free(&arena);
+        }
+    }
+
     /* The pool is final: turn added token offsets into pointers and split
      * them by where they match (raw text or normalized text). */
     raw = calloc(t->n_added + 1, sizeof(*raw));
@@ -1018,6 +1063,8 @@ static nvfp4_status build_tables(loader *L)
         tk_added a = t->added[i];
         a.content = t->pool + a.off;
         t->added[i] = a;
+        a.content = t->pool + a.match_off;
+        a.len = a.match_len;
         if (a.normalized)
             norm[n_norm++] = a;
         else
@@ -1367,8 +1414,18 @@ nvfp4_status nvfp4_tokenizer_encode(const nvfp4_tokenizer *t, const char *text, 
     if (tk_added_split(&t->added_raw, text, len, &a, md))
         goto fail;
     for (size_t i = 0; i < a.n; i++) {
-        if (a.v[i].id >= 0 ? tk_pieces_push(&b, a.v[i].p, a.v[i].n, a.v[i].id)
-                           : tk_added_split(&t->added_norm, a.v[i].p, a.v[i].n, &b, md))
+        const char *p = a.v[i].p;
+        size_t pn = a.v[i].n;
+        if (a.v[i].id >= 0) {
+            if (tk_pieces_push(&b, p, pn, a.v[i].id))
+                goto fail;
+            continue;
+        }
+        if (t->nfc && tk_nfc(p, pn, &arena, &p, &pn, msg, sizeof(msg))) {
+            st = NVFP4_ERR_INVALID;
+            goto fail;
+        }
+        if (tk_added_split(&t->added_norm, p, pn, &b, md))
             goto fail;
     }
     /* 3: pre-tokenizer steps */

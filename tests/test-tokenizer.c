@@ -275,6 +275,72 @@ START_TEST(test_encode_100k)
 }
 END_TEST
 
+#ifdef HAVE_ICU
+/* With an NFC normalizer (Qwen's), decomposed input is composed before
+ * anything else, so the NFD spelling of the fixture's precomposed case must
+ * give the ids tokenizers gave for it (unicodedata.normalize agrees: NFC of
+ * the string below is the case's text).  Precomposed text is unchanged. */
+START_TEST(test_nfc)
+{
+    static const char nfd[] = "Cafe\xcc\x81 nai\xcc\x88ve re\xcc\x81sume\xcc\x81 "
+                              "A\xcc\x8angstro\xcc\x88m fac\xcc\xa7" "ade Sa\xcc\x83o Paulo "
+                              "Zu\xcc\x88rich";
+    const char *path = "/tmp/test-tokenizer-nfc.json";
+    json_t *j = tload_json(TOK_JSON), *exp = tload_json(EXPECTED), *c;
+    const json_t *cases = json_object_get(exp, "cases");
+    nvfp4_tokenizer *tok, *plain = load_fixture();
+    int32_t *want = NULL, *ids, *ids2;
+    size_t nexp = 0, n, n2, i;
+    nvfp4_error err;
+
+    json_object_set_new(j, "normalizer", json_pack("{ss}", "type", "NFC"));
+    ck_assert_int_eq(json_dump_file(j, path, JSON_COMPACT), 0);
+    nvfp4_error_clear(&err);
+    tok = nvfp4_tokenizer_load(path, &err);
+    unlink(path);
+    ck_assert_msg(tok != NULL, "%s", err.text);
+    json_array_foreach(cases, i, c) {
+        if (!strcmp(json_string_value(json_object_get(c, "text")),
+                    "Caf\xc3\xa9 na\xc3\xafve r\xc3\xa9sum\xc3\xa9 \xc3\x85ngstr\xc3\xb6m "
+                    "fa\xc3\xa7" "ade S\xc3\xa3o Paulo Z\xc3\xbcrich"))
+            expected_ids(c, &want, &nexp);
+    }
+    ck_assert_ptr_nonnull(want);
+    ck_assert_int_eq(nvfp4_tokenizer_encode(tok, nfd, strlen(nfd), &ids, &n, &err), NVFP4_OK);
+    ck_assert_uint_eq(n, nexp);
+    for (size_t k = 0; k < n; k++)
+        ck_assert_int_eq(ids[k], want[k]);
+    free(ids);
+    /* without the normalizer the decomposed spelling tokenizes differently */
+    ck_assert_int_eq(nvfp4_tokenizer_encode(plain, nfd, strlen(nfd), &ids2, &n2, &err), NVFP4_OK);
+    ck_assert(n2 != nexp || memcmp(ids2, want, n2 * sizeof(int32_t)) != 0);
+    free(ids2);
+    /* the corpus is NFC already, but for the case that spells an e with a
+     * combining accent on purpose: same ids as without the normalizer */
+    json_array_foreach(cases, i, c) {
+        const json_t *t = json_object_get(c, "text");
+        int32_t *w;
+        size_t nw;
+        if (strstr(json_string_value(t), "(combining acute)"))
+            continue;
+        expected_ids(c, &w, &nw);
+        ck_assert_int_eq(nvfp4_tokenizer_encode(tok, json_string_value(t), json_string_length(t),
+                                                &ids, &n, &err), NVFP4_OK);
+        ck_assert_uint_eq(n, nw);
+        for (size_t k = 0; k < n; k++)
+            ck_assert_int_eq(ids[k], w[k]);
+        free(ids);
+        free(w);
+    }
+    free(want);
+    json_decref(j);
+    json_decref(exp);
+    nvfp4_tokenizer_free(tok);
+    nvfp4_tokenizer_free(plain);
+}
+END_TEST
+#endif
+
 /* ---- rejections ------------------------------------------------------------ */
 
 static char tmpdir[64];
@@ -461,16 +527,23 @@ START_TEST(test_reject_pipeline)
 
     make_tmpdir();
     j = fixture_json();
-    json_object_set_new(j, "normalizer", json_pack("{ss}", "type", "NFC"));
-    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "normalizer.type", "normalizer \"NFC\" is not supported");
+    json_object_set_new(j, "normalizer", json_pack("{ss}", "type", "NFKC"));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "normalizer.type",
+                  "normalizer \"NFKC\" is not supported (only NFC or none)");
     json_decref(j);
+#ifndef HAVE_ICU
+    j = fixture_json();
+    json_object_set_new(j, "normalizer", json_pack("{ss}", "type", "NFC"));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "normalizer.type", "needs ICU");
+    json_decref(j);
+#endif
 
     j = fixture_json();
     json_object_set_new(j, "normalizer",
                         json_pack("{ss s[{ss}]}", "type", "Sequence", "normalizers", "type",
                                   "Lowercase"));
     expect_reject(j, NVFP4_ERR_UNSUPPORTED, "normalizer.normalizers[0].type",
-                  "normalizer \"Lowercase\" is not supported");
+                  "normalizer \"Lowercase\" is not supported (only NFC or none)");
     json_decref(j);
 
     j = fixture_json();
@@ -589,6 +662,9 @@ int main(void)
     tcase_add_test(tc, test_vocab_and_special);
     tcase_add_test(tc, test_decode_skip_special);
     tcase_add_test(tc, test_encode_100k);
+#ifdef HAVE_ICU
+    tcase_add_test(tc, test_nfc);
+#endif
     tcase_set_timeout(tc, 60);
     tcase_add_test(rej, test_reject_files);
     tcase_add_test(rej, test_reject_model);
