@@ -332,25 +332,36 @@ nvfp4_status nvfp4_linear_fuse_check(const char *layer, nvfp4_linear *shards, si
                                msg);
     }
     if (differ) {
+        /* all buffers first, so a failed allocation leaves every shard as
+         * it was */
+        uint8_t **fresh = calloc(count, sizeof(*fresh));
+        if (!fresh)
+            return nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, layer, -1, "out of memory");
+        for (size_t i = 0; i < count; i++) {
+            size_t nsc = (size_t)shards[i].n * (size_t)(shards[i].k / NVFP4_BLOCK);
+            if (shards[i].weight_scale_2 != gmax && !(fresh[i] = malloc(nsc ? nsc : 1))) {
+                for (size_t j = 0; j < i; j++)
+                    free(fresh[j]);
+                free(fresh);
+                return nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, shards[i].prefix, -1,
+                                       "out of memory rescaling %zu block scales", nsc);
+            }
+        }
         for (size_t i = 0; i < count; i++) {
             nvfp4_linear *s = &shards[i];
             size_t nsc = (size_t)s->n * (size_t)(s->k / NVFP4_BLOCK);
-            float ratio;
-            uint8_t *ns;
+            float ratio = s->weight_scale_2 / gmax;
 
-            if (s->weight_scale_2 == gmax)
+            if (!fresh[i])
                 continue;
-            if (!(ns = malloc(nsc ? nsc : 1)))
-                return nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, s->prefix, -1,
-                                       "out of memory rescaling %zu block scales", nsc);
-            ratio = s->weight_scale_2 / gmax;
             for (size_t j = 0; j < nsc; j++)
-                ns[j] = nvfp4_fp8_e4m3_encode(quant_e4m3_value(s->scales[j]) * ratio);
+                fresh[i][j] = nvfp4_fp8_e4m3_encode(quant_e4m3_value(s->scales[j]) * ratio);
             free(s->owned_scales);
-            s->owned_scales = ns;
-            s->scales = ns;
+            s->owned_scales = fresh[i];
+            s->scales = fresh[i];
             s->weight_scale_2 = gmax;
         }
+        free(fresh);
     }
     if (input_scale)
         *input_scale = imax;
