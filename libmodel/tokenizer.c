@@ -291,6 +291,44 @@ static size_t token_decode(const nvfp4_tokenizer *t, const char *s, size_t n, ch
     return o;
 }
 
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Replace's decode_chain on one token with a literal pattern: every
+ * non-overlapping occurrence, left to right.  malloc'ed, or NULL. */
+static char *replace_all(const char *s, size_t n, const char *pat, size_t plen,
+                         const char *content, size_t clen, size_t *outn)
+{
+    size_t k, o = 0, hits = 0;
+    char *b;
+
+    for (k = 0; k + plen <= n;)
+        if (!memcmp(s + k, pat, plen)) {
+            hits++;
+            k += plen;
+        } else
+            k++;
+    if (hits > (SIZE_MAX - n - 1) / (clen + 1) || !(b = malloc(n + hits * clen + 1)))
+        return NULL;
+    for (k = 0; k < n;)
+        if (k + plen <= n && !memcmp(s + k, pat, plen)) {
+            memcpy(b + o, content, clen);
+            o += clen;
+            k += plen;
+        } else
+            b[o++] = s[k++];
+    *outn = o;
+    return b;
+}
+
 /* ---- loading ------------------------------------------------------------------- */
 
 typedef struct {
@@ -968,6 +1006,50 @@ static nvfp4_status load_rest(loader *L, const json_t *root)
     return NVFP4_OK;
 }
 
+/* The bytes one token stands for, for streaming: the decoder chain up to
+ * its ByteLevel step applied to the token alone, except that a <0xXX> token
+ * of ByteFallback is its raw byte (not U+FFFD when it is a partial UTF-8
+ * sequence) and nothing is made lossy; Fuse is a no-op on one token and
+ * steps after ByteLevel (Strip) concern the whole text.  malloc'ed. */
+static char *stream_bytes(const nvfp4_tokenizer *t, const char *s, size_t n, size_t *outn)
+{
+    char *cur = malloc(n + 1), *next;
+    size_t len = n;
+
+    if (!cur)
+        return NULL;
+    memcpy(cur, s, n);
+    for (size_t k = 0; k < t->n_dec; k++) {
+        const dec_step *d = &t->dec[k];
+        if (d->kind == DEC_BYTE_FALLBACK && len == 6 && !memcmp(cur, "<0x", 3) &&
+            cur[5] == '>' && hexval(cur[3]) >= 0 && hexval(cur[4]) >= 0) {
+            cur[0] = (char)(hexval(cur[3]) * 16 + hexval(cur[4]));
+            *outn = 1;
+            return cur;
+        }
+        if (d->kind == DEC_REPLACE) {
+            next = replace_all(cur, len, d->pattern, d->pattern_len, d->content,
+                               d->content_len, &len);
+            free(cur);
+            if (!(cur = next))
+                return NULL;
+        }
+        if (d->kind == DEC_BYTE_LEVEL) {
+            /* decoding never grows a token */
+            if (!(next = malloc(len + 1))) {
+                free(cur);
+                return NULL;
+            }
+            len = token_decode(t, cur, len, next);
+            free(cur);
+            cur = next;
+            break;
+        }
+    }
+    *outn = len;
+    return cur;
+}
+
 /* Id tables, decoded bytes and the per-byte symbols of BPE. */
 static nvfp4_status build_tables(loader *L)
 {
@@ -1011,13 +1093,8 @@ static nvfp4_status build_tables(loader *L)
         char *tmp;
         if (!t->id_str[i])
             continue;
-        len = t->id_str_len[i];
-        /* decoding never grows a token; the pool may move, so copy first */
-        tmp = malloc(len + 1);
-        if (!tmp)
-            return fail_nomem(L);
-        len = token_decode(t, t->pool + t->id_str[i] - 1, len, tmp);
-        if (pool_add(t, tmp, len, &off)) {
+        if (!(tmp = stream_bytes(t, t->pool + t->id_str[i] - 1, t->id_str_len[i], &len)) ||
+            pool_add(t, tmp, len, &off)) {
             free(tmp);
             return fail_nomem(L);
         }
@@ -1538,17 +1615,6 @@ static char *dl_join(const dlist *l, size_t *len)
     return b;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* byte_fallback.rs: runs of <0xXX> tokens become their bytes when those
  * are valid UTF-8, else one U+FFFD per byte. */
 static int flush_bytes(dlist *out, unsigned char *bytes, size_t *nb)
@@ -1625,23 +1691,11 @@ static int dec_apply(const nvfp4_tokenizer *t, const dec_step *d, const dlist *i
     }
     case DEC_REPLACE:
         for (i = 0; i < in->n; i++) {
-            const char *s = in->v[i].s;
-            size_t n = in->v[i].n, k = 0, o = 0, hits = 0;
-            for (k = 0; k + d->pattern_len <= n;)
-                if (!memcmp(s + k, d->pattern, d->pattern_len)) {
-                    hits++;
-                    k += d->pattern_len;
-                } else
-                    k++;
-            if (hits > (SIZE_MAX - n) / (d->content_len + 1) || !(b = malloc(n + hits * d->content_len + 1)))
+            size_t o, k;
+            b = replace_all(in->v[i].s, in->v[i].n, d->pattern, d->pattern_len, d->content,
+                            d->content_len, &o);
+            if (!b)
                 return -1;
-            for (k = 0; k < n;)
-                if (k + d->pattern_len <= n && !memcmp(s + k, d->pattern, d->pattern_len)) {
-                    memcpy(b + o, d->content, d->content_len);
-                    o += d->content_len;
-                    k += d->pattern_len;
-                } else
-                    b[o++] = s[k++];
             k = (size_t)dl_push(out, b, o);
             free(b);
             if (k)
