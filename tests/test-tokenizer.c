@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <nvfp4/model.h>
@@ -340,6 +341,65 @@ START_TEST(test_nfc)
 }
 END_TEST
 #endif
+
+/* ---- nvfp4 tokenize --------------------------------------------------------- */
+
+/* Run the tool through the shell; stdout (and stderr when ERR) into OUT. */
+static int run_tool(const char *args, int with_err, char *out, size_t cap)
+{
+    char cmd[2048];
+    size_t n = 0, r;
+    FILE *p;
+    int st;
+
+    snprintf(cmd, sizeof(cmd), "%s tokenize %s%s", NVFP4_TOOL, args,
+             with_err ? " 2>&1" : " 2>/dev/null");
+    p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    while (n + 1 < cap && (r = fread(out + n, 1, cap - n - 1, p)) > 0)
+        n += r;
+    out[n] = '\0';
+    st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(test_cli)
+{
+    json_t *exp = tload_json(EXPECTED), *c = json_array_get(json_object_get(exp, "cases"), 0);
+    json_t *j, *ids;
+    char args[1024], out[4096], want[1024];
+    size_t k, w = 0;
+    json_error_t je;
+
+    /* case 0 is "Hello, world!": ids printed space-separated */
+    ck_assert_str_eq(json_string_value(json_object_get(c, "text")), "Hello, world!");
+    for (k = 0; k < json_array_size(json_object_get(c, "ids")); k++)
+        w += (size_t)snprintf(want + w, sizeof(want) - w, "%s%lld", k ? " " : "",
+                              json_integer_value(json_array_get(json_object_get(c, "ids"), k)));
+    snprintf(want + w, sizeof(want) - w, "\n");
+    snprintf(args, sizeof(args), "'%s' --text 'Hello, world!'", tdata(TOK_JSON));
+    ck_assert_int_eq(run_tool(args, 0, out, sizeof(out)), 0);
+    ck_assert_str_eq(out, want);
+
+    /* --json, and a model directory in place of the file */
+    snprintf(args, sizeof(args), "'%s' --text 'Hello, world!' --json", tdata("tokenizer"));
+    ck_assert_int_eq(run_tool(args, 0, out, sizeof(out)), 0);
+    j = json_loads(out, 0, &je);
+    ck_assert_msg(j != NULL, "not JSON: %s", out);
+    ids = json_object_get(j, "ids");
+    ck_assert(json_equal(ids, json_object_get(c, "ids")));
+    ck_assert_str_eq(json_string_value(json_object_get(j, "decoded")), "Hello, world!");
+    json_decref(j);
+
+    /* wrong usage exits 2, bad input 1 with the library's message */
+    snprintf(args, sizeof(args), "'%s'", tdata(TOK_JSON));
+    ck_assert_int_eq(run_tool(args, 1, out, sizeof(out)), 2);
+    assert_contains(out, "give exactly one of --text and --file");
+    ck_assert_int_eq(run_tool("/nonexistent/tokenizer.json --text x", 1, out, sizeof(out)), 1);
+    assert_contains(out, "/nonexistent/tokenizer.json: cannot open");
+    json_decref(exp);
+}
+END_TEST
 
 /* ---- rejections ------------------------------------------------------------ */
 
@@ -665,6 +725,7 @@ int main(void)
 #ifdef HAVE_ICU
     tcase_add_test(tc, test_nfc);
 #endif
+    tcase_add_test(tc, test_cli);
     tcase_set_timeout(tc, 60);
     tcase_add_test(rej, test_reject_files);
     tcase_add_test(rej, test_reject_model);
