@@ -45,6 +45,25 @@ tests_test_model_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.
 	libquant/libnvfp4-quant.la libformat/libnvfp4-format.la $(CHECK_LIBS) \
 	$(JANSSON_LIBS) $(LIBM)
 TESTS += tests/test-model
+
+# GPU: the kernels' number formats on the host (always), and the backends on
+# a device (SKIP, exit 77, without one; modules from the build tree).
+check_PROGRAMS += tests/test-gpu-numerics
+tests_test_gpu_numerics_SOURCES = %reldir%/test-gpu-numerics.c %reldir%/testutil.h \
+	gpu/numerics.h
+tests_test_gpu_numerics_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_gpu_numerics_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS) \
+	-ffp-contract=off
+tests_test_gpu_numerics_LDADD = $(CHECK_LIBS) $(JANSSON_LIBS) $(LIBM)
+TESTS += tests/test-gpu-numerics
+
+check_PROGRAMS += tests/test-gpu
+tests_test_gpu_SOURCES = %reldir%/test-gpu.c %reldir%/testutil.h
+tests_test_gpu_CPPFLAGS = $(TEST_CPPFLAGS) -DGPU_MODULE_DIR='"$(abs_top_builddir)/gpu/.libs"'
+tests_test_gpu_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_gpu_LDADD = libkernels/libnvfp4-kernels.la libquant/libnvfp4-quant.la \
+	libformat/libnvfp4-format.la $(CHECK_LIBS) $(JANSSON_LIBS) $(LIBM)
+TESTS += tests/test-gpu
 endif
 
 # The format layer stands alone: a program built with only

@@ -1,0 +1,826 @@
+/* Tests of the GPU backends ("cuda", "hip": gpu/), through the public API
+ * of libnvfp4-kernels, which loads them from $NVFP4_BACKEND_PATH (set below
+ * to the build tree's gpu/.libs unless given).  Without a usable device, or
+ * when no GPU backend was built, the program exits 77: automake's SKIP.
+ * $NVFP4_TEST_GPU_BACKEND picks the backend, else the first available of
+ * cuda, hip.
+ *
+ * References are independent of the code under test: float64 computations
+ * written plainly below with this file's own E2M1 / E4M3 / bf16 decoders,
+ * and PyTorch's §5 fixture (tests/data/quant/act_qdq_*) for W4A4
+ * activations.  Where the GPU must equal the CPU backend bit for bit (the
+ * §5 quantize-dequantize, embeddings) the test says so.
+ *
+ * Tolerances: a float32 dot product of K terms summed in any order is
+ * within gamma_K * sum|a_i b_i|, gamma_K = K u / (1 - K u), u = 2^-24
+ * (Higham 3.1); the kernels add one rounding per block-scale product and
+ * per partial sum, so float32 paths get gamma_{K+8} * sum|a_i b_i|.  The
+ * tensor-core GEMM rounds activations and dequantized weights to BF16
+ * first (relative error 2^-9 each, so 2^-8 + 2^-18 per product) and is
+ * allowed 2^-7 * sum|a_i b_i| + gamma_{K+8} * sum|a_i b_i|. */
+#include "config.h"
+
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nvfp4/kernels.h>
+
+#include "testutil.h"
+
+static const char *gpu_name; /* the backend under test */
+
+/* ---- independent decoders (§1) ------------------------------------------- */
+
+static double ref_e2m1(unsigned nib)
+{
+    static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    return (nib & 8) ? -mag[nib & 7] : mag[nib & 7];
+}
+
+static double ref_e4m3(uint8_t b)
+{
+    int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+    double v = e == 0 ? ldexp(m, -9) : ldexp(1.0 + m / 8.0, e - 7);
+    return s ? -v : v;
+}
+
+static float ref_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static double gamma_n(size_t n)
+{
+    double nu = (double)(n + 8) * ldexp(1.0, -24);
+    return nu / (1.0 - nu);
+}
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+
+static float frand(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(rnd() % 1000003) / 1000003.0f;
+}
+
+/* ---- backend helpers --------------------------------------------------------- */
+
+static nvfp4_backend *open_gpu(void)
+{
+    nvfp4_error err;
+    nvfp4_backend *be = nvfp4_backend_open(gpu_name, &err);
+    ck_assert_msg(be != NULL, "%s backend: %s", gpu_name, err.text);
+    return be;
+}
+
+/* Device copy of N floats (or ints) of HOST. */
+static void *dput(nvfp4_backend *be, const void *host, size_t bytes)
+{
+    nvfp4_error err;
+    void *d = nvfp4_backend_alloc(be, bytes, &err);
+    ck_assert_msg(d != NULL, "alloc: %s", err.text);
+    if (host)
+        ck_assert_msg(nvfp4_backend_upload(be, d, host, bytes, &err) == NVFP4_OK, "upload: %s",
+                      err.text);
+    return d;
+}
+
+static void dget(nvfp4_backend *be, void *host, const void *d, size_t bytes)
+{
+    nvfp4_error err;
+    ck_assert_msg(nvfp4_backend_download(be, host, d, bytes, &err) == NVFP4_OK,
+                  "download: %s", err.text);
+}
+
+/* Synthetic NVFP4 Linear: random nibbles, E4M3 block scales mostly normal,
+ * some subnormal, a few zero (§8: zero block scales are legal). */
+typedef struct {
+    nvfp4_linear lin;
+    uint8_t *packed, *scales;
+} syn_linear;
+
+static void syn_make(syn_linear *s, const char *name, nvfp4_scheme scheme, int64_t n,
+                     int64_t k, float s2, float in_scale)
+{
+    memset(s, 0, sizeof(*s));
+    s->packed = malloc((size_t)(n * k / 2));
+    s->scales = malloc((size_t)(n * k / 16));
+    for (int64_t i = 0; i < n * k / 2; i++)
+        s->packed[i] = (uint8_t)rnd();
+    for (int64_t i = 0; i < n * k / 16; i++) {
+        uint32_t r = rnd() % 100;
+        s->scales[i] = r < 3 ? 0 : r < 8 ? (uint8_t)(1 + rnd() % 7)
+                                         : (uint8_t)(0x20 + rnd() % 0x40);
+    }
+    snprintf(s->lin.prefix, sizeof(s->lin.prefix), "%s", name);
+    s->lin.scheme = scheme;
+    s->lin.n = n;
+    s->lin.k = k;
+    s->lin.weight = s->packed;
+    s->lin.scales = s->scales;
+    s->lin.weight_scale_2 = s2;
+    s->lin.input_scale = in_scale;
+}
+
+static void syn_free(syn_linear *s)
+{
+    free(s->packed);
+    free(s->scales);
+}
+
+/* W[r][c], float32 exactly as §2 orders it: code * (E4M3 * global). */
+static float syn_w(const nvfp4_linear *l, int64_t r, int64_t c)
+{
+    uint8_t byte = l->weight[(size_t)(r * l->k / 2 + c / 2)];
+    unsigned nib = (c & 1) ? byte >> 4 : byte & 15;
+    float bs = (float)ref_e4m3(l->scales[(size_t)(r * l->k / 16 + c / 16)]) * l->weight_scale_2;
+    return (float)ref_e2m1(nib) * bs;
+}
+
+static nvfp4_kweight *kup(nvfp4_backend *be, const nvfp4_linear *parts, size_t np)
+{
+    nvfp4_error err;
+    nvfp4_kweight *w = nvfp4_kweight_upload(be, parts, np, &err);
+    ck_assert_msg(w != NULL, "kweight_upload: %s", err.text);
+    return w;
+}
+
+/* The linear paths of gpu/kernels.cu, pinned with $NVFP4_GPU_LINEAR. */
+static const char *const paths[] = {"", "gemv", "tiled", "wmma"};
+
+/* Run y = x W^T on the GPU through PATH and compare with the float64
+ * reference XR (the activations the reference multiplies: x itself, or the
+ * §5 qdq of x for W4A4). */
+static void check_linear(nvfp4_backend *be, const nvfp4_kweight *w, const nvfp4_linear *lin,
+                         const float *x, const float *xr, size_t m, const char *path)
+{
+    const int64_t n = lin->n, k = lin->k;
+    float *dx = dput(be, x, m * (size_t)k * 4), *dy = dput(be, NULL, m * (size_t)n * 4);
+    float *y = malloc(m * (size_t)n * 4);
+    nvfp4_error err;
+    nvfp4_status st;
+    /* the tensor-core path holds BF16 operands (see the header) */
+    const double bf = !strcmp(path, "wmma") || (!*path && m > 8) ? ldexp(1.0, -7) : 0.0;
+
+    setenv("NVFP4_GPU_LINEAR", path, 1);
+    st = nvfp4_k_linear(be, w, dx, m, dy, &err);
+    unsetenv("NVFP4_GPU_LINEAR");
+    ck_assert_msg(st == NVFP4_OK, "linear (%s, m=%zu): %s", path, m, err.text);
+    ck_assert_int_eq(nvfp4_backend_sync(be, &err), NVFP4_OK);
+    dget(be, y, dy, m * (size_t)n * 4);
+    for (size_t t = 0; t < m; t++)
+        for (int64_t r = 0; r < n; r++) {
+            double acc = 0, mag = 0;
+            for (int64_t c = 0; c < k; c++) {
+                double p = (double)syn_w(lin, r, c) * xr[t * (size_t)k + (size_t)c];
+                acc += p;
+                mag += fabs(p);
+            }
+            ck_assert_msg(fabs(y[t * (size_t)n + (size_t)r] - acc) <=
+                              (gamma_n((size_t)k) + bf) * mag + 1e-30,
+                          "%s path=%s m=%zu k=%lld: y[%zu][%lld] = %.9g, reference %.9g "
+                          "(mag %g)",
+                          gpu_name, *path ? path : "auto", m, (long long)k, t, (long long)r,
+                          y[t * (size_t)n + (size_t)r], acc, mag);
+        }
+    nvfp4_backend_release(be, dx);
+    nvfp4_backend_release(be, dy);
+    free(y);
+}
+
+/* ---- linear ------------------------------------------------------------------ */
+
+/* W4A16 on every path, with m on both sides of the GEMV/GEMM switch (8),
+ * n = 70 (not a tile multiple) and k = 64 (16-byte loads) or 48 (k % 32 != 0:
+ * the 8-byte path). */
+START_TEST(test_linear_w4a16)
+{
+    static const size_t ms[] = {1, 5, 8, 9, 67};
+    static const int64_t ks[] = {64, 48};
+    nvfp4_backend *be = open_gpu();
+
+    for (size_t ki = 0; ki < 2; ki++) {
+        const int64_t n = 70, k = ks[ki];
+        syn_linear s;
+        nvfp4_kweight *w;
+        float *x = malloc(67 * (size_t)k * 4);
+        syn_make(&s, "w4a16", NVFP4_SCHEME_W4A16, n, k, 0.0123f, 0.0f);
+        w = kup(be, &s.lin, 1);
+        for (size_t i = 0; i < 67 * (size_t)k; i++)
+            x[i] = frand(-3, 3);
+        for (size_t p = 0; p < sizeof(paths) / sizeof(paths[0]); p++)
+            for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
+                check_linear(be, w, &s.lin, x, x, ms[mi], paths[p]);
+        nvfp4_kweight_free(w);
+        syn_free(&s);
+        free(x);
+    }
+    nvfp4_backend_free(be);
+}
+END_TEST
+
+/* W4A4 (§5): the activations are PyTorch's fixture rows; the reference
+ * multiplies torch's quantize-dequantized rows, so the GPU's qdq must be
+ * bit-exact for the bounds to hold (a flipped E2M1 code moves a product by
+ * a whole grid step, far outside them). */
+START_TEST(test_linear_w4a4_fixture)
+{
+    json_t *meta = tload_json("quant/quant.json");
+    const char *hex = json_string_value(
+        json_object_get(json_object_get(json_object_get(meta, "notes"), "act_qdq"),
+                        "input_scale_2_hex"));
+    size_t nin, nout;
+    float *x = tload_file("quant/act_qdq_in.f32", &nin);
+    float *xq = tload_file("quant/act_qdq_out.f32", &nout);
+    unsigned char raw[4];
+    float in_scale;
+    syn_linear s;
+    nvfp4_kweight *w;
+    nvfp4_backend *be = open_gpu();
+    static const size_t ms[] = {1, 3, 8, 12};
+
+    ck_assert_ptr_nonnull(hex);
+    for (int i = 0; i < 4; i++)
+        sscanf(hex + 2 * i, "%2hhx", &raw[i]);
+    memcpy(&in_scale, raw, 4);
+    ck_assert_uint_eq(nin, 12 * 64 * 4);
+    syn_make(&s, "w4a4", NVFP4_SCHEME_W4A4, 37, 64, 0.002f, in_scale);
+    w = kup(be, &s.lin, 1);
+    for (size_t p = 0; p < sizeof(paths) / sizeof(paths[0]); p++)
+        for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
+            check_linear(be, w, &s.lin, x, xq, ms[mi], paths[p]);
+    nvfp4_kweight_free(w);
+    syn_free(&s);
+    nvfp4_backend_free(be);
+    free(x);
+    free(xq);
+    json_decref(meta);
+}
+END_TEST
+
+static void make_tensor(nvfp4_tensor *t, const char *name, nvfp4_dtype dt, int64_t d0,
+                        int64_t d1, const void *data)
+{
+    memset(t, 0, sizeof(*t));
+    t->name = name;
+    t->file = "synthetic";
+    t->dtype = dt;
+    t->ndim = d1 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->numel = (uint64_t)d0 * (uint64_t)(d1 ? d1 : 1);
+    t->nbytes = t->numel * nvfp4_dtype_size(dt);
+    t->data = data;
+}
+
+/* BF16 weights fused from two parts, F32 bias on the second only. */
+START_TEST(test_linear_dense)
+{
+    const int64_t n1 = 20, n2 = 17, n = 37, k = 40;
+    const size_t ms[] = {3, 20};
+    uint16_t *wb = malloc((size_t)(n * k) * 2);
+    float bias[17], *x = malloc(20 * (size_t)k * 4), *y = malloc(20 * (size_t)n * 4);
+    nvfp4_tensor t1, t2, tb;
+    nvfp4_linear parts[2];
+    nvfp4_backend *be = open_gpu();
+    nvfp4_kweight *w;
+    nvfp4_error err;
+
+    for (int64_t i = 0; i < n * k; i++)
+        wb[i] = (uint16_t)(rnd() & 0xBFFF); /* |value| < 2 */
+    for (int i = 0; i < 17; i++)
+        bias[i] = frand(-1, 1);
+    for (size_t i = 0; i < 20 * (size_t)k; i++)
+        x[i] = frand(-2, 2);
+    make_tensor(&t1, "a.weight", NVFP4_DTYPE_BF16, n1, k, wb);
+    make_tensor(&t2, "b.weight", NVFP4_DTYPE_BF16, n2, k, wb + n1 * k);
+    make_tensor(&tb, "b.bias", NVFP4_DTYPE_F32, n2, 0, bias);
+    memset(parts, 0, sizeof(parts));
+    parts[0].scheme = parts[1].scheme = NVFP4_SCHEME_NONE;
+    parts[0].n = n1;
+    parts[1].n = n2;
+    parts[0].k = parts[1].k = k;
+    parts[0].dense = &t1;
+    parts[1].dense = &t2;
+    parts[1].bias = &tb;
+    w = kup(be, parts, 2);
+    for (size_t p = 0; p < sizeof(paths) / sizeof(paths[0]); p++)
+        for (size_t mi = 0; mi < 2; mi++) {
+            const size_t m = ms[mi];
+            float *dx = dput(be, x, m * (size_t)k * 4), *dy = dput(be, NULL, m * (size_t)n * 4);
+            const double bf = !strcmp(paths[p], "wmma") || (!*paths[p] && m > 8)
+                                  ? ldexp(1.0, -7) : 0.0;
+            setenv("NVFP4_GPU_LINEAR", paths[p], 1);
+            ck_assert_msg(nvfp4_k_linear(be, w, dx, m, dy, &err) == NVFP4_OK, "%s", err.text);
+            unsetenv("NVFP4_GPU_LINEAR");
+            dget(be, y, dy, m * (size_t)n * 4);
+            for (size_t t = 0; t < m; t++)
+                for (int64_t r = 0; r < n; r++) {
+                    double acc = r >= n1 ? bias[r - n1] : 0.0, mag = fabs(acc);
+                    for (int64_t c = 0; c < k; c++) {
+                        double pr = (double)ref_bf16(wb[r * k + c]) * x[t * (size_t)k + (size_t)c];
+                        acc += pr;
+                        mag += fabs(pr);
+                    }
+                    ck_assert_msg(fabs(y[t * (size_t)n + (size_t)r] - acc) <=
+                                      (gamma_n((size_t)k + 1) + bf) * mag,
+                                  "dense path=%s m=%zu y[%zu][%lld] = %.9g, reference %.9g",
+                                  paths[p], m, t, (long long)r, y[t * (size_t)n + (size_t)r],
+                                  acc);
+                }
+            nvfp4_backend_release(be, dx);
+            nvfp4_backend_release(be, dy);
+        }
+    nvfp4_kweight_free(w);
+    nvfp4_backend_free(be);
+    free(wb);
+    free(x);
+    free(y);
+}
+END_TEST
+
+/* Embedding rows are the §2 values exactly (float32, same two roundings). */
+START_TEST(test_embed)
+{
+    const int64_t rows = 50, hidden = 64;
+    const int32_t ids[5] = {7, 0, 49, 7, 31};
+    syn_linear s;
+    nvfp4_backend *be = open_gpu();
+    nvfp4_kweight *w;
+    nvfp4_error err;
+    int32_t *dids;
+    float *dy, y[5 * 64];
+
+    syn_make(&s, "embed_tokens", NVFP4_SCHEME_W4A16, rows, hidden, 0.031f, 0.0f);
+    w = kup(be, &s.lin, 1);
+    dids = dput(be, ids, sizeof ids);
+    dy = dput(be, NULL, sizeof y);
+    ck_assert_int_eq(nvfp4_k_embed(be, w, dids, 5, dy, &err), NVFP4_OK);
+    ck_assert_int_eq(nvfp4_backend_sync(be, &err), NVFP4_OK);
+    dget(be, y, dy, sizeof y);
+    for (int i = 0; i < 5; i++)
+        for (int64_t c = 0; c < hidden; c++) {
+            float ref = syn_w(&s.lin, ids[i], c);
+            ck_assert_msg(memcmp(&y[i * hidden + c], &ref, 4) == 0 ||
+                              (y[i * hidden + c] == 0 && ref == 0),
+                          "row %d col %lld: %a vs %a", ids[i], (long long)c, y[i * hidden + c],
+                          ref);
+        }
+    nvfp4_backend_release(be, dids);
+    nvfp4_backend_release(be, dy);
+    nvfp4_kweight_free(w);
+    syn_free(&s);
+    nvfp4_backend_free(be);
+}
+END_TEST
+
+/* ---- row-wise ops -------------------------------------------------------------- */
+
+/* Compare a downloaded result with a float64 reference, |err| <= tol. */
+static void close_all(const float *got, const double *ref, size_t n, const double *tol,
+                      const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabs(got[i] - ref[i]) <= tol[i], "%s[%zu] = %.9g, reference %.9g (tol %g)",
+                      what, i, got[i], ref[i], tol[i]);
+}
+
+/* rmsnorm, silu_mul, softmax, logsoftmax, add, argmax against float64.
+ * Elementwise results (add, silu*up) are one or a few float32 roundings:
+ * 4 u relative.  Reductions over d terms: gamma_d relative to the sum of
+ * magnitudes, then a few roundings for the division/exp (8 u). */
+START_TEST(test_rowwise)
+{
+    enum { M = 5, D = 300, N = 5000 };
+    nvfp4_backend *be = open_gpu();
+    nvfp4_error err;
+    float *x = malloc(M * N * 4), *wt = malloc(D * 4), *y = malloc(M * N * 4);
+    double *ref = malloc(M * N * 8), *tol = malloc(M * N * 8);
+    float *dx, *dw, *dy, *db;
+    int32_t am[M], *dam;
+    const double u = ldexp(1.0, -24);
+
+    for (size_t i = 0; i < M * N; i++)
+        x[i] = frand(-4, 4);
+    for (size_t i = 0; i < D; i++)
+        wt[i] = frand(0.5f, 1.5f);
+    /* argmax ties: row 1 has its maximum twice, the first must win */
+    x[1 * N + 100] = 9.0f;
+    x[1 * N + 4000] = 9.0f;
+    dx = dput(be, x, M * N * 4);
+    dw = dput(be, wt, D * 4);
+    dy = dput(be, NULL, M * N * 4);
+
+    /* rmsnorm over rows of D (x viewed as [M, D]) */
+    ck_assert_int_eq(nvfp4_k_rmsnorm(be, dx, dw, M, D, 1e-6f, dy, &err), NVFP4_OK);
+    dget(be, y, dy, M * D * 4);
+    for (size_t r = 0; r < M; r++) {
+        double ss = 0;
+        for (size_t i = 0; i < D; i++)
+            ss += (double)x[r * D + i] * x[r * D + i];
+        for (size_t i = 0; i < D; i++) {
+            ref[r * D + i] = x[r * D + i] / sqrt(ss / D + 1e-6) * wt[i];
+            tol[r * D + i] = (gamma_n(D) + 8 * u) * fabs(ref[r * D + i]) + 1e-30;
+        }
+    }
+    close_all(y, ref, M * D, tol, "rmsnorm");
+
+    /* silu(gate) * up with inter = D/2 */
+    ck_assert_int_eq(nvfp4_k_silu_mul(be, dx, M, D / 2, dy, &err), NVFP4_OK);
+    dget(be, y, dy, M * (D / 2) * 4);
+    for (size_t r = 0; r < M; r++)
+        for (size_t i = 0; i < D / 2; i++) {
+            double g = x[r * D + i], up = x[r * D + D / 2 + i];
+            ref[r * (D / 2) + i] = g / (1.0 + exp(-g)) * up;
+            tol[r * (D / 2) + i] = 8 * u * fabs(ref[r * (D / 2) + i]) + 1e-30;
+        }
+    close_all(y, ref, M * (D / 2), tol, "silu_mul");
+
+    /* softmax and log-softmax over rows of N */
+    for (int lg = 0; lg < 2; lg++) {
+        ck_assert_int_eq(lg ? nvfp4_k_logsoftmax(be, dx, M, N, dy, &err)
+                            : nvfp4_k_softmax(be, dx, M, N, dy, &err),
+                         NVFP4_OK);
+        dget(be, y, dy, M * N * 4);
+        for (size_t r = 0; r < M; r++) {
+            double mx = -INFINITY, sum = 0;
+            for (size_t i = 0; i < N; i++)
+                mx = fmax(mx, x[r * N + i]);
+            for (size_t i = 0; i < N; i++)
+                sum += exp(x[r * N + i] - mx);
+            for (size_t i = 0; i < N; i++) {
+                double e = x[r * N + i] - mx;
+                ref[r * N + i] = lg ? e - log(sum) : exp(e) / sum;
+                /* the sum carries gamma_N; exp/log and the division a few u;
+                 * log-softmax values are differences of numbers up to |lse| */
+                tol[r * N + i] = lg ? (gamma_n(N) + 8 * u) * (fabs(e) + fabs(log(sum)) + 1)
+                                    : (gamma_n(N) + 8 * u) * ref[r * N + i] + 1e-30;
+            }
+        }
+        close_all(y, ref, M * N, tol, lg ? "logsoftmax" : "softmax");
+    }
+
+    /* add, in place on a */
+    db = dput(be, x + N, (M - 1) * N * 4);
+    ck_assert_int_eq(nvfp4_k_add(be, dx, db, (M - 1) * N, dx, &err), NVFP4_OK);
+    dget(be, y, dx, (M - 1) * N * 4);
+    for (size_t i = 0; i < (M - 1) * N; i++) {
+        float r = x[i] + x[N + i]; /* one float32 rounding: exact match */
+        ck_assert_msg(y[i] == r, "add[%zu] = %a, expected %a", i, y[i], r);
+    }
+
+    /* argmax, first index on ties */
+    nvfp4_backend_release(be, dx);
+    dx = dput(be, x, M * N * 4);
+    dam = dput(be, NULL, sizeof am);
+    ck_assert_int_eq(nvfp4_k_argmax(be, dx, M, N, dam, &err), NVFP4_OK);
+    dget(be, am, dam, sizeof am);
+    for (size_t r = 0; r < M; r++) {
+        size_t best = 0;
+        for (size_t i = 1; i < N; i++)
+            if (x[r * N + i] > x[r * N + best])
+                best = i;
+        ck_assert_int_eq(am[r], (int32_t)best);
+    }
+    ck_assert_int_eq(am[1], 100);
+    nvfp4_backend_release(be, dx);
+    nvfp4_backend_release(be, dw);
+    nvfp4_backend_release(be, dy);
+    nvfp4_backend_release(be, db);
+    nvfp4_backend_release(be, dam);
+    nvfp4_backend_free(be);
+    free(x);
+    free(wt);
+    free(y);
+    free(ref);
+    free(tol);
+}
+END_TEST
+
+/* RoPE, "rotate half", partial rotary (rot 32 of 64) and attn_factor; the
+ * angle is float32(pos * inv_freq) as HF forms it, then cos/sin in float64.
+ * cosf/sinf are faithful (< 2 ulp) on both vendors: tolerance 4 u relative
+ * per term plus the float32 rounding of the products (|x| <= 1). */
+START_TEST(test_rope)
+{
+    enum { M = 3, H = 4, HD = 64, ROT = 32 };
+    const int32_t pos[M] = {0, 5, 1000};
+    float x[M * H * HD], y[M * H * HD], invf[ROT / 2];
+    nvfp4_backend *be = open_gpu();
+    nvfp4_error err;
+    float *dx, *df;
+    int32_t *dp;
+    const float af = 0.75f;
+
+    for (int i = 0; i < M * H * HD; i++)
+        x[i] = frand(-1, 1);
+    for (int j = 0; j < ROT / 2; j++)
+        invf[j] = (float)pow(10000.0, -2.0 * j / ROT);
+    dx = dput(be, x, sizeof x);
+    df = dput(be, invf, sizeof invf);
+    dp = dput(be, pos, sizeof pos);
+    ck_assert_int_eq(nvfp4_k_rope(be, dx, dp, M, H, HD, ROT, df, af, &err), NVFP4_OK);
+    dget(be, y, dx, sizeof y);
+    for (int t = 0; t < M; t++)
+        for (int h = 0; h < H; h++) {
+            const float *xr = x + (t * H + h) * HD;
+            const float *yr = y + (t * H + h) * HD;
+            for (int j = 0; j < HD; j++) {
+                double ref;
+                if (j < ROT) {
+                    int jj = j % (ROT / 2);
+                    float ang = (float)pos[t] * invf[jj];
+                    double c = cos((double)ang) * af, s = sin((double)ang) * af;
+                    ref = j < ROT / 2 ? xr[j] * c - xr[j + ROT / 2] * s
+                                      : xr[j] * c + xr[j - ROT / 2] * s;
+                } else {
+                    ref = xr[j]; /* beyond rot_dim: untouched */
+                }
+                ck_assert_msg(fabs(yr[j] - ref) <= 1e-6, "rope t=%d h=%d j=%d: %.9g vs %.9g",
+                              t, h, j, yr[j], ref);
+            }
+        }
+    nvfp4_backend_free(be);
+}
+END_TEST
+
+/* Causal GQA attention with a KV cache: a prefill of 70 tokens (crossing the
+ * kernel's 64-position tile) then one decode token; caches checked exactly
+ * (they are copies).  Softmax-weighted sums of values in [-1, 1]: the
+ * float32 error is within gamma_ctx of the sum of |p v| <= 1, plus the
+ * score error (hd terms, |q k| <= 1 each, scaled) through exp: tolerance
+ * 1e-5 absolute. */
+START_TEST(test_attention)
+{
+    enum { NH = 4, NKV = 2, HD = 64, CTX = 80, M1 = 70 };
+    const size_t row = NKV * HD;
+    float *q = malloc((M1 + 1) * NH * HD * 4), *k = malloc((M1 + 1) * row * 4);
+    float *v = malloc((M1 + 1) * row * 4), *out = malloc(M1 * NH * HD * 4);
+    float *kc = malloc(CTX * row * 4);
+    nvfp4_backend *be = open_gpu();
+    nvfp4_error err;
+    float *dq, *dk, *dv, *dkc, *dvc, *dout;
+    const float scale = 0.125f;
+
+    for (size_t i = 0; i < (M1 + 1) * NH * HD; i++)
+        q[i] = frand(-1, 1);
+    for (size_t i = 0; i < (M1 + 1) * row; i++) {
+        k[i] = frand(-1, 1);
+        v[i] = frand(-1, 1);
+    }
+    dkc = dput(be, NULL, CTX * row * 4);
+    dvc = dput(be, NULL, CTX * row * 4);
+    dout = dput(be, NULL, M1 * NH * HD * 4);
+    for (int step = 0; step < 2; step++) {
+        const size_t pos0 = step ? M1 : 0, m = step ? 1 : M1;
+        dq = dput(be, q + pos0 * NH * HD, m * NH * HD * 4);
+        dk = dput(be, k + pos0 * row, m * row * 4);
+        dv = dput(be, v + pos0 * row, m * row * 4);
+        ck_assert_int_eq(nvfp4_k_attention(be, dq, dk, dv, dkc, dvc, CTX, pos0, m, NH, NKV, HD,
+                                           scale, dout, &err),
+                         NVFP4_OK);
+        dget(be, out, dout, m * NH * HD * 4);
+        for (size_t i = 0; i < m; i++)
+            for (int h = 0; h < NH; h++) {
+                const size_t len = pos0 + i + 1, kvh = h / (NH / NKV);
+                double *p = malloc(len * 8), mx = -INFINITY, sum = 0;
+                for (size_t j = 0; j < len; j++) {
+                    double d = 0;
+                    for (int c = 0; c < HD; c++)
+                        d += (double)q[((pos0 + i) * NH + h) * HD + c] * k[j * row + kvh * HD + c];
+                    p[j] = d * scale;
+                    mx = fmax(mx, p[j]);
+                }
+                for (size_t j = 0; j < len; j++)
+                    sum += (p[j] = exp(p[j] - mx));
+                for (int c = 0; c < HD; c++) {
+                    double ref = 0;
+                    for (size_t j = 0; j < len; j++)
+                        ref += p[j] / sum * v[j * row + kvh * HD + c];
+                    ck_assert_msg(fabs(out[(i * NH + h) * HD + c] - ref) <= 1e-5,
+                                  "attention pos %zu head %d dim %d: %.9g vs %.9g", pos0 + i,
+                                  h, c, out[(i * NH + h) * HD + c], ref);
+                }
+                free(p);
+            }
+        nvfp4_backend_release(be, dq);
+        nvfp4_backend_release(be, dk);
+        nvfp4_backend_release(be, dv);
+    }
+    dget(be, kc, dkc, (M1 + 1) * row * 4);
+    ck_assert(memcmp(kc, k, (M1 + 1) * row * 4) == 0);
+    dget(be, kc, dvc, (M1 + 1) * row * 4);
+    ck_assert(memcmp(kc, v, (M1 + 1) * row * 4) == 0);
+    nvfp4_backend_free(be);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(kc);
+}
+END_TEST
+
+/* Router: softmax, top k with the lower index first on ties, renormalised
+ * or not.  Row 2 repeats one logit at experts 3, 9 and 40. */
+START_TEST(test_topk)
+{
+    enum { M = 4, E = 64, K = 6 };
+    float lg[M * E], w[M * K];
+    int32_t idx[M * K];
+    nvfp4_backend *be = open_gpu();
+    nvfp4_error err;
+    float *dl, *dw;
+    int32_t *di;
+
+    for (int i = 0; i < M * E; i++)
+        lg[i] = frand(-3, 3);
+    lg[2 * E + 3] = lg[2 * E + 9] = lg[2 * E + 40] = 5.0f;
+    dl = dput(be, lg, sizeof lg);
+    dw = dput(be, NULL, sizeof w);
+    di = dput(be, NULL, sizeof idx);
+    for (int renorm = 0; renorm < 2; renorm++) {
+        ck_assert_int_eq(nvfp4_k_topk(be, dl, M, E, K, renorm, di, dw, &err), NVFP4_OK);
+        dget(be, idx, di, sizeof idx);
+        dget(be, w, dw, sizeof w);
+        for (int r = 0; r < M; r++) {
+            double mx = -INFINITY, sum = 0, p[E], chosen = 0;
+            int used[E] = {0}, ref[K];
+            for (int i = 0; i < E; i++)
+                mx = fmax(mx, lg[r * E + i]);
+            for (int i = 0; i < E; i++)
+                sum += (p[i] = exp(lg[r * E + i] - mx));
+            for (int j = 0; j < K; j++) {
+                int b = -1;
+                for (int i = 0; i < E; i++)
+                    if (!used[i] && (b < 0 || lg[r * E + i] > lg[r * E + b]))
+                        b = i;
+                used[b] = 1;
+                ref[j] = b;
+                chosen += p[b] / sum;
+            }
+            for (int j = 0; j < K; j++) {
+                double rw = p[ref[j]] / sum / (renorm ? chosen : 1.0);
+                ck_assert_msg(idx[r * K + j] == ref[j], "row %d slot %d: expert %d, expected %d",
+                              r, j, idx[r * K + j], ref[j]);
+                /* softmax of 64 terms and one more division: 1e-6 relative */
+                ck_assert_msg(fabs(w[r * K + j] - rw) <= 1e-6 * rw, "weight %g vs %g",
+                              w[r * K + j], rw);
+            }
+        }
+        ck_assert(idx[2 * K] == 3 && idx[2 * K + 1] == 9 && idx[2 * K + 2] == 40);
+    }
+    nvfp4_backend_free(be);
+}
+END_TEST
+
+/* MoE (§6), W4A16 experts: y[t] = sum_j w_j * W2_e (silu(g) * u), (g, u) =
+ * W13_e x.  Reference in float64 from the §2 weights.  Error: the first
+ * product carries gamma_H relative to its magnitude, silu*up a few u, the
+ * second gamma_I: 1e-5 of the magnitude sum |w_j| |W2| |a| is well above
+ * that (and far below the size of a wrong expert or slot). */
+START_TEST(test_moe)
+{
+    enum { E = 6, H = 64, I = 32, M = 5, K = 2 };
+    syn_linear w13[E], w2[E];
+    nvfp4_kweight *k13[E], *k2[E];
+    float x[M * H], y[M * H], rw[M * K];
+    int32_t idx[M * K] = {0, 5, 3, 0, 5, 4, 2, 1, 0, 3};
+    nvfp4_backend *be = open_gpu();
+    nvfp4_error err;
+    float *dx, *dy, *dw;
+    int32_t *di;
+
+    for (int e = 0; e < E; e++) {
+        syn_make(&w13[e], "w13", NVFP4_SCHEME_W4A16, 2 * I, H, 0.01f, 0.0f);
+        syn_make(&w2[e], "w2", NVFP4_SCHEME_W4A16, H, I, 0.01f, 0.0f);
+        k13[e] = kup(be, &w13[e].lin, 1);
+        k2[e] = kup(be, &w2[e].lin, 1);
+    }
+    for (int i = 0; i < M * H; i++)
+        x[i] = frand(-1, 1);
+    for (int i = 0; i < M * K; i++)
+        rw[i] = frand(0.1f, 0.9f);
+    dx = dput(be, x, sizeof x);
+    dy = dput(be, NULL, sizeof y);
+    dw = dput(be, rw, sizeof rw);
+    di = dput(be, idx, sizeof idx);
+    ck_assert_msg(nvfp4_k_moe(be, k13, k2, E, dx, M, di, dw, K, dy, &err) == NVFP4_OK, "%s",
+                  err.text);
+    ck_assert_int_eq(nvfp4_backend_sync(be, &err), NVFP4_OK);
+    dget(be, y, dy, sizeof y);
+    for (int t = 0; t < M; t++)
+        for (int h = 0; h < H; h++) {
+            double ref = 0, mag = 0;
+            for (int j = 0; j < K; j++) {
+                const int e = idx[t * K + j];
+                double a[I], o = 0, om = 0;
+                for (int i = 0; i < I; i++) {
+                    double g = 0, u = 0;
+                    for (int c = 0; c < H; c++) {
+                        g += (double)syn_w(&w13[e].lin, i, c) * x[t * H + c];
+                        u += (double)syn_w(&w13[e].lin, I + i, c) * x[t * H + c];
+                    }
+                    a[i] = g / (1 + exp(-g)) * u;
+                }
+                for (int i = 0; i < I; i++) {
+                    o += syn_w(&w2[e].lin, h, i) * a[i];
+                    om += fabs(syn_w(&w2[e].lin, h, i) * a[i]);
+                }
+                ref += rw[t * K + j] * o;
+                mag += rw[t * K + j] * om;
+            }
+            ck_assert_msg(fabs(y[t * H + h] - ref) <= 1e-5 * mag + 1e-30,
+                          "moe y[%d][%d] = %.9g, reference %.9g (mag %g)", t, h, y[t * H + h],
+                          ref, mag);
+        }
+    for (int e = 0; e < E; e++) {
+        nvfp4_kweight_free(k13[e]);
+        nvfp4_kweight_free(k2[e]);
+        syn_free(&w13[e]);
+        syn_free(&w2[e]);
+    }
+    nvfp4_backend_free(be);
+}
+END_TEST
+
+/* Device OOM is a status with the runtime's word for it, never an abort. */
+START_TEST(test_oom)
+{
+    nvfp4_backend *be = open_gpu();
+    nvfp4_error err;
+    void *p = nvfp4_backend_alloc(be, (size_t)1 << 60, &err);
+
+    ck_assert_ptr_null(p);
+    ck_assert_int_eq(err.status, NVFP4_ERR_DEVICE_OOM);
+    ck_assert_msg(strstr(err.text, "allocating 1152921504606846976 bytes of device memory"),
+                  "%s", err.text);
+    /* and the backend still works afterwards */
+    p = nvfp4_backend_alloc(be, 1024, &err);
+    ck_assert_ptr_nonnull(p);
+    nvfp4_backend_release(be, p);
+    nvfp4_backend_free(be);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s;
+    TCase *tc;
+    SRunner *sr;
+    int failed;
+    const char *want = getenv("NVFP4_TEST_GPU_BACKEND");
+
+#ifdef GPU_MODULE_DIR
+    setenv("NVFP4_BACKEND_PATH", GPU_MODULE_DIR, 0);
+#endif
+    if (want && *want)
+        gpu_name = nvfp4_backend_available(want) ? want : NULL;
+    else
+        gpu_name = nvfp4_backend_available("cuda") ? "cuda"
+                   : nvfp4_backend_available("hip") ? "hip" : NULL;
+    if (!gpu_name) {
+        fprintf(stderr, "test-gpu: SKIP: no usable GPU backend (%s); registered:",
+                want && *want ? want : "cuda, hip");
+        for (size_t i = 0; i < nvfp4_backend_count(); i++)
+            fprintf(stderr, " %s%s", nvfp4_backend_name_at(i),
+                    nvfp4_backend_available(nvfp4_backend_name_at(i)) ? "" : " (no device)");
+        fprintf(stderr, "\n");
+        return 77;
+    }
+    s = suite_create("gpu");
+    tc = tcase_create(gpu_name);
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_linear_w4a16);
+    tcase_add_test(tc, test_linear_w4a4_fixture);
+    tcase_add_test(tc, test_linear_dense);
+    tcase_add_test(tc, test_embed);
+    tcase_add_test(tc, test_rowwise);
+    tcase_add_test(tc, test_rope);
+    tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_topk);
+    tcase_add_test(tc, test_moe);
+    tcase_add_test(tc, test_oom);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    /* One process: the GPU runtime was initialised above (availability)
+     * and cannot be used in a fork()ed child. */
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
