@@ -22,8 +22,8 @@ typedef struct {
     cpu_isa isa;
 } cpu_ctx;
 
-/* Repacked NVFP4 layout (see cpu-linear.c): chunks of 256 weights (16
- * blocks) in 128 bytes, the tail chunk of c < 16 blocks in 8*c bytes. */
+/* The CHUNK layout (see cpu-linear.c): chunks of 256 weights (16 blocks)
+ * in 128 bytes, the tail chunk of c < 16 blocks in 8*c bytes. */
 #define CPU_CHUNK 256
 #define CPU_CHUNK_BLOCKS 16
 #define CPU_CHUNK_BYTES 128
@@ -34,8 +34,12 @@ typedef struct {
     int64_t rows;
 } cpu_dense_part;
 
+#define CPU_LAYOUT_BLOCK 0   /* float kernels */
+#define CPU_LAYOUT_CHUNK 1   /* the VNNI int8 kernel */
+
 typedef struct {
     nvfp4_kweight_desc d;
+    int layout;         /* CPU_LAYOUT_*, NVFP4 only */
     /* NVFP4 */
     uint8_t *packed;    /* [n, k/2], repacked row by row */
     uint8_t *scales;    /* [n, k/16] E4M3, row-major as in the file */
@@ -49,6 +53,7 @@ typedef struct {
 } cpu_kweight;
 
 int cpu_nthreads(const cpu_ctx *c);
+void cpu_tables_init(void);
 void *cpu_aligned_alloc(size_t bytes);
 
 void *cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t nparts,

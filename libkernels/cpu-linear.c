@@ -1,23 +1,28 @@
 /* The CPU backend's Linear: NVFP4 (W4A16, W4A4) and unquantized weights.
  *
  * Dequantization is fused into the matrix products: the weight is never
- * expanded to float32 in memory.  At upload the packed E2M1 nibbles are
- * repacked, chunk by chunk (256 weights = 16 blocks of §2), so that one
- * 64-byte load feeds two SIMD steps:
+ * expanded to float32 in memory.  At upload the packed E2M1 nibbles of each
+ * row are repacked (same 4 bits per weight; the E4M3 block scales stay
+ * bytes, so the kernels read 4.5 bits per weight) into one of two layouts:
  *
- *   step s = 0..3 covers elements 4s..4s+3 of each of the 16 blocks; its
- *   byte i = 4j + e (block j, element 4s + e) is the low nibble (s even) or
- *   the high nibble (s odd) of byte i of plane P(s/2); P0 then P1, 64 bytes
- *   each.  A tail chunk of c < 16 blocks uses 4c bytes per plane.
+ * BLOCK (float kernels: W4A16, and W4A4 without VNNI).  Each block of 16
+ *   (§2) is one 64-bit word whose low 32 bits hold the even elements and
+ *   high 32 bits the odd ones, nibble i of each half being element 2i (or
+ *   2i+1).  Broadcasting the word to a zmm register and shifting dword lane
+ *   l right by 4*(l/2) leaves element l's code in the low bits of lane l;
+ *   vpermps then maps it through the 16-entry E2M1 table and a multiply by
+ *   the block scale gives §2's float32 weight exactly: one shuffle per 16
+ *   weights, activations in their natural order.
  *
- * With 4 consecutive bytes of one block per 32-bit lane, AVX-512 VNNI's
- * vpdpbusd sums exactly one block per lane, so in W4A4 mode (both operands
- * on the E2M1 grid, §5) the 16 products of a block are an exact integer and
- * the two block scales are applied once per block in float32.  The float
- * paths (W4A16; W4A4 without VNNI) sum code * x per block and then multiply
- * by the block scale: the same value as (code * scale) * x up to float32
- * rounding.  Block scales stay as the E4M3 bytes of the file (4.5 bits per
- * weight in memory) and are decoded in the loop.
+ * CHUNK (the AVX-512 VNNI W4A4 kernel).  Chunks of 256 weights (16 blocks)
+ *   in 128 bytes: step s = 0..3 covers elements 4s..4s+3 of every block;
+ *   its byte i = 4j + e (block j, element 4s + e) is the low nibble (s even)
+ *   or high nibble (s odd) of byte i of plane P(s/2), P0 then P1, 64 bytes
+ *   each; a tail chunk of c < 16 blocks uses 4c bytes per plane.  With 4
+ *   consecutive elements of one block per 32-bit lane, vpdpbusd sums exactly
+ *   one block per lane: in W4A4 both operands lie on the E2M1 grid (§5), so
+ *   the 16 products of a block form an exact integer and the two block
+ *   scales are applied once per block in float32.
  *
  * Outputs (rows) are partitioned across threads; every output is reduced by
  * one thread in a fixed order, so results do not depend on thread count.
@@ -25,6 +30,7 @@
 #include "config.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,18 +45,74 @@
 #define CPU_X86 1
 #endif
 
+/* Block scales decoded per stretch of a row (floats on the stack). */
+#define CPU_SCALE_SEG 512
+
 static const float e2m1_f[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                  -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-/* ---- layout -------------------------------------------------------------- */
+/* The part of the contraction one kernel call covers: blocks of 16 (or
+ * chunks, for the VNNI kernel) [b0, b1), added to y when acc != 0.  The
+ * driver walks k in such stretches so that the activations of a token tile
+ * stay in L1 while a tile of rows passes over them. */
+typedef struct {
+    size_t b0, b1;
+    int acc;
+    int packed;     /* float kernels: x is packed per token tile (pack_x) */
+} krange;
+
+/* Activations of the float kernels for m > 1, packed per tile of 8 tokens
+ * as [block][token][16] (zero rows past m): the 8 loads that meet one
+ * decoded block are then consecutive, instead of 8 streams k floats apart
+ * that fight over the same L1 sets. */
+static void pack_x(const float *x, size_t m, size_t k, float *xp)
+{
+    const size_t nb = k / 16;
+    for (size_t t0 = 0; t0 < m; t0 += 8) {
+        float *tile = xp + (t0 / 8) * nb * 128;
+        for (size_t b = 0; b < nb; b++)
+            for (size_t t = 0; t < 8; t++) {
+                float *dst = tile + b * 128 + t * 16;
+                if (t0 + t < m)
+                    memcpy(dst, x + (t0 + t) * k + 16 * b, 16 * sizeof(float));
+                else
+                    memset(dst, 0, 16 * sizeof(float));
+            }
+    }
+}
+
+/* Address of token t0+t's block b for the float kernels. */
+static inline const float *xblock(const float *x, size_t k, size_t t0, size_t t, size_t b,
+                                  int packed)
+{
+    return packed ? x + (t0 / 8) * (k / 16) * 128 + b * 128 + t * 16
+                  : x + (t0 + t) * k + 16 * b;
+}
+
+/* E4M3 byte -> float (§1), from libquant's decoder once. */
+static float e4m3_table[256];
+static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
+
+static void e4m3_table_fill(void)
+{
+    for (int i = 0; i < 256; i++)
+        e4m3_table[i] = nvfp4_fp8_e4m3_decode((uint8_t)i);
+}
+
+void cpu_tables_init(void)
+{
+    pthread_once(&e4m3_once, e4m3_table_fill);
+}
+
+/* ---- layouts ---------------------------------------------------------------- */
 
 static size_t chunks_of(int64_t k)
 {
     return ((size_t)k + CPU_CHUNK - 1) / CPU_CHUNK;
 }
 
-/* Position of element E (0..255) of a chunk with C blocks: byte offset and
- * whether it is the high nibble. */
+/* CHUNK layout: byte offset and nibble of element E (0..255) of a chunk
+ * holding C blocks. */
 static inline void chunk_pos(unsigned e, unsigned c, unsigned *byte, unsigned *hi)
 {
     unsigned j = e / 16, r = e % 16, s = r / 4;
@@ -58,13 +120,29 @@ static inline void chunk_pos(unsigned e, unsigned c, unsigned *byte, unsigned *h
     *hi = s & 1;
 }
 
+/* BLOCK layout: nibble index (0..15, little-endian in the 64-bit word) of
+ * element E (0..15) of a block. */
+static inline unsigned block_nib(unsigned e)
+{
+    return (e & 1) ? 8 + e / 2 : e / 2;
+}
+
 /* Repack one row of K/2 bytes from the file layout (§2: element 2i in the
  * low nibble of byte i). */
-static void repack_row(const uint8_t *src, int64_t k, uint8_t *dst)
+static void repack_row(const uint8_t *src, int64_t k, int layout, uint8_t *dst)
 {
     size_t nb = (size_t)k / NVFP4_BLOCK;
 
     memset(dst, 0, (size_t)k / 2);
+    if (layout == CPU_LAYOUT_BLOCK) {
+        for (size_t b = 0; b < nb; b++)
+            for (unsigned e = 0; e < 16; e++) {
+                uint8_t code = (src[b * 8 + e / 2] >> (4 * (e & 1))) & 0xF;
+                unsigned nib = block_nib(e);
+                dst[b * 8 + nib / 2] |= (uint8_t)(code << (4 * (nib & 1)));
+            }
+        return;
+    }
     for (size_t ch = 0; ch * CPU_CHUNK_BLOCKS < nb; ch++) {
         unsigned c = (unsigned)(nb - ch * CPU_CHUNK_BLOCKS < CPU_CHUNK_BLOCKS
                                     ? nb - ch * CPU_CHUNK_BLOCKS
@@ -81,9 +159,26 @@ static void repack_row(const uint8_t *src, int64_t k, uint8_t *dst)
     }
 }
 
-/* A full-size copy of chunk CH of a row (zero-padded when it is the tail),
- * so that the SIMD kernels only ever see whole chunks.  Returns the pointer
- * to use: the row itself when the chunk is whole. */
+/* Code of element I of a repacked row. */
+static inline unsigned code_at(const cpu_kweight *w, const uint8_t *row, size_t i)
+{
+    size_t b = i / 16;
+    if (w->layout == CPU_LAYOUT_BLOCK) {
+        unsigned nib = block_nib((unsigned)(i % 16));
+        return (row[b * 8 + nib / 2] >> (4 * (nib & 1))) & 0xF;
+    } else {
+        size_t nb = (size_t)w->d.k / 16, ch = b / CPU_CHUNK_BLOCKS;
+        unsigned c = (unsigned)(nb - ch * CPU_CHUNK_BLOCKS < CPU_CHUNK_BLOCKS
+                                    ? nb - ch * CPU_CHUNK_BLOCKS
+                                    : CPU_CHUNK_BLOCKS);
+        unsigned byte, hi;
+        chunk_pos((unsigned)(i % CPU_CHUNK), c, &byte, &hi);
+        return (row[ch * CPU_CHUNK_BYTES + byte] >> (4 * hi)) & 0xF;
+    }
+}
+
+/* A full-size copy of chunk CH of a CHUNK-layout row (zero-padded when it
+ * is the tail), so that the kernel only ever sees whole chunks. */
 static inline const uint8_t *chunk_bytes(const uint8_t *row, const uint8_t *srow, size_t nb,
                                          size_t ch, uint8_t *wbuf, uint8_t *sbuf,
                                          const uint8_t **sc)
@@ -103,135 +198,32 @@ static inline const uint8_t *chunk_bytes(const uint8_t *row, const uint8_t *srow
     return wbuf;
 }
 
-/* Activations for the float kernels: each row in the order of the weight
- * planes (chunk, step s, byte i = 4j + e), zero-padded to whole chunks. */
-static void repack_x_row(const float *x, int64_t k, float *xr)
+/* ---- scalar kernel ------------------------------------------------------------- */
+
+/* y[t*n + r] for tokens t0..t0+nt-1 of row r; x in the file order. */
+static void row_scalar(const cpu_kweight *w, int64_t r, const float *x, size_t t0,
+                       const krange *kr, size_t nt, float *y)
 {
-    size_t nch = chunks_of(k);
-
-    memset(xr, 0, nch * CPU_CHUNK * sizeof(float));
-    for (size_t i = 0; i < (size_t)k; i++) {
-        size_t ch = i / CPU_CHUNK;
-        unsigned e = (unsigned)(i % CPU_CHUNK), j = e / 16, r = e % 16;
-        xr[ch * CPU_CHUNK + (r / 4) * 64 + 4 * j + r % 4] = x[i];
-    }
-}
-
-/* E4M3 byte -> float; the registry's callers come through libquant's
- * validation, and upload rejects NaN and negative scales again (§8). */
-static float e4m3_table[256];
-
-static void e4m3_table_init(void)
-{
-    static int done;
-    if (done)
-        return;
-    for (int i = 0; i < 256; i++)
-        e4m3_table[i] = nvfp4_fp8_e4m3_decode((uint8_t)i);
-    done = 1;
-}
-
-/* ---- scalar kernels ------------------------------------------------------ */
-
-/* y[t*n + r] for tokens t0..t1 of row r; x in the file order. */
-static void row_scalar(const cpu_kweight *w, int64_t r, const float *x, size_t t0, size_t t1,
-                       float *y)
-{
-    const int64_t k = w->d.k, n = w->d.n;
-    const size_t nb = (size_t)k / NVFP4_BLOCK;
-    const uint8_t *row = w->packed + (size_t)r * (size_t)k / 2;
+    const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
+    const uint8_t *row = w->packed + (size_t)r * k / 2;
     const uint8_t *srow = w->scales + (size_t)r * nb;
     const float s2 = w->d.weight_scale_2;
 
-    for (size_t t = t0; t < t1; t++) {
-        const float *xt = x + t * (size_t)k;
+    for (size_t t = t0; t < t0 + nt; t++) {
+        const float *xt = x + t * k;
         float acc = 0.0f;
 
-        for (size_t b = 0; b < nb; b++) {
-            size_t ch = b / CPU_CHUNK_BLOCKS;
-            unsigned c = (unsigned)(nb - ch * CPU_CHUNK_BLOCKS < CPU_CHUNK_BLOCKS
-                                        ? nb - ch * CPU_CHUNK_BLOCKS
-                                        : CPU_CHUNK_BLOCKS);
-            const uint8_t *cb = row + ch * CPU_CHUNK_BYTES;
-            float sum = 0.0f;
-
-            for (unsigned e = 0; e < 16; e++) {
-                unsigned byte, hi;
-                chunk_pos((unsigned)(b % CPU_CHUNK_BLOCKS) * 16 + e, c, &byte, &hi);
-                sum += e2m1_f[(cb[byte] >> (4 * hi)) & 0xF] * xt[b * 16 + e];
-            }
-            /* §2's block scale: E4M3 times the global scale, rounded once */
-            acc += sum * (e4m3_table[srow[b]] * s2);
+        for (size_t b = kr->b0; b < kr->b1; b++) {
+            /* §2: block scale times global scale first, then the code */
+            float bs = e4m3_table[srow[b]] * s2;
+            for (unsigned e = 0; e < 16; e++)
+                acc += (e2m1_f[code_at(w, row, b * 16 + e)] * bs) * xt[b * 16 + e];
         }
-        y[t * (size_t)n + (size_t)r] = acc;
+        y[t * n + (size_t)r] = kr->acc ? y[t * n + (size_t)r] + acc : acc;
     }
 }
 
 #ifdef CPU_X86
-/* ---- AVX2 float kernel --------------------------------------------------- */
-
-/* Up to 8 tokens of one row; xr = repacked activations, stride kp floats. */
-__attribute__((target("avx2,fma"))) static void
-row_avx2(const cpu_kweight *w, int64_t r, const float *xr, size_t kp, size_t t0, size_t nt,
-         float *y)
-{
-    const int64_t k = w->d.k, n = w->d.n;
-    const size_t nb = (size_t)k / NVFP4_BLOCK, nch = chunks_of(k);
-    const uint8_t *row = w->packed + (size_t)r * (size_t)k / 2;
-    const uint8_t *srow = w->scales + (size_t)r * nb;
-    const float s2 = w->d.weight_scale_2;
-    const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
-    const __m256i eight = _mm256_set1_epi32(8);
-    __m256 acc[8];
-    uint8_t wbuf[CPU_CHUNK_BYTES], sbuf[CPU_CHUNK_BLOCKS];
-
-    for (size_t t = 0; t < nt; t++)
-        acc[t] = _mm256_setzero_ps();
-    for (size_t ch = 0; ch < nch; ch++) {
-        const uint8_t *sc;
-        const uint8_t *cb = chunk_bytes(row, srow, nb, ch, wbuf, sbuf, &sc);
-        float bs[CPU_CHUNK_BLOCKS];
-
-        for (int j = 0; j < CPU_CHUNK_BLOCKS; j++)
-            bs[j] = e4m3_table[sc[j]] * s2;
-        /* group g: bytes 8g..8g+7 of every step = blocks 2g and 2g+1 */
-        for (int g = 0; g < 8; g++) {
-            __m256 part[8];
-            const __m256 scale =
-                _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(bs[2 * g])),
-                                     _mm_set1_ps(bs[2 * g + 1]), 1);
-
-            for (size_t t = 0; t < nt; t++)
-                part[t] = _mm256_setzero_ps();
-            for (int p = 0; p < 2; p++) {
-                __m128i b8 = _mm_loadl_epi64((const __m128i *)(cb + 64 * p + 8 * g));
-                __m256i v = _mm256_cvtepu8_epi32(b8);
-                for (int h = 0; h < 2; h++) {
-                    __m256i nib = h ? _mm256_srli_epi32(v, 4) : v;
-                    /* magnitude from the low 3 bits, sign from bit 3 */
-                    __m256 m = _mm256_permutevar8x32_ps(mag, nib);
-                    __m256i sg = _mm256_slli_epi32(_mm256_and_si256(nib, eight), 28);
-                    __m256 code = _mm256_xor_ps(m, _mm256_castsi256_ps(sg));
-                    size_t off = ch * CPU_CHUNK + (size_t)(2 * p + h) * 64 + 8 * (size_t)g;
-                    for (size_t t = 0; t < nt; t++)
-                        part[t] = _mm256_fmadd_ps(
-                            code, _mm256_loadu_ps(xr + (t0 + t) * kp + off), part[t]);
-                }
-            }
-            for (size_t t = 0; t < nt; t++)
-                acc[t] = _mm256_fmadd_ps(part[t], scale, acc[t]);
-        }
-    }
-    for (size_t t = 0; t < nt; t++) {
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
-        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        y[(t0 + t) * (size_t)n + (size_t)r] = _mm_cvtss_f32(s);
-    }
-}
-
-/* ---- AVX-512 float kernel ------------------------------------------------ */
-
 /* 16 E4M3 bytes -> float32 * s2.  The E4M3 bits placed in a half's fields
  * give value * 2^-8 exactly (subnormals included, and no float32
  * denormals), so one exact multiply by 256 recovers the E4M3 value before
@@ -247,59 +239,143 @@ scales16_avx512(const uint8_t *sc, __m512 s2)
     return _mm512_mul_ps(v, s2);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
-row_avx512(const cpu_kweight *w, int64_t r, const float *xr, size_t kp, size_t t0, size_t nt,
-           float *y)
+/* ---- AVX2 float kernel (BLOCK layout) ------------------------------------------ */
+
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
+row_avx2_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
+              size_t nt,
+              float *y)
 {
-    const int64_t k = w->d.k, n = w->d.n;
-    const size_t nb = (size_t)k / NVFP4_BLOCK, nch = chunks_of(k);
-    const uint8_t *row = w->packed + (size_t)r * (size_t)k / 2;
+    const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
+    const uint8_t *row = w->packed + (size_t)r * k / 2;
+    const uint8_t *srow = w->scales + (size_t)r * nb;
+    const float s2 = w->d.weight_scale_2;
+    const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    const __m256i eight = _mm256_set1_epi32(8);
+    const __m256i sh0 = _mm256_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12);
+    const __m256i sh1 = _mm256_setr_epi32(16, 16, 20, 20, 24, 24, 28, 28);
+    /* few tokens: two accumulators per token to hide the FMA latency */
+    const size_t na = nt <= 2 ? 2 : 1;
+    /* acc[t * na + a]: at most 8 registers, small enough for GCC to keep
+     * every one in a register */
+    __m256 acc[8];
+
+    #pragma GCC unroll 8
+    for (size_t t = 0; t < nt; t++)
+        #pragma GCC unroll 4
+        for (size_t a = 0; a < na; a++)
+            acc[t * na + a] = _mm256_setzero_ps();
+    for (size_t b = kr->b0; b < kr->b1; b++) {
+        uint64_t q;
+        __m256i v;
+        /* §2: block scale times global scale, rounded once */
+        const __m256 bs = _mm256_set1_ps(e4m3_table[srow[b]] * s2);
+
+        memcpy(&q, row + 8 * b, 8);
+        v = _mm256_set1_epi64x((long long)q);
+        for (int h = 0; h < 2; h++) {
+            __m256i nib = _mm256_srlv_epi32(v, h ? sh1 : sh0);
+            /* magnitude from the low 3 bits, sign from bit 3 */
+            __m256 m = _mm256_permutevar8x32_ps(mag, nib);
+            __m256i sg = _mm256_slli_epi32(_mm256_and_si256(nib, eight), 28);
+            __m256 wv = _mm256_mul_ps(_mm256_xor_ps(m, _mm256_castsi256_ps(sg)), bs);
+            #pragma GCC unroll 8
+            for (size_t t = 0; t < nt; t++)
+                acc[t * na + h % na] = _mm256_fmadd_ps(
+                    wv, _mm256_loadu_ps(xblock(x, k, t0, t, b, kr->packed) + 8 * (size_t)h),
+                    acc[t * na + h % na]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (size_t t = 0; t < nt; t++) {
+        __m256 v = na == 2 ? _mm256_add_ps(acc[2 * t], acc[2 * t + 1]) : acc[t];
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        float *yo = y + (t0 + t) * n + (size_t)r;
+        *yo = kr->acc ? *yo + _mm_cvtss_f32(s) : _mm_cvtss_f32(s);
+    }
+}
+
+/* ---- AVX-512 float kernel (BLOCK layout) ------------------------------------------ */
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __attribute__((always_inline)) void
+row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
+                size_t nt,
+                float *y)
+{
+    const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
+    const uint8_t *row = w->packed + (size_t)r * k / 2;
     const uint8_t *srow = w->scales + (size_t)r * nb;
     const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
     const __m512 lut = _mm512_loadu_ps(e2m1_f);
+    /* lane l takes nibble l/2 of the low (l even) or high (l odd) half */
+    const __m512i shifts =
+        _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
+    /* few tokens: four accumulators per token to hide the FMA latency */
+    const size_t na = nt <= 2 ? 4 : 1;
+    /* acc[t * na + a]: at most 8 registers, small enough for GCC to keep
+     * every one in a register */
     __m512 acc[8];
-    uint8_t wbuf[CPU_CHUNK_BYTES], sbuf[CPU_CHUNK_BLOCKS];
+    /* block scales of a stretch of the row, decoded 16 at a time and stored
+     * well before they are read back as broadcasts (a load right behind a
+     * wide store of the same line would stall on store forwarding) */
+    float bsa[CPU_SCALE_SEG];
 
+    #pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++)
-        acc[t] = _mm512_setzero_ps();
-    for (size_t ch = 0; ch < nch; ch++) {
-        const uint8_t *sc;
-        const uint8_t *cb = chunk_bytes(row, srow, nb, ch, wbuf, sbuf, &sc);
-        const __m512 bs = scales16_avx512(sc, s2);
-        const float *xc = xr + t0 * kp + ch * CPU_CHUNK;
+        #pragma GCC unroll 4
+        for (size_t a = 0; a < na; a++)
+            acc[t * na + a] = _mm512_setzero_ps();
+    for (size_t seg = kr->b0; seg < kr->b1; seg += CPU_SCALE_SEG) {
+        const size_t cnt = kr->b1 - seg < CPU_SCALE_SEG ? kr->b1 - seg : CPU_SCALE_SEG;
 
-        /* quarter q: bytes 16q..16q+15 of every step = blocks 4q..4q+3 */
-        for (int q = 0; q < 4; q++) {
-            const __m512i sel = _mm512_set_epi32(4 * q + 3, 4 * q + 3, 4 * q + 3, 4 * q + 3,
-                                                 4 * q + 2, 4 * q + 2, 4 * q + 2, 4 * q + 2,
-                                                 4 * q + 1, 4 * q + 1, 4 * q + 1, 4 * q + 1,
-                                                 4 * q, 4 * q, 4 * q, 4 * q);
-            const __m512 scale = _mm512_permutexvar_ps(sel, bs);
-            __m512 part[8];
-
-            for (size_t t = 0; t < nt; t++)
-                part[t] = _mm512_setzero_ps();
-            for (int p = 0; p < 2; p++) {
-                __m512i v = _mm512_cvtepu8_epi32(
-                    _mm_loadu_si128((const __m128i *)(cb + 64 * p + 16 * q)));
-                /* vpermps reads only the low 4 index bits: no mask needed */
-                __m512 c0 = _mm512_permutexvar_ps(v, lut);
-                __m512 c1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
-                const float *x0 = xc + (size_t)(2 * p) * 64 + 16 * (size_t)q;
-                for (size_t t = 0; t < nt; t++) {
-                    part[t] = _mm512_fmadd_ps(c0, _mm512_loadu_ps(x0 + t * kp), part[t]);
-                    part[t] = _mm512_fmadd_ps(c1, _mm512_loadu_ps(x0 + 64 + t * kp), part[t]);
-                }
+        for (size_t g = 0; g < cnt; g += 16) {
+            uint8_t sbuf[16];
+            const uint8_t *sc = srow + seg + g;
+            if (cnt - g < 16) {
+                memset(sbuf, 0, sizeof(sbuf));
+                memcpy(sbuf, sc, cnt - g);
+                sc = sbuf;
             }
-            for (size_t t = 0; t < nt; t++)
-                acc[t] = _mm512_fmadd_ps(part[t], scale, acc[t]);
+            _mm512_storeu_ps(bsa + g, scales16_avx512(sc, s2));
+        }
+        for (size_t j = 0; j < cnt; j += 4) {
+#pragma GCC unroll 4
+            for (size_t u = 0; u < 4; u++) {
+                const size_t b = seg + j + u;
+                uint64_t q;
+                __m512 wv;
+
+                if (j + u >= cnt)
+                    break;
+                memcpy(&q, row + 8 * b, 8);
+                /* vpermps reads only the low 4 index bits: no mask needed;
+                 * code times block scale is §2's float32 weight exactly */
+                wv = _mm512_mul_ps(
+                    _mm512_permutexvar_ps(
+                        _mm512_srlv_epi32(_mm512_set1_epi64((long long)q), shifts), lut),
+                    _mm512_set1_ps(bsa[j + u]));
+                #pragma GCC unroll 8
+                for (size_t t = 0; t < nt; t++)
+                    acc[t * na + u % na] = _mm512_fmadd_ps(
+                        wv, _mm512_loadu_ps(xblock(x, k, t0, t, b, kr->packed)),
+                        acc[t * na + u % na]);
+            }
         }
     }
-    for (size_t t = 0; t < nt; t++)
-        y[(t0 + t) * (size_t)n + (size_t)r] = _mm512_reduce_add_ps(acc[t]);
+    #pragma GCC unroll 8
+    for (size_t t = 0; t < nt; t++) {
+        __m512 v = acc[t];
+        if (na == 4)
+            v = _mm512_add_ps(_mm512_add_ps(acc[4 * t], acc[4 * t + 1]),
+                              _mm512_add_ps(acc[4 * t + 2], acc[4 * t + 3]));
+        float *yo = y + (t0 + t) * n + (size_t)r;
+        *yo = kr->acc ? *yo + _mm512_reduce_add_ps(v) : _mm512_reduce_add_ps(v);
+    }
 }
 
-/* ---- AVX-512 VNNI int8 kernel (W4A4) ------------------------------------- */
+/* ---- AVX-512 VNNI int8 kernel (CHUNK layout, W4A4) ---------------------------- */
 
 /* Activations quantized for the int8 kernel, per token and chunk: 256 int8
  * codes (2 * E2M1, in the plane order), per block the float32 factor
@@ -311,9 +387,9 @@ typedef struct {
     int32_t *corr;      /* [m, nch * 16] */
 } act_q8;
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static void
-row_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0, size_t nt,
-         float *y)
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline __attribute__((always_inline)) void
+row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
+              const krange *kr, size_t nt, float *y)
 {
     const int64_t k = w->d.k, n = w->d.n;
     const size_t nb = (size_t)k / NVFP4_BLOCK;
@@ -327,9 +403,10 @@ row_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0
     __m512 acc[8];
     uint8_t wbuf[CPU_CHUNK_BYTES], sbuf[CPU_CHUNK_BLOCKS];
 
+    #pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++)
         acc[t] = _mm512_setzero_ps();
-    for (size_t ch = 0; ch < nch; ch++) {
+    for (size_t ch = kr->b0; ch < kr->b1; ch++) {
         const uint8_t *sc;
         const uint8_t *cb = chunk_bytes(row, srow, nb, ch, wbuf, sbuf, &sc);
         const __m512 ws = scales16_avx512(sc, s2);
@@ -340,67 +417,146 @@ row_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0
         __m512i w2 = _mm512_shuffle_epi8(lut, _mm512_and_si512(p1, lo4));
         __m512i w3 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p1, 4), lo4));
 
+        #pragma GCC unroll 8
         for (size_t t = 0; t < nt; t++) {
             const size_t tc = (t0 + t) * nch + ch;
             const int8_t *xq = a->q + tc * CPU_CHUNK;
-            __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0,
-                                            _mm512_loadu_si512((const void *)xq));
-            s = _mm512_dpbusd_epi32(s, w1, _mm512_loadu_si512((const void *)(xq + 64)));
-            s = _mm512_dpbusd_epi32(s, w2, _mm512_loadu_si512((const void *)(xq + 128)));
-            s = _mm512_dpbusd_epi32(s, w3, _mm512_loadu_si512((const void *)(xq + 192)));
-            /* exact: sum of 16 products of 2*codes per lane = one block */
-            s = _mm512_sub_epi32(s, _mm512_loadu_si512((const void *)(a->corr + tc * 16)));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
+            /* two chains of two: shorter dependency than one of four */
+            __m512i sa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0,
+                                             _mm512_loadu_si512((const void *)xq));
+            __m512i sb = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w1,
+                                             _mm512_loadu_si512((const void *)(xq + 64)));
+            sa = _mm512_dpbusd_epi32(sa, w2, _mm512_loadu_si512((const void *)(xq + 128)));
+            sb = _mm512_dpbusd_epi32(sb, w3, _mm512_loadu_si512((const void *)(xq + 192)));
+            /* exact: the 16 products of one block per lane, minus the offset */
+            sa = _mm512_sub_epi32(_mm512_add_epi32(sa, sb),
+                                  _mm512_loadu_si512((const void *)(a->corr + tc * 16)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa),
                                      _mm512_mul_ps(ws, _mm512_loadu_ps(a->xs + tc * 16)),
                                      acc[t]);
         }
     }
-    for (size_t t = 0; t < nt; t++)
-        y[(t0 + t) * (size_t)n + (size_t)r] = _mm512_reduce_add_ps(acc[t]);
+    #pragma GCC unroll 8
+    for (size_t t = 0; t < nt; t++) {
+        float *yo = y + (t0 + t) * (size_t)n + (size_t)r;
+        *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[t]) : _mm512_reduce_add_ps(acc[t]);
+    }
 }
-#endif /* CPU_X86 */
 
-/* §5 for one row, returning the codes the int8 kernel wants.  The values
- * come from libquant's nvfp4_quant_qdq_row (the one implementation of the
- * formula); the block scale s is recomputed from the row exactly as that
- * formula does, and each code is x' / (s / gs), which is exact because x' is
- * a grid value times s / gs rounded once. */
-static void quantize_row_q8(const float *x, size_t k, float input_scale, float *tmp,
-                            int8_t *q, float *xs, int32_t *corr)
+/* §5 for one block of 16 in AVX-512: the E2M1 code of every element,
+ * doubled (-12..12), and s / gs.  Identical to libquant's scalar
+ * nvfp4_quant_qdq_row (test-kernels checks the two bit for bit through an
+ * identity weight, and against torch's act_qdq fixture): the same float32
+ * operations in the same order, the E4M3 rounding by libquant's encoder, and
+ * E2M1 round-half-even as the spec's table of thresholds (§1). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __m512i
+qdq_block_avx512(const float *xb, float gs, float *back_out)
+{
+    const float sixth = 1.0f / 6.0f;
+    __m512 v = _mm512_loadu_ps(xb), a;
+    float amax = _mm512_reduce_max_ps(_mm512_abs_ps(v)), t, s, osc;
+    __m512i q = _mm512_setzero_si512();
+
+    t = gs * (amax * sixth);
+    s = e4m3_table[nvfp4_fp8_e4m3_encode(t)]; /* the encoder clamps to 448 */
+    osc = s == 0.0f ? 0.0f : gs / s;
+    *back_out = s / gs;
+    a = _mm512_abs_ps(_mm512_mul_ps(v, _mm512_set1_ps(osc)));
+    /* 2*E2M1 steps 0,1,2,3,4,6,8,12 at the spec's round-half-even edges */
+    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.25f), _CMP_GT_OQ), q,
+                              _mm512_set1_epi32(1));
+    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.75f), _CMP_GE_OQ), q,
+                              _mm512_set1_epi32(1));
+    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.25f), _CMP_GT_OQ), q,
+                              _mm512_set1_epi32(1));
+    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.75f), _CMP_GE_OQ), q,
+                              _mm512_set1_epi32(1));
+    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(2.5f), _CMP_GT_OQ), q,
+                              _mm512_set1_epi32(2));
+    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(3.5f), _CMP_GE_OQ), q,
+                              _mm512_set1_epi32(2));
+    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(5.0f), _CMP_GT_OQ), q,
+                              _mm512_set1_epi32(4));
+    /* negative inputs take the negative code; zero stays +0 (§1) */
+    return _mm512_mask_sub_epi32(q, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ),
+                                 _mm512_setzero_si512(), q);
+}
+
+/* One row for the VNNI kernel: codes in the CHUNK plane order. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
+quantize_row_q8(const float *x, size_t k, float input_scale, int8_t *q, float *xs,
+                int32_t *corr)
 {
     const float gs = 1.0f / input_scale;
-    const float sixth = 1.0f / 6.0f;
     const size_t nch = chunks_of((int64_t)k);
 
-    nvfp4_quant_qdq_row(x, k, input_scale, tmp);
     memset(q, 0, nch * CPU_CHUNK);
     memset(xs, 0, nch * CPU_CHUNK_BLOCKS * sizeof(float));
     memset(corr, 0, nch * CPU_CHUNK_BLOCKS * sizeof(int32_t));
     for (size_t b = 0; b < k / NVFP4_BLOCK; b++) {
-        const float *xb = x + b * NVFP4_BLOCK;
         size_t ch = b / CPU_CHUNK_BLOCKS, j = b % CPU_CHUNK_BLOCKS;
-        float amax = 0.0f, t, s, back;
-        int32_t sum = 0;
+        float back;
+        __m512i c = qdq_block_avx512(x + b * NVFP4_BLOCK, gs, &back);
+        __m128i c8 = _mm512_cvtepi32_epi8(c);
+        int8_t *dst = q + ch * CPU_CHUNK + 4 * j;
 
-        for (int e = 0; e < NVFP4_BLOCK; e++)
-            amax = fmaxf(amax, fabsf(xb[e]));
-        t = gs * (amax * sixth);
-        s = nvfp4_fp8_e4m3_decode(nvfp4_fp8_e4m3_encode(t));
-        back = s / gs;
-        for (int e = 0; e < NVFP4_BLOCK; e++) {
-            float v = back != 0.0f ? tmp[b * NVFP4_BLOCK + e] / back : 0.0f;
-            long c = lrintf(2.0f * v);
-            if (c > 12)
-                c = 12;
-            if (c < -12)
-                c = -12;
-            q[ch * CPU_CHUNK + (size_t)(e / 4) * 64 + 4 * j + (size_t)(e % 4)] = (int8_t)c;
-            sum += (int32_t)c;
+        /* elements 4s..4s+3 go to step s */
+        for (int s = 0; s < 4; s++) {
+            int32_t d = _mm_cvtsi128_si32(_mm_srli_si128(c8, 0));
+            c8 = _mm_srli_si128(c8, 4);
+            memcpy(dst + 64 * s, &d, 4);
         }
         xs[ch * CPU_CHUNK_BLOCKS + j] = back * 0.25f;
-        corr[ch * CPU_CHUNK_BLOCKS + j] = 12 * sum;
+        corr[ch * CPU_CHUNK_BLOCKS + j] = 12 * _mm512_reduce_add_epi32(c);
     }
 }
+
+/* One row of x' = q * (s / gs) for the AVX-512 float kernel: q2 * (back/2)
+ * rounds once, as §5's q * (s / gs) does (halving is exact). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
+qdq_row_avx512(const float *x, size_t k, float input_scale, float *out)
+{
+    const float gs = 1.0f / input_scale;
+
+    for (size_t b = 0; b < k / NVFP4_BLOCK; b++) {
+        float back;
+        __m512i c = qdq_block_avx512(x + b * NVFP4_BLOCK, gs, &back);
+        _mm512_storeu_ps(out + b * NVFP4_BLOCK,
+                         _mm512_mul_ps(_mm512_cvtepi32_ps(c), _mm512_set1_ps(back * 0.5f)));
+    }
+}
+
+/* One copy of each body per token count, so that the per-token accumulators
+ * live in registers (a loop over a run-time count keeps them in memory). */
+#define CPU_DISPATCH(tgt, name, params, ...)                                           \
+    __attribute__((target(tgt))) static void name params                               \
+    {                                                                                  \
+        switch (nt) {                                                                  \
+        case 1: name##_body(__VA_ARGS__, 1, y); break;                                 \
+        case 2: name##_body(__VA_ARGS__, 2, y); break;                                 \
+        case 3: name##_body(__VA_ARGS__, 3, y); break;                                 \
+        case 4: name##_body(__VA_ARGS__, 4, y); break;                                 \
+        case 5: name##_body(__VA_ARGS__, 5, y); break;                                 \
+        case 6: name##_body(__VA_ARGS__, 6, y); break;                                 \
+        case 7: name##_body(__VA_ARGS__, 7, y); break;                                 \
+        case 8: name##_body(__VA_ARGS__, 8, y); break;                                 \
+        default: break;                                                                \
+        }                                                                              \
+    }
+
+CPU_DISPATCH("avx2,fma", row_avx2,
+             (const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
+              size_t nt, float *y),
+             w, r, x, t0, kr)
+CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", row_avx512,
+             (const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
+              size_t nt, float *y),
+             w, r, x, t0, kr)
+CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni", row_vnni,
+             (const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
+              const krange *kr, size_t nt, float *y),
+             w, r, a, nch, t0, kr)
+#endif /* CPU_X86 */
 
 /* ---- dense (F32 / BF16 / F16) -------------------------------------------- */
 
@@ -427,17 +583,19 @@ static const cpu_dense_part *dense_row(const cpu_kweight *w, int64_t r, int64_t 
 }
 
 static void dense_row_scalar(const cpu_kweight *w, int64_t r, const float *x, size_t t0,
-                             size_t nt, float *y)
+                             const krange *kr, size_t nt, float *y)
 {
     int64_t lr;
     const cpu_dense_part *p = dense_row(w, r, &lr);
     const size_t k = (size_t)w->d.k, base = (size_t)lr * k;
+    const size_t i1 = 16 * kr->b1 < k ? 16 * kr->b1 : k;
 
     for (size_t t = t0; t < t0 + nt; t++) {
         float acc = 0.0f;
-        for (size_t i = 0; i < k; i++)
+        float *yo = y + t * (size_t)w->d.n + (size_t)r;
+        for (size_t i = 16 * kr->b0; i < i1; i++)
             acc += dense_at(p, base + i) * x[t * k + i];
-        y[t * (size_t)w->d.n + (size_t)r] = acc;
+        *yo = kr->acc ? *yo + acc : acc;
     }
 }
 
@@ -458,27 +616,38 @@ dense_load16(const cpu_dense_part *p, size_t i, __mmask16 mk)
     }
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
-dense_row_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0, size_t nt,
-                 float *y)
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __attribute__((always_inline)) void
+dense_row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0,
+                      const krange *kr, size_t nt, float *y)
 {
     int64_t lr;
     const cpu_dense_part *p = dense_row(w, r, &lr);
     const size_t k = (size_t)w->d.k, base = (size_t)lr * k;
+    const size_t i1 = 16 * kr->b1 < k ? 16 * kr->b1 : k;
     __m512 acc[8];
 
+    #pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++)
         acc[t] = _mm512_setzero_ps();
-    for (size_t i = 0; i < k; i += 16) {
-        __mmask16 mk = k - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k - i)) - 1);
+    for (size_t i = 16 * kr->b0; i < i1; i += 16) {
+        __mmask16 mk = i1 - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (i1 - i)) - 1);
         __m512 wv = dense_load16(p, base + i, mk);
+        #pragma GCC unroll 8
         for (size_t t = 0; t < nt; t++)
             acc[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, x + (t0 + t) * k + i),
                                      acc[t]);
     }
-    for (size_t t = 0; t < nt; t++)
-        y[(t0 + t) * (size_t)w->d.n + (size_t)r] = _mm512_reduce_add_ps(acc[t]);
+    #pragma GCC unroll 8
+    for (size_t t = 0; t < nt; t++) {
+        float *yo = y + (t0 + t) * (size_t)w->d.n + (size_t)r;
+        *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[t]) : _mm512_reduce_add_ps(acc[t]);
+    }
 }
+
+CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", dense_row_avx512,
+             (const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
+              size_t nt, float *y),
+             w, r, x, t0, kr)
 #endif
 
 /* ---- upload -------------------------------------------------------------- */
@@ -522,11 +691,14 @@ void *cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t nparts,
     cpu_kweight *w = calloc(1, sizeof(*w));
     const size_t k = (size_t)desc->k;
 
-    (void)ctx;
-    e4m3_table_init();
+    cpu_tables_init();
     if (!w)
         goto nomem;
     w->d = *desc;
+    /* the int8 kernel wants its own layout; every other path the BLOCK one */
+    w->layout = desc->scheme == NVFP4_SCHEME_W4A4 && ((cpu_ctx *)ctx)->isa == CPU_ISA_VNNI
+                    ? CPU_LAYOUT_CHUNK
+                    : CPU_LAYOUT_BLOCK;
     w->nparts = nparts;
     w->parts = malloc(nparts * sizeof(*parts));
     if (!w->parts)
@@ -575,7 +747,7 @@ void *cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t nparts,
             memcpy(w->scales + r0 * (k / NVFP4_BLOCK), p->scales, nsc);
 #pragma omp parallel for schedule(static)
             for (int64_t r = 0; r < p->n; r++)
-                repack_row(p->weight + (size_t)r * (k / 2), desc->k,
+                repack_row(p->weight + (size_t)r * (k / 2), desc->k, w->layout,
                            w->packed + (r0 + (size_t)r) * (k / 2));
             r0 += (size_t)p->n;
         }
@@ -595,19 +767,68 @@ fail:
 
 #define TOK_TILE 8
 
-/* Rows per work item: enough that a tile of weights stays in L2 while every
- * token tile passes over it, few enough that two threads get balanced work. */
-static int64_t row_tile(const cpu_kweight *w, size_t m)
+enum { PATH_DENSE_SCALAR, PATH_DENSE_AVX512, PATH_SCALAR, PATH_AVX2, PATH_AVX512, PATH_VNNI };
+
+static inline void row_call(int path, const cpu_kweight *w, int64_t r, const float *x,
+                            const act_q8 *a, size_t nch, size_t t0, const krange *kr,
+                            size_t nt, float *y)
 {
-    int64_t rt;
-    if (m <= TOK_TILE)
-        return 16;
-    rt = (int64_t)(256 * 1024 / ((size_t)w->d.k / 2 + 1));
-    if (rt < 8)
-        rt = 8;
-    if (rt > 256)
-        rt = 256;
-    return rt;
+    switch (path) {
+#ifdef CPU_X86
+    case PATH_DENSE_AVX512: dense_row_avx512(w, r, x, t0, kr, nt, y); break;
+    case PATH_AVX2: row_avx2(w, r, x, t0, kr, nt, y); break;
+    case PATH_AVX512: row_avx512(w, r, x, t0, kr, nt, y); break;
+    case PATH_VNNI: row_vnni(w, r, a, nch, t0, kr, nt, y); break;
+#endif
+    case PATH_DENSE_SCALAR: dense_row_scalar(w, r, x, t0, kr, nt, y); break;
+    default: row_scalar(w, r, x, t0, kr, nt, y); break;
+    }
+    (void)a;
+    (void)nch;
+}
+
+/* The loop nest (cache blocking): threads take tiles of rows (outputs, so
+ * no reduction is ever split between threads); inside a tile, tokens go by
+ * tiles of 8 whose activations, walked in stretches of k, stay in L1 while
+ * every row of the tile passes over them, and the tile's weights stay in
+ * L2 while the token tiles pass.  One token: rows in tiles of 16 for
+ * balance, the activations of a whole row in L1 when they fit. */
+static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed,
+                      const act_q8 *a, size_t nch, size_t m, int nth, float *y)
+{
+    const size_t k = (size_t)w->d.k, n = (size_t)w->d.n;
+    const size_t units = path == PATH_VNNI ? nch : (k + 15) / 16;
+    size_t ku, rt;
+
+    if (path == PATH_VNNI)
+        ku = m == 1 ? units : 6;              /* 256 int8 per token per chunk */
+    else if (m == 1)
+        ku = k * 4 <= 32 * 1024 ? units : 512; /* 32 KB of one token */
+    else
+        ku = 32;                              /* 8 tokens x 512 floats = 16 KB */
+    if (m <= TOK_TILE) {
+        rt = 16;
+    } else {
+        /* 512 KB of NVFP4 (or 1 MB of bf16) weights per tile */
+        size_t row_bytes = w->d.scheme == NVFP4_SCHEME_NONE ? 2 * k : k / 2 + k / 16;
+        rt = 512 * 1024 / (row_bytes + 1);
+        rt = rt < 8 ? 8 : rt > 256 ? 256 : rt;
+    }
+    {
+        const int64_t ntiles = (int64_t)((n + rt - 1) / rt);
+#pragma omp parallel for schedule(static) num_threads(nth)
+        for (int64_t tile = 0; tile < ntiles; tile++) {
+            const size_t r0 = (size_t)tile * rt, r1 = r0 + rt < n ? r0 + rt : n;
+            for (size_t t0 = 0; t0 < m; t0 += TOK_TILE) {
+                const size_t nt = m - t0 < TOK_TILE ? m - t0 : TOK_TILE;
+                for (size_t u0 = 0; u0 < units; u0 += ku) {
+                    krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
+                    for (size_t r = r0; r < r1; r++)
+                        row_call(path, w, (int64_t)r, x, a, nch, t0, &kr, nt, y);
+                }
+            }
+        }
+    }
 }
 
 nvfp4_status cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *desc,
@@ -618,90 +839,66 @@ nvfp4_status cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *desc,
     const size_t k = (size_t)desc->k, n = (size_t)desc->n, nch = chunks_of(desc->k);
     const size_t kp = nch * CPU_CHUNK;
     const int nth = cpu_nthreads(ctx);
-    const int64_t rt = row_tile(w, m);
-    const int64_t ntiles = ((int64_t)n + rt - 1) / rt;
     cpu_isa isa = ctx->isa;
-    float *xr = NULL, *tmp = NULL;
+    float *tmp = NULL, *xp = NULL;
+    int packed = 0;
     act_q8 a = {NULL, NULL, NULL};
     const float *xin = x;
+    int path;
 
-    (void)nth;
     if (desc->scheme == NVFP4_SCHEME_NONE) {
-#pragma omp parallel for schedule(static) num_threads(nth)
-        for (int64_t tile = 0; tile < ntiles; tile++) {
-            for (size_t t0 = 0; t0 < m; t0 += TOK_TILE) {
-                size_t nt = m - t0 < TOK_TILE ? m - t0 : TOK_TILE;
-                for (int64_t r = tile * rt; r < (tile + 1) * rt && r < (int64_t)n; r++) {
-#ifdef CPU_X86
-                    if (isa >= CPU_ISA_AVX512)
-                        dense_row_avx512(w, r, x, t0, nt, y);
-                    else
-#endif
-                        dense_row_scalar(w, r, x, t0, nt, y);
-                }
-            }
-        }
+        path = isa >= CPU_ISA_AVX512 ? PATH_DENSE_AVX512 : PATH_DENSE_SCALAR;
+        run_tiles(path, w, x, 0, NULL, 0, m, nth, y);
         goto bias;
     }
 
-    if (desc->scheme == NVFP4_SCHEME_W4A4 && isa == CPU_ISA_VNNI) {
+    if (w->layout == CPU_LAYOUT_CHUNK) {
         a.q = cpu_aligned_alloc(m * kp);
         a.xs = cpu_aligned_alloc(m * nch * CPU_CHUNK_BLOCKS * sizeof(float));
         a.corr = cpu_aligned_alloc(m * nch * CPU_CHUNK_BLOCKS * sizeof(int32_t));
-        tmp = cpu_aligned_alloc((size_t)nth * k * sizeof(float));
-        if (!a.q || !a.xs || !a.corr || !tmp)
+        if (!a.q || !a.xs || !a.corr)
             goto nomem;
+#ifdef CPU_X86
 #pragma omp parallel for schedule(static) num_threads(nth)
-        for (size_t t = 0; t < m; t++) {
-            int me = 0;
-#ifdef _OPENMP
-            me = omp_get_thread_num();
-#endif
-            quantize_row_q8(x + t * k, k, desc->input_scale, tmp + (size_t)me * k,
-                            a.q + t * kp, a.xs + t * nch * CPU_CHUNK_BLOCKS,
+        for (size_t t = 0; t < m; t++)
+            quantize_row_q8(x + t * k, k, desc->input_scale, a.q + t * kp,
+                            a.xs + t * nch * CPU_CHUNK_BLOCKS,
                             a.corr + t * nch * CPU_CHUNK_BLOCKS);
-        }
+#endif
+        path = PATH_VNNI;
     } else {
         if (desc->scheme == NVFP4_SCHEME_W4A4) {
-            /* §5 via libquant, then the float product */
+            /* §5, then the float product: libquant's nvfp4_quant_qdq_row, or
+             * the same arithmetic in AVX-512 (bit-identical, tested) */
             tmp = cpu_aligned_alloc(m * k * sizeof(float));
             if (!tmp)
                 goto nomem;
 #pragma omp parallel for schedule(static) num_threads(nth)
-            for (size_t t = 0; t < m; t++)
-                nvfp4_quant_qdq_row(x + t * k, k, desc->input_scale, tmp + t * k);
-            xin = tmp;
-        }
-        if (isa >= CPU_ISA_AVX2) {
-            xr = cpu_aligned_alloc(m * kp * sizeof(float));
-            if (!xr)
-                goto nomem;
-#pragma omp parallel for schedule(static) num_threads(nth)
-            for (size_t t = 0; t < m; t++)
-                repack_x_row(xin + t * k, desc->k, xr + t * kp);
-        }
-    }
-
-#pragma omp parallel for schedule(static) num_threads(nth)
-    for (int64_t tile = 0; tile < ntiles; tile++) {
-        for (size_t t0 = 0; t0 < m; t0 += TOK_TILE) {
-            size_t nt = m - t0 < TOK_TILE ? m - t0 : TOK_TILE;
-            for (int64_t r = tile * rt; r < (tile + 1) * rt && r < (int64_t)n; r++) {
+            for (size_t t = 0; t < m; t++) {
 #ifdef CPU_X86
-                if (a.q)
-                    row_vnni(w, r, &a, nch, t0, nt, y);
-                else if (isa >= CPU_ISA_AVX512)
-                    row_avx512(w, r, xr, kp, t0, nt, y);
-                else if (isa == CPU_ISA_AVX2)
-                    row_avx2(w, r, xr, kp, t0, nt, y);
+                if (isa >= CPU_ISA_AVX512)
+                    qdq_row_avx512(x + t * k, k, desc->input_scale, tmp + t * k);
                 else
 #endif
-                    row_scalar(w, r, xin, t0, t0 + nt, y);
+                    nvfp4_quant_qdq_row(x + t * k, k, desc->input_scale, tmp + t * k);
             }
+            xin = tmp;
+        }
+        path = isa >= CPU_ISA_AVX512 ? PATH_AVX512
+               : isa == CPU_ISA_AVX2 ? PATH_AVX2
+                                     : PATH_SCALAR;
+        if (m > 1 && path != PATH_SCALAR) {
+            xp = cpu_aligned_alloc((m + 7) / 8 * (k / 16) * 128 * sizeof(float));
+            if (!xp)
+                goto nomem;
+            pack_x(xin, m, k, xp);
+            xin = xp;
+            packed = 1;
         }
     }
-    free(xr);
+    run_tiles(path, w, xin, packed, &a, nch, m, nth, y);
     free(tmp);
+    free(xp);
     free(a.q);
     free(a.xs);
     free(a.corr);
@@ -716,8 +913,8 @@ bias:
     return NVFP4_OK;
 
 nomem:
-    free(xr);
     free(tmp);
+    free(xp);
     free(a.q);
     free(a.xs);
     free(a.corr);
