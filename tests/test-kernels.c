@@ -336,6 +336,90 @@ START_TEST(test_linear_w4a4)
 }
 END_TEST
 
+/* §5 bit for bit: an identity W4A4 weight (code 1.0, block scale 1.0,
+ * global 1.0) makes y = x' exactly on every path (one non-zero product per
+ * output, each rounded once as the reference rounds q * (s / gs)), so the
+ * activation quantizer is checked against torch's act_qdq fixture and, on
+ * longer rows, against libquant's nvfp4_quant_qdq_row. */
+static void identity_w4a4(int64_t k, float in_scale, const float *x, size_t m,
+                          const float *want, const char *what)
+{
+    syn_linear s;
+    float *y = malloc(m * (size_t)k * sizeof(float));
+
+    syn_make(&s, "identity", NVFP4_SCHEME_W4A4, k, k, 1.0f, in_scale);
+    memset(s.packed, 0, (size_t)(k * k / 2));
+    memset(s.scales, 0x38, (size_t)(k * k / 16)); /* E4M3 1.0 */
+    for (int64_t i = 0; i < k; i++)
+        s.packed[(size_t)(i * k / 2 + i / 2)] = (uint8_t)(2 << (4 * (i & 1))); /* 1.0 */
+    for (size_t l = 0; l < 4; l++) {
+        run_linear_all_threads(isa_levels[l], &s.lin, 1, x, m, y, m * (size_t)k);
+        for (size_t i = 0; i < m * (size_t)k; i++)
+            ck_assert_msg(y[i] == want[i], "%s %s: x'[%zu] = %.9g, expected %.9g (x = %.9g)",
+                          what, isa_levels[l], i, (double)y[i], (double)want[i], (double)x[i]);
+    }
+    syn_free(&s);
+    free(y);
+}
+
+START_TEST(test_w4a4_activation_exact)
+{
+    json_t *q = tload_json("quant/quant.json");
+    json_t *note = json_object_get(json_object_get(q, "notes"), "act_qdq");
+    float in_scale = (float)json_real_value(json_object_get(note, "input_scale_2"));
+    size_t len;
+    float *x = tload_file("quant/act_qdq_in.f32", &len);
+    float *want = tload_file("quant/act_qdq_out.f32", NULL);
+    float *x2, *want2;
+    const size_t m2 = 5, k2 = 272;
+
+    ck_assert(in_scale > 0.0f);
+    ck_assert_uint_eq(len, 12 * 64 * sizeof(float));
+    identity_w4a4(64, in_scale, x, 12, want, "torch act_qdq");
+
+    /* longer rows (a chunk and a tail), all-zero and huge blocks */
+    x2 = malloc(m2 * k2 * sizeof(float));
+    want2 = malloc(m2 * k2 * sizeof(float));
+    for (size_t i = 0; i < m2 * k2; i++)
+        x2[i] = frand(-1.0f, 1.0f) * (float)(1 + (int)(i % 7) * (int)(i % 5));
+    memset(x2 + 32, 0, 16 * sizeof(float));
+    x2[100] = 1e6f;
+    for (size_t t = 0; t < m2; t++)
+        nvfp4_quant_qdq_row(x2 + t * k2, k2, 0.05f, want2 + t * k2);
+    identity_w4a4((int64_t)k2, 0.05f, x2, m2, want2, "qdq_row");
+
+    /* the E2M1 rounding edges of §1 hit exactly: with input_scale 1 and a
+     * block maximum of 6, s = 1 and x * osc = x; block 0 holds the ties
+     * (half to even), block 1 the neighbours just above them */
+    {
+        static const float ties[16] = {6.0f,  0.25f,  0.75f,  1.25f, 1.75f,  2.5f,
+                                       3.5f,  5.0f,   -0.25f, -0.75f, -1.25f, -1.75f,
+                                       -2.5f, -3.5f,  -5.0f,  0.0f};
+        static const float tie_q[16] = {6, 0, 1, 1, 2, 2, 4, 4, 0, -1, -1, -2, -2, -4, -4, 0};
+        static const float up_q[16] = {6, 0.5f, 1, 1.5f, 2, 3, 4, 6,
+                                       0, -1, -1.5f, -2, -3, -4, -6, 0};
+        float xe[32], we[32], wq[32];
+        for (int i = 0; i < 16; i++) {
+            xe[i] = ties[i];
+            xe[16 + i] = i == 0 || i == 15 ? ties[i] : nextafterf(ties[i], 2 * ties[i]);
+            we[i] = tie_q[i];
+            we[16 + i] = i == 8 ? 0.0f : up_q[i];
+        }
+        xe[24] = -0.2500001f; /* just above 0.25 in magnitude: -0.5 */
+        we[24] = -0.5f;
+        nvfp4_quant_qdq_row(xe, 32, 1.0f, wq);
+        for (int i = 0; i < 32; i++)
+            ck_assert_msg(wq[i] == we[i], "qdq_row edge %d: %g vs %g", i, wq[i], we[i]);
+        identity_w4a4(32, 1.0f, xe, 1, we, "E2M1 edges");
+    }
+    free(x);
+    free(want);
+    free(x2);
+    free(want2);
+    json_decref(q);
+}
+END_TEST
+
 /* ---- dense linear and embeddings --------------------------------------------- */
 
 static void make_tensor(nvfp4_tensor *t, const char *name, nvfp4_dtype dt, int64_t d0,
@@ -1026,6 +1110,7 @@ int main(void)
     tcase_add_test(tc, test_memory);
     tcase_add_test(tc, test_linear_w4a16);
     tcase_add_test(tc, test_linear_w4a4);
+    tcase_add_test(tc, test_w4a4_activation_exact);
     tcase_add_test(tc, test_linear_dense);
     tcase_add_test(tc, test_embed);
     tcase_add_test(tc, test_upload_rejects);
