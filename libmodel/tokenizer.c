@@ -344,6 +344,8 @@ static nvfp4_status fail_nomem(loader *L)
 
 static const char *json_kind(const json_t *v)
 {
+    if (!v)
+        return "nothing";
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
     case JSON_ARRAY: return "an array";
@@ -389,24 +391,21 @@ static nvfp4_status get_id(loader *L, const json_t *v, const char *key, int32_t 
     return NVFP4_OK;
 }
 
-/* The type string of a component object, or NULL (error set). */
-static const char *get_type(loader *L, const json_t *obj, const char *path)
+/* The type string of a component object. */
+static nvfp4_status get_type(loader *L, const json_t *obj, const char *path, const char **type)
 {
     const json_t *ty;
     char key[256];
     snprintf(key, sizeof(key), "%s.type", path);
-    if (!json_is_object(obj)) {
-        nvfp4_error_set(L->err, NVFP4_ERR_TYPE, L->path, path, -1,
-                        "expected an object, found %s", json_kind(obj));
-        return NULL;
-    }
+    if (!json_is_object(obj))
+        return nvfp4_error_set(L->err, NVFP4_ERR_TYPE, L->path, path, -1,
+                               "expected an object, found %s", json_kind(obj));
     ty = json_object_get(obj, "type");
-    if (!json_is_string(ty)) {
-        nvfp4_error_set(L->err, NVFP4_ERR_BAD_ENTRY, L->path, key, -1,
-                        "expected a type string, found %s", ty ? json_kind(ty) : "nothing");
-        return NULL;
-    }
-    return json_string_value(ty);
+    if (!json_is_string(ty))
+        return nvfp4_error_set(L->err, NVFP4_ERR_BAD_ENTRY, L->path, key, -1,
+                               "expected a type string, found %s", json_kind(ty));
+    *type = json_string_value(ty);
+    return NVFP4_OK;
 }
 
 static nvfp4_status load_model(loader *L, const json_t *root)
@@ -676,11 +675,12 @@ static nvfp4_status load_added(loader *L, const json_t *root)
 /* One normalizer: NFC is the only one besides the identity. */
 static nvfp4_status add_normalizer(loader *L, const json_t *n, const char *path)
 {
-    const char *type = get_type(L, n, path);
+    const char *type = NULL;
     char key[128];
+    nvfp4_status st;
 
-    if (!type)
-        return L->err ? L->err->status : NVFP4_ERR_BAD_ENTRY;
+    if ((st = get_type(L, n, path, &type)))
+        return st;
     snprintf(key, sizeof(key), "%s.type", path);
     if (strcmp(type, "NFC") != 0)
         return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, key, -1,
@@ -703,8 +703,8 @@ static nvfp4_status load_normalizer(loader *L, const json_t *root)
 
     if (!n || json_is_null(n))
         return NVFP4_OK;
-    if (!(type = get_type(L, n, "normalizer")))
-        return L->err ? L->err->status : NVFP4_ERR_BAD_ENTRY;
+    if ((st = get_type(L, n, "normalizer", &type)))
+        return st;
     if (!strcmp(type, "Sequence")) {
         const json_t *list = json_object_get(n, "normalizers");
         if (!json_is_array(list))
@@ -753,13 +753,13 @@ static nvfp4_status compile_or_fail(loader *L, const char *pat, size_t len, int 
 static nvfp4_status add_pretok(loader *L, const json_t *pt, const char *path, int depth)
 {
     tk_pretok p;
-    const char *type = get_type(L, pt, path);
+    const char *type = NULL;
     char key[256];
     nvfp4_status st;
 
     memset(&p, 0, sizeof(p));
-    if (!type)
-        return L->err ? L->err->status : NVFP4_ERR_BAD_ENTRY;
+    if ((st = get_type(L, pt, path, &type)))
+        return st;
     if (!strcmp(type, "Sequence") && depth == 0) {
         const json_t *list = json_object_get(pt, "pretokenizers");
         snprintf(key, sizeof(key), "%s.pretokenizers", path);
@@ -892,14 +892,14 @@ static nvfp4_status push_dec(loader *L, const dec_step *d)
 
 static nvfp4_status add_decoder(loader *L, const json_t *d, const char *path, int depth)
 {
-    const char *type = get_type(L, d, path);
+    const char *type = NULL;
     char key[256];
     dec_step step;
     nvfp4_status st;
 
     memset(&step, 0, sizeof(step));
-    if (!type)
-        return L->err ? L->err->status : NVFP4_ERR_BAD_ENTRY;
+    if ((st = get_type(L, d, path, &type)))
+        return st;
     if (!strcmp(type, "Sequence") && depth == 0) {
         const json_t *list = json_object_get(d, "decoders");
         snprintf(key, sizeof(key), "%s.decoders", path);

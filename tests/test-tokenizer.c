@@ -666,6 +666,23 @@ START_TEST(test_reject_pipeline)
     json_decref(j);
 
     j = fixture_json();
+    json_object_set_new(j, "pre_tokenizer", json_string("ByteLevel"));
+    expect_reject(j, NVFP4_ERR_TYPE, "pre_tokenizer", "expected an object, found a string");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(j, "decoder", json_object());
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "decoder.type", "expected a type string, found nothing");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(json_array_get(json_object_get(j, "added_tokens"), 1), "special",
+                        json_string("yes"));
+    expect_reject(j, NVFP4_ERR_TYPE, "added_tokens[1].special",
+                  "expected a boolean, found a string");
+    json_decref(j);
+
+    j = fixture_json();
     json_array_set_new(json_object_get(j, "added_tokens"), 0,
                        json_pack("{si si}", "id", 0, "content", 5));
     expect_reject(j, NVFP4_ERR_BAD_ENTRY, "added_tokens[0].content",
