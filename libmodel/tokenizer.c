@@ -5,14 +5,19 @@
  * add_special_tokens=False).ids step by step:
  *   1. added tokens with normalized=false are cut out of the raw text
  *      (AddedVocabulary::extract_and_normalize, leftmost-longest);
- *   2. the rest is normalized (only the identity is supported) and tokens with
- *      normalized=true are cut out of it;
+ *   2. the rest is normalized (identity, or NFC through ICU) and tokens
+ *      with normalized=true are cut out of it;
  *   3. the pre-tokenizer steps split what is left (tokenizer-split.c), the
  *      last of them ByteLevel, which maps every byte to one character;
  *   4. each piece goes through BPE (models/bpe/model.rs merge_word and
  *      word.rs merge_all: lowest merge rank first, leftmost on ties).
  * post_processor is not consulted: with add_special_tokens=False neither
- * TemplateProcessing nor the ByteLevel post-processor changes the ids. */
+ * TemplateProcessing nor the ByteLevel post-processor changes the ids.
+ * Decoding runs the decoder chain (ByteFallback, Fuse, Replace, ByteLevel,
+ * Strip) over the token strings as Tokenizer::decode does.
+ *
+ * A loaded tokenizer is read-only: encode and decode keep their state on
+ * the call, so threads may share one. */
 #include "config.h"
 
 #include <errno.h>
