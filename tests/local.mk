@@ -36,6 +36,21 @@ tests_test_kernels_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_kernels_LDADD = libkernels/libnvfp4-kernels.la libquant/libnvfp4-quant.la \
 	libformat/libnvfp4-format.la $(CHECK_LIBS) $(JANSSON_LIBS) $(LIBM)
 TESTS += tests/test-kernels
+# Stand-in GPU backend plugins (tests/fake-backend.c) for the dlopen path;
+# -rpath makes libtool build real shared objects in tests/.libs.
+check_LTLIBRARIES = tests/nvfp4-backend-cuda.la tests/nvfp4-backend-hip.la
+FAKE_BACKEND_FLAGS = -module -shared -avoid-version -rpath /nowhere
+tests_nvfp4_backend_cuda_la_SOURCES = %reldir%/fake-backend.c
+tests_nvfp4_backend_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libkernels \
+	-DFAKE_NAME='"cuda"' -DFAKE_AVAILABLE=1
+tests_nvfp4_backend_cuda_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_nvfp4_backend_cuda_la_LDFLAGS = $(FAKE_BACKEND_FLAGS)
+tests_nvfp4_backend_hip_la_SOURCES = %reldir%/fake-backend.c
+tests_nvfp4_backend_hip_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libkernels \
+	-DFAKE_NAME='"hip"' -DFAKE_AVAILABLE=0
+tests_nvfp4_backend_hip_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_nvfp4_backend_hip_la_LDFLAGS = $(FAKE_BACKEND_FLAGS)
+tests_test_kernels_CPPFLAGS += -DFAKE_BACKEND_DIR='"$(abs_top_builddir)/tests/.libs"'
 
 check_PROGRAMS += tests/test-model
 tests_test_model_SOURCES = %reldir%/test-model.c %reldir%/testutil.h

@@ -246,6 +246,51 @@ START_TEST(test_registry)
 }
 END_TEST
 
+/* GPU backends are shared objects found through NVFP4_BACKEND_PATH (here
+ * the stand-ins of tests/fake-backend.c).  The registry is built once per
+ * process; Check runs each test in its own process (CK_FORK). */
+START_TEST(test_plugins)
+{
+    nvfp4_error err;
+    nvfp4_backend *be;
+    float a[3] = {1, 2, 3}, b[3] = {10, 20, 30}, y[3];
+    int cuda = 0, hip = 0;
+
+    setenv("NVFP4_BACKEND_PATH", "/nonexistent/dir:" FAKE_BACKEND_DIR, 1);
+    for (size_t i = 0; i < nvfp4_backend_count(); i++) {
+        cuda |= strcmp(nvfp4_backend_name_at(i), "cuda") == 0;
+        hip |= strcmp(nvfp4_backend_name_at(i), "hip") == 0;
+    }
+    ck_assert_msg(cuda && hip, "stand-in plugins not loaded from %s", FAKE_BACKEND_DIR);
+    ck_assert_int_eq(nvfp4_backend_available("cuda"), 1);
+    ck_assert_int_eq(nvfp4_backend_available("hip"), 0);
+
+    /* a registered backend without a device: a clear error, no fallback */
+    be = nvfp4_backend_open("hip", &err);
+    ck_assert(be == NULL);
+    ck_assert_int_eq(err.status, NVFP4_ERR_BACKEND);
+    ck_assert_msg(strstr(err.text, "\"hip\"") && strstr(err.text, "no usable device") &&
+                      strstr(err.text, "cpu") && strstr(err.text, "hip (no device)"),
+                  "%s", err.text);
+
+    setenv("NVFP4_BACKEND", "cuda", 1);
+    be = nvfp4_backend_open(NULL, &err);
+    unsetenv("NVFP4_BACKEND");
+    ck_assert_msg(be != NULL, "%s", err.text);
+    ck_assert_str_eq(nvfp4_backend_name(be), "cuda");
+    ck_assert(nvfp4_backend_supports(be, NVFP4_OP_ADD));
+    ck_assert(!nvfp4_backend_supports(be, NVFP4_OP_SOFTMAX));
+    ck_assert(!nvfp4_backend_supports(be, NVFP4_OP_LINEAR_W4A4));
+    ck_assert_int_eq(nvfp4_k_add(be, a, b, 3, y, &err), NVFP4_OK);
+    ck_assert(y[0] == 1011.0f && y[2] == 1033.0f); /* the plugin's own kernel ran */
+    ck_assert_int_eq(nvfp4_k_softmax(be, a, 1, 3, y, &err), NVFP4_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.text, "backend \"cuda\" does not implement softmax"), "%s",
+                  err.text);
+    ck_assert_int_eq(nvfp4_backend_threads(be), 1);
+    nvfp4_backend_free(be);
+}
+END_TEST
+
 START_TEST(test_memory)
 {
     nvfp4_error err;
@@ -1107,6 +1152,7 @@ int main(void)
 
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_registry);
+    tcase_add_test(tc, test_plugins);
     tcase_add_test(tc, test_memory);
     tcase_add_test(tc, test_linear_w4a16);
     tcase_add_test(tc, test_linear_w4a4);
