@@ -375,6 +375,78 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
     }
 }
 
+/* Two rows by a full tile of 8 packed tokens: each activation load feeds
+ * two FMAs, so the loop is bound by the FMA units rather than by loads.
+ * Every output sees exactly the operations of row_avx512_body with nt = 8
+ * (same order, same roundings), so pairing rows changes no bit. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
+row2_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
+            float *y)
+{
+    const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
+    const uint8_t *row0 = w->packed + (size_t)r * k / 2, *row1 = row0 + k / 2;
+    const uint8_t *srow0 = w->scales + (size_t)r * nb, *srow1 = srow0 + nb;
+    const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
+    const __m512 lut = _mm512_loadu_ps(e2m1_f);
+    const __m512i shifts =
+        _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
+    const float *xt = x + (t0 / 8) * nb * 128;
+    __m512 a0[8], a1[8];
+    float bs0[CPU_SCALE_SEG], bs1[CPU_SCALE_SEG];
+
+#pragma GCC unroll 8
+    for (size_t t = 0; t < 8; t++)
+        a0[t] = a1[t] = _mm512_setzero_ps();
+    for (size_t seg = kr->b0; seg < kr->b1; seg += CPU_SCALE_SEG) {
+        const size_t cnt = kr->b1 - seg < CPU_SCALE_SEG ? kr->b1 - seg : CPU_SCALE_SEG;
+
+        for (size_t g = 0; g < cnt; g += 16) {
+            uint8_t sb0[16], sb1[16];
+            const uint8_t *sc0 = srow0 + seg + g, *sc1 = srow1 + seg + g;
+            if (cnt - g < 16) {
+                memset(sb0, 0, sizeof(sb0));
+                memset(sb1, 0, sizeof(sb1));
+                memcpy(sb0, sc0, cnt - g);
+                memcpy(sb1, sc1, cnt - g);
+                sc0 = sb0;
+                sc1 = sb1;
+            }
+            _mm512_storeu_ps(bs0 + g, scales16_avx512(sc0, s2));
+            _mm512_storeu_ps(bs1 + g, scales16_avx512(sc1, s2));
+        }
+        for (size_t j = 0; j < cnt; j++) {
+            const size_t b = seg + j;
+            const float *xb = xt + b * 128;
+            uint64_t q0, q1;
+            __m512 w0, w1;
+
+            memcpy(&q0, row0 + 8 * b, 8);
+            memcpy(&q1, row1 + 8 * b, 8);
+            w0 = _mm512_mul_ps(
+                _mm512_permutexvar_ps(
+                    _mm512_srlv_epi32(_mm512_set1_epi64((long long)q0), shifts), lut),
+                _mm512_set1_ps(bs0[j]));
+            w1 = _mm512_mul_ps(
+                _mm512_permutexvar_ps(
+                    _mm512_srlv_epi32(_mm512_set1_epi64((long long)q1), shifts), lut),
+                _mm512_set1_ps(bs1[j]));
+#pragma GCC unroll 8
+            for (size_t t = 0; t < 8; t++) {
+                __m512 xv = _mm512_loadu_ps(xb + 16 * t);
+                a0[t] = _mm512_fmadd_ps(w0, xv, a0[t]);
+                a1[t] = _mm512_fmadd_ps(w1, xv, a1[t]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (size_t t = 0; t < 8; t++) {
+        float *yo = y + (t0 + t) * n + (size_t)r;
+        float v0 = _mm512_reduce_add_ps(a0[t]), v1 = _mm512_reduce_add_ps(a1[t]);
+        yo[0] = kr->acc ? yo[0] + v0 : v0;
+        yo[1] = kr->acc ? yo[1] + v1 : v1;
+    }
+}
+
 /* ---- AVX-512 VNNI int8 kernel (CHUNK layout, W4A4) ---------------------------- */
 
 /* Activations quantized for the int8 kernel, per token and chunk: 256 int8
@@ -440,6 +512,75 @@ row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size
     for (size_t t = 0; t < nt; t++) {
         float *yo = y + (t0 + t) * (size_t)n + (size_t)r;
         *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[t]) : _mm512_reduce_add_ps(acc[t]);
+    }
+}
+
+/* Two rows by 8 tokens: the activation codes, offsets and scales loaded
+ * once feed both rows.  Per output exactly the operations of row_vnni_body
+ * (same order), so pairing rows changes no bit. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static void
+row2_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
+          const krange *kr, float *y)
+{
+    const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
+    const uint8_t *row[2] = {w->packed + (size_t)r * k / 2, w->packed + (size_t)(r + 1) * k / 2};
+    const uint8_t *srow[2] = {w->scales + (size_t)r * nb, w->scales + (size_t)(r + 1) * nb};
+    const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
+    const __m512i lut = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[2][8];
+    uint8_t wbuf[2][CPU_CHUNK_BYTES], sbuf[2][CPU_CHUNK_BLOCKS];
+
+#pragma GCC unroll 8
+    for (size_t t = 0; t < 8; t++)
+        acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+    for (size_t ch = kr->b0; ch < kr->b1; ch++) {
+        __m512i wv[2][4];
+        __m512 ws[2];
+
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++) {
+            const uint8_t *sc;
+            const uint8_t *cb = chunk_bytes(row[i], srow[i], nb, ch, wbuf[i], sbuf[i], &sc);
+            __m512i p0 = _mm512_loadu_si512((const void *)cb);
+            __m512i p1 = _mm512_loadu_si512((const void *)(cb + 64));
+            ws[i] = scales16_avx512(sc, s2);
+            wv[i][0] = _mm512_shuffle_epi8(lut, _mm512_and_si512(p0, lo4));
+            wv[i][1] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p0, 4), lo4));
+            wv[i][2] = _mm512_shuffle_epi8(lut, _mm512_and_si512(p1, lo4));
+            wv[i][3] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p1, 4), lo4));
+        }
+#pragma GCC unroll 8
+        for (size_t t = 0; t < 8; t++) {
+            const size_t tc = (t0 + t) * nch + ch;
+            const int8_t *xq = a->q + tc * CPU_CHUNK;
+            /* memory operands: 16 accumulators and 8 weight registers leave
+             * no room to hold the activations */
+#pragma GCC unroll 2
+            for (int i = 0; i < 2; i++) {
+                __m512i sa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[i][0],
+                                                 _mm512_loadu_si512((const void *)xq));
+                __m512i sb = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[i][1],
+                                                 _mm512_loadu_si512((const void *)(xq + 64)));
+                sa = _mm512_dpbusd_epi32(sa, wv[i][2],
+                                         _mm512_loadu_si512((const void *)(xq + 128)));
+                sb = _mm512_dpbusd_epi32(sb, wv[i][3],
+                                         _mm512_loadu_si512((const void *)(xq + 192)));
+                sa = _mm512_sub_epi32(_mm512_add_epi32(sa, sb),
+                                      _mm512_loadu_si512((const void *)(a->corr + tc * 16)));
+                acc[i][t] = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(sa),
+                    _mm512_mul_ps(ws[i], _mm512_loadu_ps(a->xs + tc * 16)), acc[i][t]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (size_t t = 0; t < 8; t++) {
+        float *yo = y + (t0 + t) * n + (size_t)r;
+        float v0 = _mm512_reduce_add_ps(acc[0][t]), v1 = _mm512_reduce_add_ps(acc[1][t]);
+        yo[0] = kr->acc ? yo[0] + v0 : v0;
+        yo[1] = kr->acc ? yo[1] + v1 : v1;
     }
 }
 
@@ -823,7 +964,16 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
                 const size_t nt = m - t0 < TOK_TILE ? m - t0 : TOK_TILE;
                 for (size_t u0 = 0; u0 < units; u0 += ku) {
                     krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
-                    for (size_t r = r0; r < r1; r++)
+                    size_t r = r0;
+#ifdef CPU_X86
+                    if (path == PATH_AVX512 && nt == TOK_TILE && packed)
+                        for (; r + 1 < r1; r += 2)
+                            row2_avx512(w, (int64_t)r, x, t0, &kr, y);
+                    if (path == PATH_VNNI && nt == TOK_TILE)
+                        for (; r + 1 < r1; r += 2)
+                            row2_vnni(w, (int64_t)r, a, nch, t0, &kr, y);
+#endif
+                    for (; r < r1; r++)
                         row_call(path, w, (int64_t)r, x, a, nch, t0, &kr, nt, y);
                 }
             }
