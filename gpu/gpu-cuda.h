@@ -144,6 +144,8 @@ GPU_DEV int gpu_shfl_xor_int(int v, int mask)
     return __shfl_xor_sync(0xffffffffu, v, mask);
 }
 GPU_DEV float gpu_ldg(const float *p) { return __ldg(p); }
+/* The launch's dynamic shared memory, as an array of TYPE called NAME. */
+#define GPU_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 GPU_DEV void gpu_syncthreads(void) { __syncthreads(); }
 GPU_DEV int gpu_atomic_cas(int *p, int cmp, int val) { return atomicCAS(p, cmp, val); }
 

@@ -123,6 +123,7 @@ GPU_HD float gpu_div_rn(float a, float b) { return a / b; }
 GPU_DEV float gpu_shfl_xor(float v, int mask) { return __shfl_xor(v, mask); }
 GPU_DEV int gpu_shfl_xor_int(int v, int mask) { return __shfl_xor(v, mask); }
 GPU_DEV float gpu_ldg(const float *p) { return __ldg(p); }
+#define GPU_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 GPU_DEV void gpu_syncthreads(void) { __syncthreads(); }
 GPU_DEV int gpu_atomic_cas(int *p, int cmp, int val) { return atomicCAS(p, cmp, val); }
 

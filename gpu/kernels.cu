@@ -814,7 +814,7 @@ extern "C" gpu_error_t gk_argmax(const float *x, int64_t m, int64_t n, int32_t *
 __global__ void topk_kernel(const float *__restrict__ logits, int64_t e, int64_t k,
                             int renorm, int32_t *idx, float *weights)
 {
-    extern __shared__ float prob[];
+    GPU_DYNAMIC_SHARED(float, prob);
     __shared__ float sh[32];
     __shared__ int shi[32];
     const float *lr = logits + (int64_t)blockIdx.x * e;
@@ -879,7 +879,7 @@ attention_kernel(const float *__restrict__ q, const float *__restrict__ kc,
                  const float *__restrict__ vc, int64_t pos0, int64_t nh, int64_t nkv,
                  int64_t hd, float scale, float *__restrict__ out)
 {
-    extern __shared__ float smem[]; /* q[hd] | acc[hd] | p[ATT_TILE] */
+    GPU_DYNAMIC_SHARED(float, smem); /* q[hd] | acc[hd] | p[ATT_TILE] */
     __shared__ float sh[32];
     float *qs = smem, *acc = smem + hd, *p = smem + 2 * hd;
     const int64_t h = blockIdx.x, i = blockIdx.y;

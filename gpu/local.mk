@@ -26,7 +26,15 @@ EXTRA_DIST += \
 	%reldir%/kernels.cu \
 	%reldir%/backend-gpu.cu \
 	%reldir%/bench-gpu.cu \
-	%reldir%/nvfp4-backend.sym
+	%reldir%/nvfp4-backend.sym \
+	%reldir%/gpu-emu.h \
+	%reldir%/emu.cc
+
+# The kernels' logic on the CPU (gpu/gpu-emu.h): not part of `make check`
+# (python3 rewrites the launches; a minute or two on two cores).
+check-gpu-emu:
+	BUILD=$(abs_top_builddir)/gpu/emu-check $(SHELL) $(top_srcdir)/scripts/gpu-emu-check.sh
+.PHONY: check-gpu-emu
 
 backendsdir = $(pkglibdir)/backends
 backends_LTLIBRARIES =

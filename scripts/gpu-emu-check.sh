@@ -1,0 +1,89 @@
+#!/bin/sh
+# Run the GPU backend's kernels on the CPU: gpu/kernels.cu and
+# gpu/backend-gpu.cu compiled by the host C++ compiler against the emulator
+# spelling gpu/gpu-emu.h (one fiber per GPU thread, see there), loaded by
+# libnvfp4-kernels as backend "cuda" from a private directory, and checked by
+# tests/test-gpu - with 32-lane warps (NVIDIA) and 64-lane wavefronts (AMD
+# CDNA).  A developer check of the kernels' logic on machines without a GPU:
+# indexing, tails, reductions, barriers, warp exchanges.  It proves nothing
+# about the vendor compilers, timing, or the tensor-core GEMM (CUDA-only,
+# not emulated).
+#
+#   scripts/gpu-emu-check.sh        (python3, g++; ~1-3 minutes)
+set -eu
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+B=${BUILD:-$ROOT/build/gpu-emu}
+mkdir -p "$B"
+cd "$B"
+[ -x "$ROOT/configure" ] || (cd "$ROOT" && autoreconf -fi)
+[ -f Makefile ] || "$ROOT/configure" -q CFLAGS="-O2 -g"
+make -j2 libformat/libnvfp4-format.la libquant/libnvfp4-quant.la \
+    libkernels/libnvfp4-kernels.la tests/test-gpu >/dev/null
+
+# <<<grid, block, shmem, stream>>> launches -> gpu_emu_launch(..., lambda).
+python3 - "$ROOT/gpu/kernels.cu" "$B/emu-kernels.cc" <<'EOF'
+import sys
+src = open(sys.argv[1]).read()
+out, i = [], 0
+while True:
+    j = src.find('<<<', i)
+    if j < 0:
+        out.append(src[i:])
+        break
+    # the kernel: identifier, possibly with <template args>, before <<<
+    k = j
+    if src[k - 1] == '>':
+        depth = 0
+        while True:
+            k -= 1
+            if src[k] == '>':
+                depth += 1
+            elif src[k] == '<':
+                depth -= 1
+                if depth == 0:
+                    break
+    while src[k - 1].isalnum() or src[k - 1] == '_':
+        k -= 1
+    e = src.index('>>>', j)
+    cfg = src[j + 3:e]
+    a = e + 3
+    assert src[a] == '(', src[k:a + 20]
+    depth, b = 0, a
+    while True:
+        if src[b] == '(':
+            depth += 1
+        elif src[b] == ')':
+            depth -= 1
+            if depth == 0:
+                break
+        b += 1
+    assert src[b + 1] == ';', src[k:b + 5]
+    out.append(src[i:k])
+    out.append('gpu_emu_launch(%s, [&] { %s%s; })' % (cfg, src[k:j], src[a:b + 1]))
+    i = b + 1
+open(sys.argv[2], 'w').write(''.join(out))
+EOF
+
+CXX=${CXX:-g++}
+status=0
+for warp in 32 64; do
+    d="$B/emu$warp"
+    mkdir -p "$d"
+    flags="-std=c++17 -O1 -g -fPIC -ffp-contract=off -fvisibility=hidden -Wall -Wextra \
+        -Wno-unused-parameter -DNVFP4_GPU_EMU -DGPU_EMU_WARP=$warp -DNVFP4_BUILDING \
+        -DHAVE_CONFIG_H -I$B -I$ROOT/include -I$ROOT/gpu"
+    $CXX $flags -c "$B/emu-kernels.cc" -o "$d/kernels.o"
+    $CXX $flags -x c++ -c "$ROOT/gpu/backend-gpu.cu" -o "$d/backend.o"
+    $CXX $flags -c "$ROOT/gpu/emu.cc" -o "$d/emu.o"
+    $CXX -shared -o "$d/nvfp4-backend-cuda.so" "$d/kernels.o" "$d/backend.o" "$d/emu.o" \
+        -Wl,--no-undefined -Wl,--version-script="$ROOT/gpu/nvfp4-backend.sym" \
+        -L"$B/libquant/.libs" -L"$B/libformat/.libs" -lnvfp4-quant -lnvfp4-format -lm
+    echo "gpu-emu-check: warp $warp"
+    if ! NVFP4_BACKEND_PATH="$d" NVFP4_TEST_GPU_BACKEND=cuda \
+        LD_LIBRARY_PATH="$B/libquant/.libs:$B/libformat/.libs:$B/libkernels/.libs" \
+        "$B/tests/test-gpu" 2>&1 | tee "$d/test-gpu.log" | tail -n 30; then
+        status=1
+    fi
+    grep -q '100%: Checks' "$d/test-gpu.log" || status=1
+done
+exit $status
