@@ -177,12 +177,54 @@ static nvfp4_status cpu_rope(void *ctx, float *x, const int32_t *positions, size
     return NVFP4_OK;
 }
 
-static float dot_f(const float *a, const float *b, size_t n)
+static float dot_scalar(const float *a, const float *b, size_t n)
 {
     float s = 0.0f;
     for (size_t i = 0; i < n; i++)
         s += a[i] * b[i];
     return s;
+}
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <immintrin.h>
+/* Attention scores: 16 lanes, two accumulators, a masked tail.  The order
+ * depends on n only, so a score is the same whatever the thread count. */
+__attribute__((target("avx512f"))) static float dot_avx512(const float *a, const float *b,
+                                                            size_t n)
+{
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 mk = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, a + i), _mm512_maskz_loadu_ps(mk, b + i),
+                             s0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+/* out += w * v over n */
+__attribute__((target("avx512f"))) static void axpy_avx512(float *out, float w, const float *v,
+                                                           size_t n)
+{
+    const __m512 wv = _mm512_set1_ps(w);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 mk = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(out + i, mk,
+                              _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, v + i),
+                                              _mm512_maskz_loadu_ps(mk, out + i)));
+    }
+}
+#define CPU_HAVE_X86 1
+#endif
+
+static void axpy_scalar(float *out, float w, const float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] += w * v[i];
 }
 
 /* Causal grouped-query attention over the cache; one (token, head) per work
@@ -195,6 +237,13 @@ static nvfp4_status cpu_attention(void *ctx, const float *q, const float *k, con
     const size_t kvw = nkv * hd, group = nh / nkv, ctxlen = pos0 + m;
     const int nth = cpu_nthreads(ctx);
     float *scores = malloc((size_t)nth * ctxlen * sizeof(float));
+#ifdef CPU_HAVE_X86
+    const int wide = ((cpu_ctx *)ctx)->isa >= CPU_ISA_AVX512;
+#else
+    const int wide = 0;
+#define dot_avx512 dot_scalar
+#define axpy_avx512 axpy_scalar
+#endif
 
     (void)max_ctx;
     if (!scores)
@@ -213,7 +262,8 @@ static nvfp4_status cpu_attention(void *ctx, const float *q, const float *k, con
         sc += (size_t)omp_get_thread_num() * ctxlen;
 #endif
         for (size_t p = 0; p < len; p++) {
-            sc[p] = dot_f(qi, k_cache + p * kvw + kvh * hd, hd) * scale;
+            sc[p] = (wide ? dot_avx512 : dot_scalar)(qi, k_cache + p * kvw + kvh * hd, hd) *
+                    scale;
             if (sc[p] > mx)
                 mx = sc[p];
         }
@@ -223,12 +273,9 @@ static nvfp4_status cpu_attention(void *ctx, const float *q, const float *k, con
         }
         inv = 1.0f / sum;
         memset(o, 0, hd * sizeof(float));
-        for (size_t p = 0; p < len; p++) {
-            const float *vp = v_cache + p * kvw + kvh * hd;
-            float wgt = sc[p] * inv;
-            for (size_t d = 0; d < hd; d++)
-                o[d] += wgt * vp[d];
-        }
+        for (size_t p = 0; p < len; p++)
+            (wide ? axpy_avx512 : axpy_scalar)(o, sc[p] * inv, v_cache + p * kvw + kvh * hd,
+                                                hd);
     }
     free(scores);
     return NVFP4_OK;
