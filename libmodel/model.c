@@ -672,6 +672,10 @@ nvfp4_model *nvfp4_model_open(const char *path, const nvfp4_model_options *opt,
     m->max_ctx = m->opt.max_ctx > 0 ? m->opt.max_ctx
                                     : (m->hp.max_pos < 4096 ? m->hp.max_pos : 4096);
 
+    for (int64_t l = 0; l < m->hp.layers; l++) {
+        free(m->layers[l].w13);
+        free(m->layers[l].w2);
+    }
     memset(m->layers, 0, (size_t)m->hp.layers * sizeof(layer_t));
     if (assemble(m, err))
         goto fail;

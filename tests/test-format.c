@@ -152,7 +152,8 @@ END_TEST
 /* Each malformed file: its own error category, the file named, no crash. */
 START_TEST(test_malformed_corpus)
 {
-    json_t *cases = json_object_get(tload_json("format/malformed.json"), "cases");
+    json_t *root = tload_json("format/malformed.json");
+    json_t *cases = json_object_get(root, "cases");
 
     for (size_t i = 0; i < json_array_size(cases); i++) {
         json_t *c = json_array_get(cases, i);
@@ -184,6 +185,7 @@ START_TEST(test_malformed_corpus)
                       err.text);
         ck_assert_msg(strstr(err.file, file) != NULL, "error file field: %s", err.file);
     }
+    json_decref(root);
 }
 END_TEST
 
@@ -321,7 +323,8 @@ END_TEST
 
 START_TEST(test_tool_exit_codes)
 {
-    json_t *cases = json_object_get(tload_json("format/malformed.json"), "cases");
+    json_t *root = tload_json("format/malformed.json");
+    json_t *cases = json_object_get(root, "cases");
     char args[4200], *out;
 
     for (size_t i = 0; i < json_array_size(cases); i++) {
@@ -347,6 +350,7 @@ START_TEST(test_tool_exit_codes)
     free(out);
     ck_assert_int_eq(run_tool("no-such-command", &out), 2);
     free(out);
+    json_decref(root);
 }
 END_TEST
 
