@@ -9,6 +9,16 @@
  * obtained from nvfp4_backend_alloc (on the CPU backend that is plain host
  * memory).  Weights are uploaded once with nvfp4_kweight_upload, into the
  * layout the backend prefers.  All activations are float32, row-major.
+ *
+ * Reproducibility: for a given backend, input and m, results are the same
+ * bits whatever the number of threads (outputs are partitioned, never one
+ * reduction).  Float32 summation order may differ from PyTorch's and, in
+ * the last bits, between calls with different m (tiles of tokens).
+ *
+ * Environment: NVFP4_BACKEND picks the backend when none is named;
+ * NVFP4_BACKEND_PATH (colon-separated) is searched for GPU backend modules
+ * before the installed backends directory; NVFP4_CPU_ISA (scalar, avx2,
+ * avx512, vnni) caps the CPU backend's instruction set, read at open.
  */
 #ifndef NVFP4_KERNELS_H
 #define NVFP4_KERNELS_H
