@@ -184,27 +184,6 @@ static inline unsigned code_at(const cpu_kweight *w, const uint8_t *row, size_t 
     }
 }
 
-/* A full-size copy of chunk CH of a CHUNK-layout row (zero-padded when it
- * is the tail), so that the kernel only ever sees whole chunks. */
-static inline const uint8_t *chunk_bytes(const uint8_t *row, const uint8_t *srow, size_t nb,
-                                         size_t ch, uint8_t *wbuf, uint8_t *sbuf,
-                                         const uint8_t **sc)
-{
-    size_t c = nb - ch * CPU_CHUNK_BLOCKS;
-
-    if (c >= CPU_CHUNK_BLOCKS) {
-        *sc = srow + ch * CPU_CHUNK_BLOCKS;
-        return row + ch * CPU_CHUNK_BYTES;
-    }
-    memset(wbuf, 0, CPU_CHUNK_BYTES);
-    memset(sbuf, 0, CPU_CHUNK_BLOCKS);
-    memcpy(wbuf, row + ch * CPU_CHUNK_BYTES, 4 * c);
-    memcpy(wbuf + 64, row + ch * CPU_CHUNK_BYTES + 4 * c, 4 * c);
-    memcpy(sbuf, srow + ch * CPU_CHUNK_BLOCKS, c);
-    *sc = sbuf;
-    return wbuf;
-}
-
 /* ---- scalar kernel ------------------------------------------------------------- */
 
 /* y[t*n + r] for tokens t0..t0+nt-1 of row r; x in the file order. */
@@ -236,14 +215,47 @@ static void row_scalar(const cpu_kweight *w, int64_t r, const float *x, size_t t
  * denormals), so one exact multiply by 256 recovers the E4M3 value before
  * the §2 product with the global scale. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __m512
-scales16_avx512(const uint8_t *sc, __m512 s2)
+scalesn_avx512(const uint8_t *sc, size_t cnt, __m512 s2)
 {
-    __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sc));
+    /* a masked load: the tail of a row reads no byte past its scales */
+    __mmask16 mk = cnt >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cnt) - 1);
+    __m256i b = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(mk, sc));
     __m256i h = _mm256_or_si256(
         _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)), 7),
         _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
     __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
     return _mm512_mul_ps(v, s2);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __m512
+scales16_avx512(const uint8_t *sc, __m512 s2)
+{
+    return scalesn_avx512(sc, 16, s2);
+}
+
+/* Chunk CH of a CHUNK-layout row as the two 64-byte planes and the 16
+ * decoded block scales; a tail chunk of c < 16 blocks is read with masked
+ * loads (zero bytes past its 4c bytes per plane and c scales: code 0 with a
+ * zero activation and a zero scale contribute nothing). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline void
+chunk_load(const uint8_t *row, const uint8_t *srow, size_t nb, size_t ch, __m512 s2,
+           __m512i *p0, __m512i *p1, __m512 *ws)
+{
+    const size_t c = nb - ch * CPU_CHUNK_BLOCKS;
+    const uint8_t *cb = row + ch * CPU_CHUNK_BYTES;
+
+    if (c >= CPU_CHUNK_BLOCKS) {
+        *p0 = _mm512_loadu_si512((const void *)cb);
+        *p1 = _mm512_loadu_si512((const void *)(cb + 64));
+        *ws = scales16_avx512(srow + ch * CPU_CHUNK_BLOCKS, s2);
+    } else {
+        __mmask64 mk = ((__mmask64)1 << (4 * c)) - 1;
+        *p0 = _mm512_maskz_loadu_epi8(mk, cb);
+        *p1 = _mm512_maskz_loadu_epi8(mk, cb + 4 * c);
+        *ws = scalesn_avx512(srow + ch * CPU_CHUNK_BLOCKS, c, s2);
+    }
+    _mm_prefetch((const char *)cb + CPU_PREFETCH, _MM_HINT_NTA);
+    _mm_prefetch((const char *)cb + CPU_PREFETCH + 64, _MM_HINT_NTA);
 }
 
 /* ---- AVX2 float kernel (BLOCK layout) ------------------------------------------ */
@@ -337,16 +349,8 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
     for (size_t seg = kr->b0; seg < kr->b1; seg += CPU_SCALE_SEG) {
         const size_t cnt = kr->b1 - seg < CPU_SCALE_SEG ? kr->b1 - seg : CPU_SCALE_SEG;
 
-        for (size_t g = 0; g < cnt; g += 16) {
-            uint8_t sbuf[16];
-            const uint8_t *sc = srow + seg + g;
-            if (cnt - g < 16) {
-                memset(sbuf, 0, sizeof(sbuf));
-                memcpy(sbuf, sc, cnt - g);
-                sc = sbuf;
-            }
-            _mm512_storeu_ps(bsa + g, scales16_avx512(sc, s2));
-        }
+        for (size_t g = 0; g < cnt; g += 16)
+            _mm512_storeu_ps(bsa + g, scalesn_avx512(srow + seg + g, cnt - g, s2));
         for (size_t j = 0; j < cnt; j += 4) {
             if (j % 8 == 0) /* one line per 8 blocks; see CPU_PREFETCH */
                 _mm_prefetch((const char *)(row + 8 * (seg + j)) + CPU_PREFETCH, _MM_HINT_NTA);
@@ -384,6 +388,78 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
     }
 }
 
+/* One token, four rows: the activation block loaded once feeds four rows,
+ * and the per-row set-up (scale decoding, the final reduction) of short
+ * rows is shared.  Each row sees exactly the operations of row_avx512_body
+ * with nt = 1 (accumulator b % 4, same order, same reduction), so grouping
+ * rows changes no bit. */
+#define GEMV_ROWS 4
+#define GEMV_SEG 256
+/* Used for rows of up to this many weights, where the per-row set-up is a
+ * large share of the work; longer rows streamed from DRAM measured faster
+ * one at a time (one sequential stream for the prefetchers). */
+#define GEMV4_MAX_K 2048
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
+gemv4_avx512(const cpu_kweight *w, int64_t r, const float *x, const krange *kr, float *y)
+{
+    const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;
+    const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
+    const __m512 lut = _mm512_loadu_ps(e2m1_f);
+    const __m512i shifts =
+        _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
+    const uint8_t *row[GEMV_ROWS];
+    __m512 acc[GEMV_ROWS][4];
+    float bsa[GEMV_ROWS][GEMV_SEG];
+
+    for (int i = 0; i < GEMV_ROWS; i++) {
+        row[i] = w->packed + (size_t)(r + i) * k / 2;
+        for (int a = 0; a < 4; a++)
+            acc[i][a] = _mm512_setzero_ps();
+    }
+    for (size_t seg = kr->b0; seg < kr->b1; seg += GEMV_SEG) {
+        const size_t cnt = kr->b1 - seg < GEMV_SEG ? kr->b1 - seg : GEMV_SEG;
+
+        for (int i = 0; i < GEMV_ROWS; i++)
+            for (size_t g = 0; g < cnt; g += 16)
+                _mm512_storeu_ps(bsa[i] + g,
+                                 scalesn_avx512(w->scales + (size_t)(r + i) * nb + seg + g,
+                                                cnt - g, s2));
+        for (size_t j = 0; j < cnt; j += 4) {
+            if (j % 8 == 0)
+                for (int i = 0; i < GEMV_ROWS; i++)
+                    _mm_prefetch((const char *)(row[i] + 8 * (seg + j)) + CPU_PREFETCH,
+                                 _MM_HINT_NTA);
+#pragma GCC unroll 4
+            for (size_t u = 0; u < 4; u++) {
+                const size_t b = seg + j + u;
+                __m512 xv;
+
+                if (j + u >= cnt)
+                    break;
+                xv = _mm512_loadu_ps(x + 16 * b);
+#pragma GCC unroll 4
+                for (int i = 0; i < GEMV_ROWS; i++) {
+                    uint64_t q;
+                    __m512 wv;
+                    memcpy(&q, row[i] + 8 * b, 8);
+                    wv = _mm512_mul_ps(
+                        _mm512_permutexvar_ps(
+                            _mm512_srlv_epi32(_mm512_set1_epi64((long long)q), shifts), lut),
+                        _mm512_set1_ps(bsa[i][j + u]));
+                    acc[i][u] = _mm512_fmadd_ps(wv, xv, acc[i][u]);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < GEMV_ROWS; i++) {
+        __m512 v = _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]),
+                                 _mm512_add_ps(acc[i][2], acc[i][3]));
+        float *yo = y + (size_t)r + (size_t)i;
+        *yo = kr->acc ? *yo + _mm512_reduce_add_ps(v) : _mm512_reduce_add_ps(v);
+    }
+}
+
 /* Two rows by a full tile of 8 packed tokens: each activation load feeds
  * two FMAs, so the loop is bound by the FMA units rather than by loads.
  * Every output sees exactly the operations of row_avx512_body with nt = 8
@@ -410,18 +486,8 @@ row2_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const kr
         const size_t cnt = kr->b1 - seg < CPU_SCALE_SEG ? kr->b1 - seg : CPU_SCALE_SEG;
 
         for (size_t g = 0; g < cnt; g += 16) {
-            uint8_t sb0[16], sb1[16];
-            const uint8_t *sc0 = srow0 + seg + g, *sc1 = srow1 + seg + g;
-            if (cnt - g < 16) {
-                memset(sb0, 0, sizeof(sb0));
-                memset(sb1, 0, sizeof(sb1));
-                memcpy(sb0, sc0, cnt - g);
-                memcpy(sb1, sc1, cnt - g);
-                sc0 = sb0;
-                sc1 = sb1;
-            }
-            _mm512_storeu_ps(bs0 + g, scales16_avx512(sc0, s2));
-            _mm512_storeu_ps(bs1 + g, scales16_avx512(sc1, s2));
+            _mm512_storeu_ps(bs0 + g, scalesn_avx512(srow0 + seg + g, cnt - g, s2));
+            _mm512_storeu_ps(bs1 + g, scalesn_avx512(srow1 + seg + g, cnt - g, s2));
         }
         for (size_t j = 0; j < cnt; j++) {
             const size_t b = seg + j;
@@ -482,20 +548,14 @@ row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size
         _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
     __m512 acc[8];
-    uint8_t wbuf[CPU_CHUNK_BYTES], sbuf[CPU_CHUNK_BLOCKS];
 
     #pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++)
         acc[t] = _mm512_setzero_ps();
     for (size_t ch = kr->b0; ch < kr->b1; ch++) {
-        const uint8_t *sc;
-        const uint8_t *cb = chunk_bytes(row, srow, nb, ch, wbuf, sbuf, &sc);
-        const __m512 ws = scales16_avx512(sc, s2);
-        __m512i p0 = _mm512_loadu_si512((const void *)cb);
-        /* see CPU_PREFETCH */
-        _mm_prefetch((const char *)cb + CPU_PREFETCH, _MM_HINT_NTA);
-        _mm_prefetch((const char *)cb + CPU_PREFETCH + 64, _MM_HINT_NTA);
-        __m512i p1 = _mm512_loadu_si512((const void *)(cb + 64));
+        __m512i p0, p1;
+        __m512 ws;
+        chunk_load(row, srow, nb, ch, s2, &p0, &p1, &ws);
         __m512i w0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(p0, lo4));
         __m512i w1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p0, 4), lo4));
         __m512i w2 = _mm512_shuffle_epi8(lut, _mm512_and_si512(p1, lo4));
@@ -527,6 +587,59 @@ row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size
     }
 }
 
+/* One token, four rows of the VNNI kernel: the activation codes loaded
+ * once per chunk feed four rows.  Per row exactly the operations of
+ * row_vnni_body with nt = 1, so grouping rows changes no bit. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static void
+gemv4_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, const krange *kr,
+           float *y)
+{
+    const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;
+    const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
+    const __m512i lut = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[GEMV_ROWS];
+
+    (void)nch;
+    for (int i = 0; i < GEMV_ROWS; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (size_t ch = kr->b0; ch < kr->b1; ch++) {
+        const int8_t *xq = a->q + ch * CPU_CHUNK;
+        const __m512i x0 = _mm512_loadu_si512((const void *)xq);
+        const __m512i x1 = _mm512_loadu_si512((const void *)(xq + 64));
+        const __m512i x2 = _mm512_loadu_si512((const void *)(xq + 128));
+        const __m512i x3 = _mm512_loadu_si512((const void *)(xq + 192));
+        const __m512i corr = _mm512_loadu_si512((const void *)(a->corr + ch * 16));
+        const __m512 xs = _mm512_loadu_ps(a->xs + ch * 16);
+
+#pragma GCC unroll 4
+        for (int i = 0; i < GEMV_ROWS; i++) {
+            __m512i p0, p1, sa, sb;
+            __m512 ws;
+
+            chunk_load(w->packed + (size_t)(r + i) * k / 2, w->scales + (size_t)(r + i) * nb, nb,
+                       ch, s2, &p0, &p1, &ws);
+            sa = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                     _mm512_shuffle_epi8(lut, _mm512_and_si512(p0, lo4)), x0);
+            sb = _mm512_dpbusd_epi32(
+                _mm512_setzero_si512(),
+                _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p0, 4), lo4)), x1);
+            sa = _mm512_dpbusd_epi32(sa, _mm512_shuffle_epi8(lut, _mm512_and_si512(p1, lo4)),
+                                     x2);
+            sb = _mm512_dpbusd_epi32(
+                sb, _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p1, 4), lo4)),
+                x3);
+            sa = _mm512_sub_epi32(_mm512_add_epi32(sa, sb), corr);
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_mul_ps(ws, xs), acc[i]);
+        }
+    }
+    for (int i = 0; i < GEMV_ROWS; i++) {
+        float *yo = y + (size_t)r + (size_t)i;
+        *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[i]) : _mm512_reduce_add_ps(acc[i]);
+    }
+}
+
 /* Two rows by 8 tokens: the activation codes, offsets and scales loaded
  * once feed both rows.  Per output exactly the operations of row_vnni_body
  * (same order), so pairing rows changes no bit. */
@@ -542,7 +655,6 @@ row2_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t
         _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
     __m512 acc[2][8];
-    uint8_t wbuf[2][CPU_CHUNK_BYTES], sbuf[2][CPU_CHUNK_BLOCKS];
 
 #pragma GCC unroll 8
     for (size_t t = 0; t < 8; t++)
@@ -553,11 +665,8 @@ row2_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t
 
 #pragma GCC unroll 2
         for (int i = 0; i < 2; i++) {
-            const uint8_t *sc;
-            const uint8_t *cb = chunk_bytes(row[i], srow[i], nb, ch, wbuf[i], sbuf[i], &sc);
-            __m512i p0 = _mm512_loadu_si512((const void *)cb);
-            __m512i p1 = _mm512_loadu_si512((const void *)(cb + 64));
-            ws[i] = scales16_avx512(sc, s2);
+            __m512i p0, p1;
+            chunk_load(row[i], srow[i], nb, ch, s2, &p0, &p1, &ws[i]);
             wv[i][0] = _mm512_shuffle_epi8(lut, _mm512_and_si512(p0, lo4));
             wv[i][1] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p0, 4), lo4));
             wv[i][2] = _mm512_shuffle_epi8(lut, _mm512_and_si512(p1, lo4));
@@ -984,6 +1093,12 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
                     if (path == PATH_VNNI && nt == TOK_TILE)
                         for (; r + 1 < r1; r += 2)
                             row2_vnni(w, (int64_t)r, a, nch, t0, &kr, y);
+                    if (path == PATH_AVX512 && m == 1 && k <= GEMV4_MAX_K)
+                        for (; r + GEMV_ROWS <= r1; r += GEMV_ROWS)
+                            gemv4_avx512(w, (int64_t)r, x, &kr, y);
+                    if (path == PATH_VNNI && m == 1 && k <= GEMV4_MAX_K)
+                        for (; r + GEMV_ROWS <= r1; r += GEMV_ROWS)
+                            gemv4_vnni(w, (int64_t)r, a, nch, &kr, y);
 #endif
                     for (; r < r1; r++)
                         row_call(path, w, (int64_t)r, x, a, nch, t0, &kr, nt, y);

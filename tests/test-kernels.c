@@ -381,6 +381,43 @@ START_TEST(test_linear_w4a4)
 }
 END_TEST
 
+/* The kernels process rows alone, in pairs or in fours; a row's result must
+ * not depend on its neighbours: rows 1..n-1 uploaded on their own (every
+ * row moves to another place in its group) give the same bits. */
+START_TEST(test_row_grouping)
+{
+    static const size_t ms[] = {1, 3, 8, 16};
+    const int64_t n = 13, k = 272;
+
+    for (int scheme = 0; scheme < 2; scheme++) {
+        syn_linear s;
+        nvfp4_linear sub;
+        float x[16 * 272], y[16 * 13], ys[16 * 12];
+
+        syn_make(&s, "grouping", scheme ? NVFP4_SCHEME_W4A4 : NVFP4_SCHEME_W4A16, n, k, 0.01f,
+                 scheme ? 0.02f : 0.0f);
+        sub = s.lin;
+        sub.n = n - 1;
+        sub.weight += k / 2;
+        sub.scales += k / 16;
+        for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
+            x[i] = frand(-2, 2);
+        for (size_t l = 0; l < 4; l++)
+            for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+                size_t m = ms[mi];
+                run_linear_all_threads(isa_levels[l], &s.lin, 1, x, m, y, m * (size_t)n);
+                run_linear_all_threads(isa_levels[l], &sub, 1, x, m, ys, m * (size_t)(n - 1));
+                for (size_t t = 0; t < m; t++)
+                    ck_assert_msg(memcmp(y + t * (size_t)n + 1, ys + t * (size_t)(n - 1),
+                                         (size_t)(n - 1) * sizeof(float)) == 0,
+                                  "%s %s m=%zu token %zu: rows differ when regrouped",
+                                  isa_levels[l], scheme ? "w4a4" : "w4a16", m, t);
+            }
+        syn_free(&s);
+    }
+}
+END_TEST
+
 /* §5 bit for bit: an identity W4A4 weight (code 1.0, block scale 1.0,
  * global 1.0) makes y = x' exactly on every path (one non-zero product per
  * output, each rounded once as the reference rounds q * (s / gs)), so the
@@ -1169,6 +1206,7 @@ int main(void)
     tcase_add_test(tc, test_memory);
     tcase_add_test(tc, test_linear_w4a16);
     tcase_add_test(tc, test_linear_w4a4);
+    tcase_add_test(tc, test_row_grouping);
     tcase_add_test(tc, test_w4a4_activation_exact);
     tcase_add_test(tc, test_linear_dense);
     tcase_add_test(tc, test_embed);
