@@ -127,6 +127,11 @@ static nvfp4_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes
 
 /* ---- elementwise and row operations ---------------------------------------- */
 
+/* Below this many elements an elementwise or row operation runs on the
+ * calling thread: waking the team costs more than the work (decode steps
+ * call these on one token). */
+#define CPU_PAR_MIN 32768
+
 /* HF's LlamaRMSNorm: float32 variance = mean(x^2), x * rsqrt(var + eps),
  * then times the weight.  The sum of squares is kept in double so the
  * result is within float32 rounding of the exact value. */
@@ -134,7 +139,8 @@ static nvfp4_status cpu_rmsnorm(void *ctx, const float *x, const float *weight, 
                                 size_t d, float eps, float *y, nvfp4_error *err)
 {
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx))
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx)) \
+    if (m * d >= CPU_PAR_MIN)
     for (size_t i = 0; i < m; i++) {
         const float *xi = x + i * d;
         float *yi = y + i * d;
@@ -160,7 +166,8 @@ static nvfp4_status cpu_rope(void *ctx, float *x, const int32_t *positions, size
     const size_t half = rot_dim / 2;
 
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx))
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx)) \
+    if (m * heads * rot_dim >= CPU_PAR_MIN)
     for (size_t i = 0; i < m; i++) {
         for (size_t j = 0; j < half; j++) {
             /* HF forms the angle in float32: pos * inv_freq */
@@ -285,7 +292,8 @@ static nvfp4_status cpu_silu_mul(void *ctx, const float *gu, size_t m, size_t in
                                  float *out, nvfp4_error *err)
 {
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx))
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx)) \
+    if (m * inter >= CPU_PAR_MIN)
     for (size_t i = 0; i < m; i++) {
         const float *g = gu + i * 2 * inter, *u = g + inter;
         for (size_t j = 0; j < inter; j++)
@@ -314,7 +322,8 @@ static nvfp4_status cpu_softmax(void *ctx, const float *x, size_t m, size_t n, f
                                 nvfp4_error *err)
 {
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx))
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx)) \
+    if (m * n >= CPU_PAR_MIN)
     for (size_t i = 0; i < m; i++)
         softmax_row(x + i * n, n, y + i * n);
     return NVFP4_OK;
@@ -327,7 +336,8 @@ static nvfp4_status cpu_logsoftmax(void *ctx, const float *x, size_t m, size_t n
                                    nvfp4_error *err)
 {
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx))
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx)) \
+    if (m * n >= CPU_PAR_MIN)
     for (size_t i = 0; i < m; i++) {
         const float *xi = x + i * n;
         float mx = -INFINITY;
@@ -405,7 +415,8 @@ static nvfp4_status cpu_add(void *ctx, const float *a, const float *b, size_t n,
                             nvfp4_error *err)
 {
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx))
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx)) \
+    if (n >= CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         y[i] = a[i] + b[i];
     return NVFP4_OK;
