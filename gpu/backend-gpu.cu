@@ -170,6 +170,9 @@ static void *g_open(nvfp4_error *err)
 #endif
     if (getenv("NVFP4_GPU_NO_WMMA"))
         ctx->dev.wmma = 0;
+    /* tests and tuning: NVFP4 GEMV rows per warp (1, 2 or 4) */
+    if (getenv("NVFP4_GPU_GEMV_ROWS"))
+        ctx->dev.gemv_rows = atoi(getenv("NVFP4_GPU_GEMV_ROWS"));
     /* The kernels assume whole warps of 32 or 64 lanes. */
     if (ctx->dev.warp_size != 32 && ctx->dev.warp_size != 64) {
         nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, "", GPU_VENDOR_NAME, -1,

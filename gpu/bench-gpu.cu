@@ -169,6 +169,7 @@ static int bench_gemv(int64_t n, int64_t k, double budget)
     gk_weight w;
     job j;
     double t16, t4, tc;
+    int best_rows = 0;
 
     if (!packed || !scales || !x)
         return 1;
@@ -189,9 +190,23 @@ static int bench_gemv(int64_t n, int64_t k, double budget)
     j.y = y;
     j.xq = xq;
     j.m = 1;
-    t16 = time_ms(&j, budget);
+    /* rows per warp of the GEMV: sweep, report each, keep the best */
+    t16 = -1;
+    for (int r = 1; r <= 4; r *= 2) {
+        double t;
+        dev.gemv_rows = r;
+        t = time_ms(&j, budget);
+        printf("gemv %6lld x %-6lld  w4a16 rows/warp %d: %8.2f us %7.0f GB/s\n",
+               (long long)n, (long long)k, r, t * 1e3, (pb + sb) / (t * 1e6));
+        if (t > 0 && (t16 < 0 || t < t16)) {
+            t16 = t;
+            best_rows = r;
+        }
+    }
+    dev.gemv_rows = best_rows;
     w.input_scale = 0.002f;
     t4 = time_ms(&j, budget);
+    dev.gemv_rows = 0;
     /* the same bytes, moved device to device (read + write) */
     j.op = OP_COPY;
     j.dst = copy;
@@ -202,9 +217,10 @@ static int bench_gemv(int64_t n, int64_t k, double budget)
     j.dst = (uint8_t *)copy + pb;
     j.bytes = sb;
     tc += time_ms(&j, budget);
-    printf("gemv %6lld x %-6lld  bytes %10zu  w4a16 %8.2f us %7.0f GB/s  w4a4 %8.2f us "
-           "%7.0f GB/s  d2d-copy %8.2f us %7.0f GB/s(r+w)  w4a16/copy-time %.2f\n",
-           (long long)n, (long long)k, pb + sb, t16 * 1e3, (pb + sb) / (t16 * 1e6),
+    printf("gemv %6lld x %-6lld  bytes %10zu  w4a16 (rows/warp %d) %8.2f us %7.0f GB/s  "
+           "w4a4 %8.2f us %7.0f GB/s  d2d-copy %8.2f us %7.0f GB/s(r+w)  "
+           "w4a16/copy-time %.2f\n",
+           (long long)n, (long long)k, pb + sb, best_rows, t16 * 1e3, (pb + sb) / (t16 * 1e6),
            t4 * 1e3, (pb + sb) / (t4 * 1e6), tc * 1e3, 2.0 * (pb + sb) / (tc * 1e6),
            t16 / tc);
     (void)gpu_free(packed);

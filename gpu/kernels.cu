@@ -150,88 +150,117 @@ extern "C" gpu_error_t gk_qdq(const float *x, int64_t rows, int64_t k, float inp
 }
 
 /* ---- GEMV: decode, m <= 8 ------------------------------------------------------
- * One warp per output row; the lanes stride the row with 16-byte loads (two
- * NVFP4 blocks, 32 weights) so a warp reads 512 contiguous bytes per step
- * and every weight byte is read once for up to MT tokens.  The E2M1 pairs of
- * a byte come from a 256-entry table in shared memory.  Per block of 16 the
+ * Each warp owns R consecutive output rows; the lanes stride the rows with
+ * 16-byte loads (two NVFP4 blocks, 32 weights) so a warp reads 512
+ * contiguous bytes of each row per step and every weight byte is read once
+ * for up to MT tokens, while each activation chunk loaded serves all R rows.
+ * E2M1 codes are decoded through a table in shared memory that holds one
+ * copy per lane: entry (code, lane) lives in bank `lane`, so the 32 lookups
+ * of a warp never conflict whatever the codes.  Per block of 16 the
  * code-times-activation partial sum is scaled once by E4M3(scale) * global
  * (the §2 product, one rounding), then accumulated. */
 
 struct lut_t {
-    float lo[256], hi[256];
+    float v[16 * GPU_WARP];
 };
 
 GPU_DEV void lut_fill(lut_t *lut)
 {
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) {
-        lut->lo[i] = num_e2m1_value(i & 15);
-        lut->hi[i] = num_e2m1_value(i >> 4);
-    }
+    for (int i = threadIdx.x; i < 16 * GPU_WARP; i += blockDim.x)
+        lut->v[i] = num_e2m1_value((uint32_t)(i / GPU_WARP));
 }
 
-/* Partial sum of one NVFP4 block (8 bytes in W0, W1) with 16 activations. */
-template <bool VEC>
-GPU_DEV float block_dot(const lut_t *lut, uint32_t w0, uint32_t w1, const float *xb)
+/* Partial sum of one NVFP4 block (8 bytes in W0, W1) with XV[0..15]; LT is
+ * this lane's column of the table. */
+GPU_DEV float block_dot(const float *lt, uint32_t w0, uint32_t w1, const float *xv)
 {
-    float xv[16];
     float p = 0.0f;
 
-    if (VEC) {
-        const float4 *x4 = (const float4 *)xb;
-        for (int q = 0; q < 4; q++) {
-            float4 t = x4[q];
-            xv[4 * q] = t.x; xv[4 * q + 1] = t.y; xv[4 * q + 2] = t.z; xv[4 * q + 3] = t.w;
-        }
-    } else {
-        for (int q = 0; q < 16; q++)
-            xv[q] = xb[q];
+    for (int j = 0; j < 4; j++) {
+        const uint32_t b = w0 >> (8 * j);
+        p = fmaf(lt[(b & 15u) * GPU_WARP], xv[2 * j], p);
+        p = fmaf(lt[((b >> 4) & 15u) * GPU_WARP], xv[2 * j + 1], p);
     }
     for (int j = 0; j < 4; j++) {
-        uint32_t b = (w0 >> (8 * j)) & 0xFFu;
-        p = fmaf(lut->lo[b], xv[2 * j], p);
-        p = fmaf(lut->hi[b], xv[2 * j + 1], p);
-    }
-    for (int j = 0; j < 4; j++) {
-        uint32_t b = (w1 >> (8 * j)) & 0xFFu;
-        p = fmaf(lut->lo[b], xv[8 + 2 * j], p);
-        p = fmaf(lut->hi[b], xv[8 + 2 * j + 1], p);
+        const uint32_t b = w1 >> (8 * j);
+        p = fmaf(lt[(b & 15u) * GPU_WARP], xv[8 + 2 * j], p);
+        p = fmaf(lt[((b >> 4) & 15u) * GPU_WARP], xv[8 + 2 * j + 1], p);
     }
     return p;
 }
 
-/* acc[t] += row . x_t for the tokens t < cnt of XR (row pointers). */
-template <int MT, bool VEC>
-GPU_DEV void nvfp4_row_dot(const lut_t *lut, const gk_weight &w, int64_t row,
-                           const float *const *xr, int cnt, float *acc)
+/* N activations starting at P (16-byte aligned when VEC). */
+template <bool VEC, int N>
+GPU_DEV void load_x(const float *p, float *xv)
+{
+    if (VEC) {
+        const float4 *x4 = (const float4 *)p;
+        for (int q = 0; q < N / 4; q++) {
+            const float4 t = x4[q];
+            xv[4 * q] = t.x; xv[4 * q + 1] = t.y; xv[4 * q + 2] = t.z; xv[4 * q + 3] = t.w;
+        }
+    } else {
+        for (int q = 0; q < N; q++)
+            xv[q] = p[q];
+    }
+}
+
+/* acc[r][t] += row (ROW0 + r) . x_t for the tokens t < cnt of XR (row
+ * pointers).  Rows past the end repeat the last row; the caller does not
+ * store them. */
+template <int MT, bool VEC, int R>
+GPU_DEV void nvfp4_row_dot(const lut_t *lut, const gk_weight &w, int64_t row0,
+                           const float *const *xr, int cnt, float (*acc)[MT])
 {
     const int lane = threadIdx.x % GPU_WARP;
+    const float *lt = lut->v + lane;
     const int64_t nblk = w.k / NUM_BLOCK;
-    const uint8_t *prow = w.packed + row * (w.k / 2);
-    const uint8_t *srow = w.scales + row * nblk;
+    const uint8_t *prow[R], *srow[R];
 
+    for (int r = 0; r < R; r++) {
+        const int64_t row = row0 + r < w.n ? row0 + r : w.n - 1;
+        prow[r] = w.packed + row * (w.k / 2);
+        srow[r] = w.scales + row * nblk;
+    }
     if (VEC) {
         /* two blocks per lane and step: 16 bytes, k % 32 == 0 */
         for (int64_t b = 2 * (int64_t)lane; b < nblk; b += 2 * GPU_WARP) {
-            uint4 q = *(const uint4 *)(prow + b * 8);
-            float s0 = gpu_mul_rn(num_e4m3_value(srow[b]), w.global);
-            float s1 = gpu_mul_rn(num_e4m3_value(srow[b + 1]), w.global);
+            uint4 q[R];
+            float s0[R], s1[R];
+            for (int r = 0; r < R; r++) {
+                q[r] = *(const uint4 *)(prow[r] + b * 8);
+                s0[r] = gpu_mul_rn(num_e4m3_value(srow[r][b]), w.global);
+                s1[r] = gpu_mul_rn(num_e4m3_value(srow[r][b + 1]), w.global);
+            }
             for (int t = 0; t < MT; t++) {
                 if (t < cnt) {
-                    const float *xb = xr[t] + b * NUM_BLOCK;
-                    acc[t] = fmaf(block_dot<true>(lut, q.x, q.y, xb), s0, acc[t]);
-                    acc[t] = fmaf(block_dot<true>(lut, q.z, q.w, xb + 16), s1, acc[t]);
+                    float xv[32];
+                    load_x<true, 32>(xr[t] + b * NUM_BLOCK, xv);
+                    for (int r = 0; r < R; r++) {
+                        acc[r][t] = fmaf(block_dot(lt, q[r].x, q[r].y, xv), s0[r], acc[r][t]);
+                        acc[r][t] =
+                            fmaf(block_dot(lt, q[r].z, q[r].w, xv + 16), s1[r], acc[r][t]);
+                    }
                 }
             }
         }
     } else {
         /* one block (8 bytes) per lane and step; also takes unaligned x */
         for (int64_t b = lane; b < nblk; b += GPU_WARP) {
-            uint2 q = *(const uint2 *)(prow + b * 8);
-            float s0 = gpu_mul_rn(num_e4m3_value(srow[b]), w.global);
-            for (int t = 0; t < MT; t++)
-                if (t < cnt)
-                    acc[t] = fmaf(block_dot<false>(lut, q.x, q.y, xr[t] + b * NUM_BLOCK), s0,
-                                  acc[t]);
+            uint2 q[R];
+            float s0[R];
+            for (int r = 0; r < R; r++) {
+                q[r] = *(const uint2 *)(prow[r] + b * 8);
+                s0[r] = gpu_mul_rn(num_e4m3_value(srow[r][b]), w.global);
+            }
+            for (int t = 0; t < MT; t++) {
+                if (t < cnt) {
+                    float xv[16];
+                    load_x<false, 16>(xr[t] + b * NUM_BLOCK, xv);
+                    for (int r = 0; r < R; r++)
+                        acc[r][t] = fmaf(block_dot(lt, q[r].x, q[r].y, xv), s0[r], acc[r][t]);
+                }
+            }
         }
     }
 }
@@ -272,68 +301,92 @@ GPU_DEV void dense_row_dot(const gk_weight &w, int64_t row, const float *const *
     }
 }
 
-template <int MT, int FMT, bool VEC>
-GPU_DEV void row_dot(const lut_t *lut, const gk_weight &w, int64_t row,
-                     const float *const *xr, int cnt, float *acc)
+template <int MT, int FMT, bool VEC, int R>
+GPU_DEV void row_dot(const lut_t *lut, const gk_weight &w, int64_t row0,
+                     const float *const *xr, int cnt, float (*acc)[MT])
 {
-    if (FMT == GK_NVFP4)
-        nvfp4_row_dot<MT, VEC>(lut, w, row, xr, cnt, acc);
-    else
-        dense_row_dot<MT, FMT, VEC>(w, row, xr, cnt, acc);
-}
-
-/* Reduce the per-lane sums and let lane 0 store them (+ bias). */
-template <int MT>
-GPU_DEV void row_store(const gk_weight &w, int64_t row, float *acc, float *const *yr,
-                       int cnt)
-{
-    const int lane = threadIdx.x % GPU_WARP;
-    for (int t = 0; t < MT; t++) {
-        float v = warp_sum(acc[t]);
-        if (lane == 0 && t < cnt)
-            yr[t][row] = w.bias ? v + w.bias[row] : v;
+    if (FMT == GK_NVFP4) {
+        nvfp4_row_dot<MT, VEC, R>(lut, w, row0, xr, cnt, acc);
+    } else {
+        for (int r = 0; r < R; r++)
+            dense_row_dot<MT, FMT, VEC>(w, row0 + r < w.n ? row0 + r : w.n - 1, xr, cnt,
+                                        acc[r]);
     }
 }
 
-template <int MT, int FMT, bool VEC>
+/* Reduce the per-lane sums and let lane 0 store them (+ bias). */
+template <int MT, int R>
+GPU_DEV void row_store(const gk_weight &w, int64_t row0, float (*acc)[MT], float *const *yr,
+                       int cnt)
+{
+    const int lane = threadIdx.x % GPU_WARP;
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < MT; t++) {
+            const float v = warp_sum(acc[r][t]);
+            const int64_t row = row0 + r;
+            if (lane == 0 && t < cnt && row < w.n)
+                yr[t][row] = w.bias ? v + w.bias[row] : v;
+        }
+}
+
+template <int MT, int FMT, bool VEC, int R>
 __global__ void __launch_bounds__(GK_THREADS)
 gemv_kernel(gk_weight w, const float *__restrict__ x, int m, float *__restrict__ y)
 {
     __shared__ lut_t lut;
-    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / GPU_WARP) + threadIdx.x / GPU_WARP;
+    const int64_t row0 =
+        ((int64_t)blockIdx.x * (blockDim.x / GPU_WARP) + threadIdx.x / GPU_WARP) * R;
     const float *xr[MT];
     float *yr[MT];
-    float acc[MT];
+    float acc[R][MT];
 
     if (FMT == GK_NVFP4) {
         lut_fill(&lut);
         gpu_syncthreads();
     }
-    if (row >= w.n)
+    if (row0 >= w.n)
         return;
     for (int t = 0; t < MT; t++) {
         xr[t] = x + (int64_t)(t < m ? t : 0) * w.k;
         yr[t] = y + (int64_t)(t < m ? t : 0) * w.n;
-        acc[t] = 0.0f;
+        for (int r = 0; r < R; r++)
+            acc[r][t] = 0.0f;
     }
-    row_dot<MT, FMT, VEC>(&lut, w, row, xr, m, acc);
-    row_store<MT>(w, row, acc, yr, m);
+    row_dot<MT, FMT, VEC, R>(&lut, w, row0, xr, m, acc);
+    row_store<MT, R>(w, row0, acc, yr, m);
 }
 
+template <int FMT, bool VEC, int R>
+static void gemv_launch_r(const gk_device *dev, const gk_weight *w, const float *x, int m,
+                          float *y, gpu_stream_t s)
+{
+    const unsigned grid = grid_for(w->n, (int64_t)(GK_THREADS / dev->warp_size) * R);
+
+    if (m <= 1)
+        gemv_kernel<1, FMT, VEC, R><<<grid, GK_THREADS, 0, s>>>(*w, x, m, y);
+    else if (m <= 2)
+        gemv_kernel<2, FMT, VEC, R><<<grid, GK_THREADS, 0, s>>>(*w, x, m, y);
+    else if (m <= 4)
+        gemv_kernel<4, FMT, VEC, R><<<grid, GK_THREADS, 0, s>>>(*w, x, m, y);
+    else
+        gemv_kernel<8, FMT, VEC, R><<<grid, GK_THREADS, 0, s>>>(*w, x, m, y);
+}
+
+/* Rows per warp: dense rows gain nothing from sharing activations (their
+ * weights are as wide as x); NVFP4 rows take dev->gemv_rows (1, 2 or 4;
+ * 0 = 2, a guess until measured - bench-gpu sweeps it). */
 template <int FMT, bool VEC>
 static void gemv_launch(const gk_device *dev, const gk_weight *w, const float *x, int m,
                         float *y, gpu_stream_t s)
 {
-    const unsigned grid = grid_for(w->n, GK_THREADS / dev->warp_size);
+    const int r = FMT != GK_NVFP4 ? 1 : dev->gemv_rows ? dev->gemv_rows : 2;
 
-    if (m <= 1)
-        gemv_kernel<1, FMT, VEC><<<grid, GK_THREADS, 0, s>>>(*w, x, m, y);
-    else if (m <= 2)
-        gemv_kernel<2, FMT, VEC><<<grid, GK_THREADS, 0, s>>>(*w, x, m, y);
-    else if (m <= 4)
-        gemv_kernel<4, FMT, VEC><<<grid, GK_THREADS, 0, s>>>(*w, x, m, y);
+    if (r >= 4)
+        gemv_launch_r<FMT, VEC, 4>(dev, w, x, m, y, s);
+    else if (r == 2)
+        gemv_launch_r<FMT, VEC, 2>(dev, w, x, m, y, s);
     else
-        gemv_kernel<8, FMT, VEC><<<grid, GK_THREADS, 0, s>>>(*w, x, m, y);
+        gemv_launch_r<FMT, VEC, 1>(dev, w, x, m, y, s);
 }
 
 /* ---- GEMM: prefill, portable tiled path (HIP, and CUDA without WMMA) -------
@@ -1084,15 +1137,15 @@ moe_gemv_kernel(const gk_weight *__restrict__ d, const int *__restrict__ offsets
         const int cnt = end - c0 < GK_GEMV_MAX_M ? end - c0 : GK_GEMV_MAX_M;
         const float *xr[GK_GEMV_MAX_M];
         float *yr[GK_GEMV_MAX_M];
-        float acc[GK_GEMV_MAX_M];
+        float acc[1][GK_GEMV_MAX_M];
         for (int t = 0; t < GK_GEMV_MAX_M; t++) {
             const int p = list[c0 + (t < cnt ? t : 0)];
             xr[t] = in + (in_is_pair ? p : p / k_tok) * w.k;
             yr[t] = out + (int64_t)p * w.n;
-            acc[t] = 0.0f;
+            acc[0][t] = 0.0f;
         }
-        row_dot<GK_GEMV_MAX_M, FMT, VEC>(&lut, w, row, xr, cnt, acc);
-        row_store<GK_GEMV_MAX_M>(w, row, acc, yr, cnt);
+        row_dot<GK_GEMV_MAX_M, FMT, VEC, 1>(&lut, w, row, xr, cnt, acc);
+        row_store<GK_GEMV_MAX_M, 1>(w, row, acc, yr, cnt);
     }
 }
 

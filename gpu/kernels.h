@@ -41,6 +41,7 @@ typedef struct {
 typedef struct {
     int warp_size;          /* 32 (NVIDIA, RDNA) or 64 (CDNA) */
     int wmma;               /* tensor-core BF16 MMA usable (sm_80+) */
+    int gemv_rows;          /* NVFP4 GEMV rows per warp: 1, 2, 4; 0 = default */
 } gk_device;
 
 /* Token counts up to this take the GEMV (weights read once per 8 tokens);

@@ -45,8 +45,8 @@ main() {
     if [ "$VENDOR" = cuda ]; then
         nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv \
             2>&1 || echo "nvidia-smi failed"
-        nvcc --version 2>/dev/null | tail -n 1 ||
-            /usr/local/cuda/bin/nvcc --version | tail -n 1
+        nv=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+        "$nv" --version 2>&1 | tail -n 1
         arch=${GPU_ARCH:-}
         if [ -z "$arch" ]; then
             cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
@@ -69,13 +69,16 @@ main() {
     fi
 
     cd "$ROOT" || return 1
+    # configure is not in git: a fresh checkout needs autoconf, automake,
+    # libtool and pkg-config (scripts/setup-deps.sh) to make it.
     [ -x configure ] || run autoreconf -fi || return 1
     mkdir -p "$BUILD" && cd "$BUILD" || return 1
     run "$ROOT/configure" -q CFLAGS="-O2 -g" --enable-"$VENDOR" $arch_opt || {
         tail -n 40 config.log
         return 1
     }
-    run make -j"$JOBS" >make.log 2>&1 || {
+    echo "== $(date -u +%H:%M:%S) make -j$JOBS"
+    make -j"$JOBS" >make.log 2>&1 || {
         tail -n 60 make.log
         return 1
     }
@@ -84,6 +87,7 @@ main() {
     # Tests: the host-side numerics of the kernels, the GPU backend, and the
     # CPU kernels for context.  Check's per-test output goes into the log.
     rc=0
+    echo "== $(date -u +%H:%M:%S) make check (test-gpu-numerics, test-gpu)"
     NVFP4_TEST_GPU_BACKEND=$VENDOR timeout 300 make -j"$JOBS" check \
         TESTS="tests/test-gpu-numerics tests/test-gpu" >check.log 2>&1 || rc=1
     for t in tests/test-gpu-numerics tests/test-gpu; do

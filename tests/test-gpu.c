@@ -211,13 +211,19 @@ START_TEST(test_linear_w4a16)
 {
     static const size_t ms[] = {1, 5, 8, 9, 67};
     static const int64_t ks[] = {64, 48};
-    nvfp4_backend *be = open_gpu();
+    /* the GEMV's rows per warp (1, 2, 4) is read when the backend opens */
+    static const char *const rows[] = {"1", "2", "4"};
 
-    for (size_t ki = 0; ki < 2; ki++) {
-        const int64_t n = 70, k = ks[ki];
+    for (size_t c = 0; c < 3 * 2; c++) {
+        const int64_t n = 70, k = ks[c % 2];
         syn_linear s;
         nvfp4_kweight *w;
+        nvfp4_backend *be;
         float *x = malloc(67 * (size_t)k * 4);
+
+        setenv("NVFP4_GPU_GEMV_ROWS", rows[c / 2], 1);
+        be = open_gpu();
+        unsetenv("NVFP4_GPU_GEMV_ROWS");
         syn_make(&s, "w4a16", NVFP4_SCHEME_W4A16, n, k, 0.0123f, 0.0f);
         w = kup(be, &s.lin, 1);
         for (size_t i = 0; i < 67 * (size_t)k; i++)
@@ -228,8 +234,8 @@ START_TEST(test_linear_w4a16)
         nvfp4_kweight_free(w);
         syn_free(&s);
         free(x);
+        nvfp4_backend_free(be);
     }
-    nvfp4_backend_free(be);
 }
 END_TEST
 
