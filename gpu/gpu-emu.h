@@ -228,7 +228,7 @@ static inline int gpu_atomic_cas(int *p, int cmp, int val)
         *p = val;
     return old;
 }
-static inline int atomicAdd(int *p, int v)
+static inline int gpu_atomic_add(int *p, int v)
 {
     int old = *p;
     *p += v;

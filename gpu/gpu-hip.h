@@ -126,6 +126,7 @@ GPU_DEV float gpu_ldg(const float *p) { return __ldg(p); }
 #define GPU_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 GPU_DEV void gpu_syncthreads(void) { __syncthreads(); }
 GPU_DEV int gpu_atomic_cas(int *p, int cmp, int val) { return atomicCAS(p, cmp, val); }
+GPU_DEV int gpu_atomic_add(int *p, int v) { return atomicAdd(p, v); }
 
 /* No WMMA here: the GEMM takes the portable tiled path (rocWMMA would be
  * the place to add matrix cores later). */

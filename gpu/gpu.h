@@ -14,7 +14,8 @@
  *              gpu_memset, gpu_event_{create,destroy,record,sync,elapsed_ms}
  *   device     GPU_HD, GPU_DEV, GPU_WARP, GPU_DEVICE_PASS (device pass only),
  *              gpu_mul_rn, gpu_div_rn, gpu_shfl_xor, gpu_shfl_xor_int,
- *              gpu_ldg, gpu_syncthreads, gpu_atomic_cas, GPU_HAVE_WMMA,
+ *              gpu_ldg, gpu_syncthreads, gpu_atomic_cas, gpu_atomic_add,
+ *              GPU_HAVE_WMMA,
  *              GPU_DYNAMIC_SHARED(type, name)
  *
  * Kernel launches use the <<<grid, block, shmem, stream>>> syntax both

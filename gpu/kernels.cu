@@ -1063,7 +1063,7 @@ __global__ void moe_route_kernel(const int32_t *__restrict__ idx, int64_t pairs,
         if (e < 0 || e >= experts)
             gpu_atomic_cas(flag, 0, 1);
         else
-            atomicAdd(&counts[e], 1);
+            gpu_atomic_add(&counts[e], 1);
     }
     gpu_syncthreads();
     if (threadIdx.x == 0) {
@@ -1079,7 +1079,7 @@ __global__ void moe_route_kernel(const int32_t *__restrict__ idx, int64_t pairs,
     for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
         const int32_t e = idx[p];
         if (e >= 0 && e < experts)
-            list[offsets[e] + atomicAdd(&counts[e], 1)] = (int)p;
+            list[offsets[e] + gpu_atomic_add(&counts[e], 1)] = (int)p;
     }
 }
 
