@@ -508,6 +508,9 @@ row2_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const kr
 #pragma GCC unroll 8
             for (size_t t = 0; t < 8; t++) {
                 __m512 xv = _mm512_loadu_ps(xb + 16 * t);
+                /* one load for both rows: keep GCC from folding it into each
+                 * FMA as a memory operand (twice the loads) */
+                __asm__("" : "+v"(xv));
                 a0[t] = _mm512_fmadd_ps(w0, xv, a0[t]);
                 a1[t] = _mm512_fmadd_ps(w1, xv, a1[t]);
             }
@@ -1067,7 +1070,7 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
     else if (m == 1)
         ku = k * 4 <= 32 * 1024 ? units : 512; /* 32 KB of one token */
     else
-        ku = 32;                              /* 8 tokens x 512 floats = 16 KB */
+        ku = 64;                              /* 8 tokens x 1024 floats = 32 KB */
     if (m <= TOK_TILE) {
         rt = 16;
     } else {
