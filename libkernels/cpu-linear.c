@@ -45,6 +45,9 @@
 #define CPU_X86 1
 #endif
 
+/* Tokens per tile of the kernels (activations of a tile packed together). */
+#define TOK_TILE 8
+
 /* Weights are read once per product: the GEMV kernels prefetch them this
  * many bytes ahead as non-temporal, so that streaming a long row does not
  * push the activations (read again for every row) out of L1.  Measured
@@ -186,7 +189,10 @@ static inline unsigned code_at(const cpu_kweight *w, const uint8_t *row, size_t 
 
 /* ---- scalar kernel ------------------------------------------------------------- */
 
-/* y[t*n + r] for tokens t0..t0+nt-1 of row r; x in the file order. */
+/* y[t*n + r] for tokens t0..t0+nt-1 of row r; x in the file order.  The
+ * portable path: one block's 16 weights formed in float32 exactly as §2
+ * (block scale times global scale, then times the code), then used by
+ * every token. */
 static void row_scalar(const cpu_kweight *w, int64_t r, const float *x, size_t t0,
                        const krange *kr, size_t nt, float *y)
 {
@@ -194,18 +200,31 @@ static void row_scalar(const cpu_kweight *w, int64_t r, const float *x, size_t t
     const uint8_t *row = w->packed + (size_t)r * k / 2;
     const uint8_t *srow = w->scales + (size_t)r * nb;
     const float s2 = w->d.weight_scale_2;
+    float acc[TOK_TILE] = {0};
 
-    for (size_t t = t0; t < t0 + nt; t++) {
-        const float *xt = x + t * k;
-        float acc = 0.0f;
+    for (size_t b = kr->b0; b < kr->b1; b++) {
+        const float bs = e4m3_table[srow[b]] * s2;
+        float wb[16];
 
-        for (size_t b = kr->b0; b < kr->b1; b++) {
-            /* §2: block scale times global scale first, then the code */
-            float bs = e4m3_table[srow[b]] * s2;
+        if (w->layout == CPU_LAYOUT_BLOCK) {
+            uint64_t q = 0;
+            for (int i = 0; i < 8; i++)
+                q |= (uint64_t)row[b * 8 + (size_t)i] << (8 * i);
             for (unsigned e = 0; e < 16; e++)
-                acc += (e2m1_f[code_at(w, row, b * 16 + e)] * bs) * xt[b * 16 + e];
+                wb[e] = e2m1_f[(q >> (4 * block_nib(e))) & 0xF] * bs;
+        } else {
+            for (unsigned e = 0; e < 16; e++)
+                wb[e] = e2m1_f[code_at(w, row, b * 16 + e)] * bs;
         }
-        y[t * n + (size_t)r] = kr->acc ? y[t * n + (size_t)r] + acc : acc;
+        for (size_t t = 0; t < nt; t++) {
+            const float *xb = x + (t0 + t) * k + b * 16;
+            for (unsigned e = 0; e < 16; e++)
+                acc[t] += wb[e] * xb[e];
+        }
+    }
+    for (size_t t = 0; t < nt; t++) {
+        float *yo = y + (t0 + t) * n + (size_t)r;
+        *yo = kr->acc ? *yo + acc[t] : acc[t];
     }
 }
 
@@ -1029,8 +1048,6 @@ fail:
 }
 
 /* ---- the product ---------------------------------------------------------- */
-
-#define TOK_TILE 8
 
 enum { PATH_DENSE_SCALAR, PATH_DENSE_AVX512, PATH_SCALAR, PATH_AVX2, PATH_AVX512, PATH_VNNI };
 
