@@ -485,6 +485,67 @@ START_TEST(test_hostile_files)
 }
 END_TEST
 
+/* The spec §8 hazard corpus (tests/data/hazards: edited copies of a real
+ * Quark export): each must load and run, or fail naming the tensor. */
+START_TEST(test_hazards)
+{
+    json_t *root = tload_json("hazards.json");
+    json_t *cases = json_object_get(root, "cases");
+    size_t i;
+    json_t *c;
+
+    ck_assert_uint_gt(json_array_size(cases), 0);
+    json_array_foreach(cases, i, c) {
+        const char *dir = json_string_value(json_object_get(c, "dir"));
+        const char *expected = json_string_value(json_object_get(c, "expected"));
+        const char *tensor = json_string_value(json_object_get(c, "tensor"));
+        char rel[256];
+        nvfp4_error err;
+        nvfp4_status st;
+
+        snprintf(rel, sizeof(rel), "hazards/%s", dir);
+        st = open_dir(tdata(rel), &err);
+        if (!strcmp(expected, "ok")) {
+            ck_assert_msg(st == NVFP4_OK, "%s must load: %s", dir, err.text);
+            continue;
+        }
+        ck_assert_msg(st != NVFP4_OK, "%s (%s) loaded", dir, expected);
+        if (!strcmp(expected, "FUSE_SCALE_MISMATCH"))
+            ck_assert_int_eq(st, NVFP4_ERR_SCALE_MISMATCH);
+        else if (!strcmp(expected, "MISSING_TENSOR"))
+            ck_assert_int_eq(st, NVFP4_ERR_NOT_FOUND);
+        else if (!strcmp(expected, "BAD_DTYPE"))
+            ck_assert_int_eq(st, NVFP4_ERR_BAD_DTYPE);
+        else if (!strcmp(expected, "BAD_SHAPE"))
+            ck_assert_int_eq(st, NVFP4_ERR_BAD_SHAPE);
+        if (tensor && strcmp(expected, "FUSE_SCALE_MISMATCH") != 0) {
+            /* the message names the tensor (for a missing one: its name or its layer) */
+            char layer[256];
+            char *dot;
+            snprintf(layer, sizeof(layer), "%s", tensor);
+            dot = strrchr(layer, '.');
+            if (dot)
+                *dot = '\0';
+            ck_assert_msg(strstr(err.text, tensor) || strstr(err.text, layer),
+                          "%s: message does not name %s: %s", dir, tensor, err.text);
+        }
+    }
+    json_decref(root);
+}
+END_TEST
+
+/* A real Quark MXFP4 export is recognised and refused, saying what it is. */
+START_TEST(test_mxfp4_refused)
+{
+    nvfp4_error err;
+    nvfp4_model *m = open_model("llama_mxfp4", 0, &err);
+
+    ck_assert_ptr_null(m);
+    ck_assert_int_eq(err.status, NVFP4_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.text, "MXFP4") && strstr(err.text, "NVFP4"), "%s", err.text);
+}
+END_TEST
+
 START_TEST(test_bad_tokens)
 {
     nvfp4_error err;
@@ -567,6 +628,8 @@ int main(void)
     tcase_add_test(th, test_hostile_truncated);
     tcase_add_test(th, test_hostile_files);
     tcase_add_test(th, test_bad_tokens);
+    tcase_add_test(th, test_hazards);
+    tcase_add_test(th, test_mxfp4_refused);
     tcase_add_test(th, test_tool);
     suite_add_tcase(s, tc);
     suite_add_tcase(s, th);
