@@ -298,9 +298,9 @@ row_avx2_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const 
      * every one in a register */
     __m256 acc[8];
 
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++)
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (size_t a = 0; a < na; a++)
             acc[t * na + a] = _mm256_setzero_ps();
     for (size_t b = kr->b0; b < kr->b1; b++) {
@@ -317,14 +317,14 @@ row_avx2_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const 
             __m256 m = _mm256_permutevar8x32_ps(mag, nib);
             __m256i sg = _mm256_slli_epi32(_mm256_and_si256(nib, eight), 28);
             __m256 wv = _mm256_mul_ps(_mm256_xor_ps(m, _mm256_castsi256_ps(sg)), bs);
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (size_t t = 0; t < nt; t++)
                 acc[t * na + h % na] = _mm256_fmadd_ps(
                     wv, _mm256_loadu_ps(xblock(x, k, t0, t, b, kr->packed) + 8 * (size_t)h),
                     acc[t * na + h % na]);
         }
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++) {
         __m256 v = na == 2 ? _mm256_add_ps(acc[2 * t], acc[2 * t + 1]) : acc[t];
         __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -360,9 +360,9 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
      * wide store of the same line would stall on store forwarding) */
     float bsa[CPU_SCALE_SEG];
 
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++)
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (size_t a = 0; a < na; a++)
             acc[t * na + a] = _mm512_setzero_ps();
     for (size_t seg = kr->b0; seg < kr->b1; seg += CPU_SCALE_SEG) {
@@ -388,7 +388,7 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
                     _mm512_permutexvar_ps(
                         _mm512_srlv_epi32(_mm512_set1_epi64((long long)q), shifts), lut),
                     _mm512_set1_ps(bsa[j + u]));
-                #pragma GCC unroll 8
+#pragma GCC unroll 8
                 for (size_t t = 0; t < nt; t++)
                     acc[t * na + u % na] = _mm512_fmadd_ps(
                         wv, _mm512_loadu_ps(xblock(x, k, t0, t, b, kr->packed)),
@@ -396,7 +396,7 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
             }
         }
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++) {
         __m512 v = acc[t];
         if (na == 4)
@@ -571,7 +571,7 @@ row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
     __m512 acc[8];
 
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++)
         acc[t] = _mm512_setzero_ps();
     for (size_t ch = kr->b0; ch < kr->b1; ch++) {
@@ -583,7 +583,7 @@ row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size
         __m512i w2 = _mm512_shuffle_epi8(lut, _mm512_and_si512(p1, lo4));
         __m512i w3 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p1, 4), lo4));
 
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (size_t t = 0; t < nt; t++) {
             const size_t tc = (t0 + t) * nch + ch;
             const int8_t *xq = a->q + tc * CPU_CHUNK;
@@ -602,7 +602,7 @@ row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size
                                      acc[t]);
         }
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++) {
         float *yo = y + (t0 + t) * (size_t)n + (size_t)r;
         *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[t]) : _mm512_reduce_add_ps(acc[t]);
@@ -910,21 +910,59 @@ dense_row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0
     const size_t i1 = 16 * kr->b1 < k ? 16 * kr->b1 : k;
     __m512 acc[8];
 
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++)
         acc[t] = _mm512_setzero_ps();
     for (size_t i = 16 * kr->b0; i < i1; i += 16) {
         __mmask16 mk = i1 - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (i1 - i)) - 1);
         __m512 wv = dense_load16(p, base + i, mk);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (size_t t = 0; t < nt; t++)
-            acc[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, x + (t0 + t) * k + i),
-                                     acc[t]);
+            acc[t] = _mm512_fmadd_ps(
+                wv,
+                kr->packed ? _mm512_loadu_ps(xblock(x, k, t0, t, i / 16, 1))
+                           : _mm512_maskz_loadu_ps(mk, x + (t0 + t) * k + i),
+                acc[t]);
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++) {
         float *yo = y + (t0 + t) * (size_t)w->d.n + (size_t)r;
         *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[t]) : _mm512_reduce_add_ps(acc[t]);
+    }
+}
+
+/* Two rows of one dense part by a full tile of 8 packed tokens (k % 16 ==
+ * 0): each activation load feeds two FMAs.  Per output the operations of
+ * dense_row_avx512_body, in the same order. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
+dense_row2_avx512(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
+                  const float *x, size_t t0, const krange *kr, float *y)
+{
+    const size_t k = (size_t)w->d.k, n = (size_t)w->d.n;
+    const size_t base0 = (size_t)lr * k, base1 = base0 + k;
+    const float *xt = x + (t0 / 8) * (k / 16) * 128;
+    __m512 a0[8], a1[8];
+
+#pragma GCC unroll 8
+    for (size_t t = 0; t < 8; t++)
+        a0[t] = a1[t] = _mm512_setzero_ps();
+    for (size_t b = kr->b0; b < kr->b1; b++) {
+        const __m512 w0 = dense_load16(p, base0 + 16 * b, (__mmask16)0xFFFF);
+        const __m512 w1 = dense_load16(p, base1 + 16 * b, (__mmask16)0xFFFF);
+#pragma GCC unroll 8
+        for (size_t t = 0; t < 8; t++) {
+            __m512 xv = _mm512_loadu_ps(xt + b * 128 + 16 * t);
+            __asm__("" : "+v"(xv)); /* one load for both rows */
+            a0[t] = _mm512_fmadd_ps(w0, xv, a0[t]);
+            a1[t] = _mm512_fmadd_ps(w1, xv, a1[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (size_t t = 0; t < 8; t++) {
+        float *yo = y + (t0 + t) * n + (size_t)r;
+        float v0 = _mm512_reduce_add_ps(a0[t]), v1 = _mm512_reduce_add_ps(a1[t]);
+        yo[0] = kr->acc ? yo[0] + v0 : v0;
+        yo[1] = kr->acc ? yo[1] + v1 : v1;
     }
 }
 
@@ -1113,6 +1151,15 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
                     if (path == PATH_VNNI && nt == TOK_TILE)
                         for (; r + 1 < r1; r += 2)
                             row2_vnni(w, (int64_t)r, a, nch, t0, &kr, y);
+                    if (path == PATH_DENSE_AVX512 && nt == TOK_TILE && packed)
+                        while (r + 1 < r1) {
+                            int64_t l0, l1;
+                            const cpu_dense_part *p0 = dense_row(w, (int64_t)r, &l0);
+                            if (dense_row(w, (int64_t)r + 1, &l1) != p0)
+                                break; /* a pair across fused parts: one by one */
+                            dense_row2_avx512(w, p0, (int64_t)r, l0, x, t0, &kr, y);
+                            r += 2;
+                        }
                     if (path == PATH_AVX512 && m == 1 && k <= GEMV4_MAX_K)
                         for (; r + GEMV_ROWS <= r1; r += GEMV_ROWS)
                             gemv4_avx512(w, (int64_t)r, x, &kr, y);
@@ -1145,7 +1192,15 @@ nvfp4_status cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *desc,
 
     if (desc->scheme == NVFP4_SCHEME_NONE) {
         path = isa >= CPU_ISA_AVX512 ? PATH_DENSE_AVX512 : PATH_DENSE_SCALAR;
-        run_tiles(path, w, x, 0, NULL, 0, m, nth, y);
+        if (path == PATH_DENSE_AVX512 && m > 1 && k % 16 == 0) {
+            xp = cpu_aligned_alloc((m + 7) / 8 * (k / 16) * 128 * sizeof(float));
+            if (!xp)
+                goto nomem;
+            pack_x(x, m, k, xp);
+            packed = 1;
+        }
+        run_tiles(path, w, packed ? xp : x, packed, NULL, 0, m, nth, y);
+        free(xp);
         goto bias;
     }
 

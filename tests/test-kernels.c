@@ -384,34 +384,51 @@ END_TEST
 /* The kernels process rows alone, in pairs or in fours; a row's result must
  * not depend on its neighbours: rows 1..n-1 uploaded on their own (every
  * row moves to another place in its group) give the same bits. */
+static void make_tensor(nvfp4_tensor *t, const char *name, nvfp4_dtype dt, int64_t d0,
+                        int64_t d1, const void *data);
+
 START_TEST(test_row_grouping)
 {
     static const size_t ms[] = {1, 3, 8, 16};
     const int64_t n = 13, k = 272;
+    static const char *const names[] = {"w4a16", "w4a4", "bf16"};
+    static uint16_t dense[13 * 272];
+    nvfp4_tensor tfull, tsub;
 
-    for (int scheme = 0; scheme < 2; scheme++) {
+    for (size_t i = 0; i < sizeof(dense) / sizeof(dense[0]); i++)
+        dense[i] = (uint16_t)(0x3C00 + rnd() % 0x0400 + (rnd() & 0x8000));
+    make_tensor(&tfull, "dense.full", NVFP4_DTYPE_BF16, n, k, dense);
+    make_tensor(&tsub, "dense.sub", NVFP4_DTYPE_BF16, n - 1, k, dense + k);
+    for (int scheme = 0; scheme < 3; scheme++) {
         syn_linear s;
-        nvfp4_linear sub;
+        nvfp4_linear full, sub;
         float x[16 * 272], y[16 * 13], ys[16 * 12];
 
-        syn_make(&s, "grouping", scheme ? NVFP4_SCHEME_W4A4 : NVFP4_SCHEME_W4A16, n, k, 0.01f,
-                 scheme ? 0.02f : 0.0f);
-        sub = s.lin;
+        syn_make(&s, "grouping", scheme == 1 ? NVFP4_SCHEME_W4A4 : NVFP4_SCHEME_W4A16, n, k,
+                 0.01f, scheme == 1 ? 0.02f : 0.0f);
+        full = s.lin;
+        if (scheme == 2) {
+            full.scheme = NVFP4_SCHEME_NONE;
+            full.dense = &tfull;
+        }
+        sub = full;
         sub.n = n - 1;
         sub.weight += k / 2;
         sub.scales += k / 16;
+        if (scheme == 2)
+            sub.dense = &tsub;
         for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
             x[i] = frand(-2, 2);
         for (size_t l = 0; l < 4; l++)
             for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
                 size_t m = ms[mi];
-                run_linear_all_threads(isa_levels[l], &s.lin, 1, x, m, y, m * (size_t)n);
+                run_linear_all_threads(isa_levels[l], &full, 1, x, m, y, m * (size_t)n);
                 run_linear_all_threads(isa_levels[l], &sub, 1, x, m, ys, m * (size_t)(n - 1));
                 for (size_t t = 0; t < m; t++)
                     ck_assert_msg(memcmp(y + t * (size_t)n + 1, ys + t * (size_t)(n - 1),
                                          (size_t)(n - 1) * sizeof(float)) == 0,
                                   "%s %s m=%zu token %zu: rows differ when regrouped",
-                                  isa_levels[l], scheme ? "w4a4" : "w4a16", m, t);
+                                  isa_levels[l], names[scheme], m, t);
             }
         syn_free(&s);
     }
@@ -519,9 +536,12 @@ static void make_tensor(nvfp4_tensor *t, const char *name, nvfp4_dtype dt, int64
     t->data = data;
 }
 
-START_TEST(test_linear_dense)
+/* Three fused parts of different dtypes (13 rows each: row pairs straddle
+ * parts), only the last with a bias; k = 70 takes the masked tails, k = 80
+ * the packed activations of the 2-row kernel. */
+static void dense_case(int64_t k)
 {
-    const int64_t n = 13, k = 70;
+    const int64_t n = 13;
     const size_t m = 11;
     float *w32 = malloc((size_t)(n * k) * 4), *x = malloc(m * (size_t)k * 4);
     uint16_t *wbf = malloc((size_t)(n * k) * 2), *wf16 = malloc((size_t)(n * k) * 2);
@@ -579,6 +599,12 @@ START_TEST(test_linear_dense)
     free(y);
     free(yref);
     free(bound);
+}
+
+START_TEST(test_linear_dense)
+{
+    dense_case(70);
+    dense_case(80);
 }
 END_TEST
 
