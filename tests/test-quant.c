@@ -1193,6 +1193,71 @@ END_TEST
 
 /* ---- the real Quark exports ---------------------------------------------- */
 
+/* Quark's quantizer (spec section 7) on the float weight it consumed for a
+ * Linear outside any shared-scale group (gen_models.py saves it as
+ * linear_orig_weight.f32): our global scale from its amax and our weight
+ * quantizer must reproduce the exported weight, weight_scale and
+ * weight_scale_2 bytes exactly.  No tolerance: both sides are the same
+ * deterministic float32/RNE arithmetic, so any difference is a bug (or a
+ * fixture that saved the wrong tensor). */
+START_TEST(test_quant_weight_quark_export)
+{
+    json_t *ref = tload_json("models/llama/reference.json"), *lo;
+    const char *prefix;
+    nvfp4_checkpoint *ck;
+    nvfp4_linear lin;
+    nvfp4_error err;
+    int64_t n, k;
+    size_t len, bad_w = 0, bad_s = 0;
+    float *w, amax = 0.0f, global;
+    uint8_t *packed, *scales;
+
+    lo = json_object_get(ref, "linear_orig");
+    ck_assert_msg(lo != NULL, "models/llama/reference.json has no linear_orig");
+    prefix = json_string_value(json_object_get(lo, "prefix"));
+    n = tnum(json_object_get(lo, "N"));
+    k = tnum(json_object_get(lo, "K"));
+    w = tload_file("models/llama/linear_orig_weight.f32", &len);
+    ck_assert_uint_eq(len, (size_t)(n * k * 4));
+    for (int64_t i = 0; i < n * k; i++) {
+        /* the tensor Quark consumed is bf16: the low 16 bits must be zero */
+        ck_assert_msg((fbits(w[i]) & 0xFFFFu) == 0, "[%lld] %a is not a bf16 value", (long long)i,
+                      (double)w[i]);
+        amax = fmaxf(amax, fabsf(w[i]));
+    }
+    ck_assert(amax == (float)json_number_value(json_object_get(lo, "amax")));
+
+    ck = nvfp4_checkpoint_open(tdata("models/llama"), &err);
+    ck_assert_msg(ck != NULL, "%s", err.text);
+    ck_assert_msg(!nvfp4_linear_load(ck, prefix, NVFP4_SCHEME_W4A4, n, k, &lin, &err), "%s",
+                  err.text);
+
+    global = nvfp4_quant_global_scale(amax);
+    ck_assert_msg(fbits(global) == fbits(lin.weight_scale_2), "%s weight_scale_2: ours %a, Quark %a",
+                  prefix, (double)global, (double)lin.weight_scale_2);
+    packed = malloc((size_t)(n * k / 2));
+    scales = malloc((size_t)(n * k / 16));
+    nvfp4_quant_weight(w, (size_t)n, (size_t)k, global, packed, scales);
+    for (int64_t i = 0; i < n * k / 16; i++)
+        if (scales[i] != lin.scales[i] && bad_s++ < 5)
+            fprintf(stderr, "%s weight_scale[%lld]: ours 0x%02x, Quark 0x%02x\n", prefix, (long long)i,
+                    scales[i], lin.scales[i]);
+    for (int64_t i = 0; i < n * k / 2; i++)
+        if (packed[i] != lin.weight[i] && bad_w++ < 5)
+            fprintf(stderr, "%s weight byte [%lld]: ours 0x%02x, Quark 0x%02x\n", prefix, (long long)i,
+                    packed[i], lin.weight[i]);
+    ck_assert_msg(bad_s == 0 && bad_w == 0, "%s: %zu of %lld block scales and %zu of %lld weight bytes "
+                  "differ from Quark's export", prefix, bad_s, (long long)(n * k / 16), bad_w,
+                  (long long)(n * k / 2));
+    free(packed);
+    free(scales);
+    free(w);
+    nvfp4_linear_release(&lin);
+    nvfp4_checkpoint_free(ck);
+    json_decref(ref);
+}
+END_TEST
+
 static const char *const fixture_models[] = {"llama",     "llama_w4a16", "qwen3",
                                              "qwen3_moe", "qwen2_moe",   "mixtral"};
 
@@ -1456,6 +1521,7 @@ int main(void)
     tcase_add_test(lin, test_linear_load_dense);
     tcase_add_test(lin, test_linear_load_rejections);
     tcase_add_test(lin, test_fuse_bad_arguments);
+    tcase_add_test(models, test_quant_weight_quark_export);
     tcase_add_test(models, test_fuse_shared_scales);
     tcase_add_test(models, test_fuse_unshared_scales);
     tcase_add_loop_test(models, test_models_linear, 0, (int)nmodels);
