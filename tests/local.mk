@@ -92,3 +92,9 @@ installcheck-local:
 	LD_LIBRARY_PATH="$(DESTDIR)$(libdir)" ./consumer-format \
 	    $(abs_srcdir)/tests/data/format/all_dtypes.safetensors && \
 	rm -f consumer-format
+
+# Opt-in, not in CI: the real SmolLM2 NVFP4 model against PyTorch (needs the
+# model cache, built on first use with the Python venv).
+check-real: all
+	$(SHELL) $(srcdir)/scripts/check-real.sh $(abs_top_builddir)/tools/nvfp4
+.PHONY: check-real
