@@ -48,12 +48,13 @@
 /* Tokens per tile of the kernels (activations of a tile packed together). */
 #define TOK_TILE 8
 
-/* Weights are read once per product: the GEMV kernels prefetch them this
- * many bytes ahead as non-temporal, so that streaming a long row does not
- * push the activations (read again for every row) out of L1.  Measured
- * here: rows of 8K-16K weights from DRAM went from about half the read
- * probe to about three quarters of it. */
+/* The GEMV kernels prefetch the weight stream this many bytes ahead: rows
+ * of 8K-16K weights from DRAM went from about half the read probe to about
+ * two thirds of it here (the hardware prefetchers alone fall behind). */
 #define CPU_PREFETCH 4096
+
+/* Products of fewer multiply-adds than this run on one thread. */
+#define CPU_LINEAR_PAR_MIN (512.0 * 1024.0)
 
 /* Block scales decoded per stretch of a row (floats on the stack). */
 #define CPU_SCALE_SEG 512
@@ -273,8 +274,8 @@ chunk_load(const uint8_t *row, const uint8_t *srow, size_t nb, size_t ch, __m512
         *p1 = _mm512_maskz_loadu_epi8(mk, cb + 4 * c);
         *ws = scalesn_avx512(srow + ch * CPU_CHUNK_BLOCKS, c, s2);
     }
-    _mm_prefetch((const char *)cb + CPU_PREFETCH, _MM_HINT_NTA);
-    _mm_prefetch((const char *)cb + CPU_PREFETCH + 64, _MM_HINT_NTA);
+    _mm_prefetch((const char *)cb + CPU_PREFETCH, _MM_HINT_T0);
+    _mm_prefetch((const char *)cb + CPU_PREFETCH + 64, _MM_HINT_T0);
 }
 
 /* ---- AVX2 float kernel (BLOCK layout) ------------------------------------------ */
@@ -372,7 +373,7 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
             _mm512_storeu_ps(bsa + g, scalesn_avx512(srow + seg + g, cnt - g, s2));
         for (size_t j = 0; j < cnt; j += 4) {
             if (j % 8 == 0) /* one line per 8 blocks; see CPU_PREFETCH */
-                _mm_prefetch((const char *)(row + 8 * (seg + j)) + CPU_PREFETCH, _MM_HINT_NTA);
+                _mm_prefetch((const char *)(row + 8 * (seg + j)) + CPU_PREFETCH, _MM_HINT_T0);
 #pragma GCC unroll 4
             for (size_t u = 0; u < 4; u++) {
                 const size_t b = seg + j + u;
@@ -448,7 +449,7 @@ gemv4_avx512(const cpu_kweight *w, int64_t r, const float *x, const krange *kr, 
             if (j % 8 == 0)
                 for (int i = 0; i < GEMV_ROWS; i++)
                     _mm_prefetch((const char *)(row[i] + 8 * (seg + j)) + CPU_PREFETCH,
-                                 _MM_HINT_NTA);
+                                 _MM_HINT_T0);
 #pragma GCC unroll 4
             for (size_t u = 0; u < 4; u++) {
                 const size_t b = seg + j + u;
@@ -1182,7 +1183,10 @@ nvfp4_status cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *desc,
     cpu_kweight *w = kw;
     const size_t k = (size_t)desc->k, n = (size_t)desc->n, nch = chunks_of(desc->k);
     const size_t kp = nch * CPU_CHUNK;
-    const int nth = cpu_nthreads(ctx);
+    /* small products run on the calling thread: waking a second worker
+     * costs microseconds on an idle machine and milliseconds on a busy one */
+    const int nth = (double)m * (double)n * (double)k < CPU_LINEAR_PAR_MIN ? 1
+                                                                           : cpu_nthreads(ctx);
     cpu_isa isa = ctx->isa;
     float *tmp = NULL, *xp = NULL;
     int packed = 0;
