@@ -724,6 +724,103 @@ START_TEST(test_reject_encode_decode)
 }
 END_TEST
 
+/* ---- pipeline variants (tests/data/tokenizer/variants) ---------------------
+ * Small tokenizer.json files (SmolLM2 cut to 1000 merges, each with one
+ * feature of the tokenizers pipeline edited in) and, for a shared corpus, the
+ * ids and decoded strings of the real tokenizers package
+ * (scripts/fixtures/gen_tokenizer_variants.py).  Exact equality: the
+ * tokenizer is a deterministic algorithm with no numerical freedom. */
+#define VARIANTS "tokenizer/variants/expected.json"
+
+static int variant_count(void)
+{
+    json_t *exp = tload_json(VARIANTS);
+    int n = (int)json_array_size(json_object_get(exp, "variants"));
+    json_decref(exp);
+    return n;
+}
+
+static int same_string(const char *got, const json_t *want)
+{
+    return got && strlen(got) == json_string_length(want) && !memcmp(got, json_string_value(want),
+                                                                     strlen(got));
+}
+
+START_TEST(test_variants)
+{
+    json_t *exp = tload_json(VARIANTS);
+    const json_t *texts = json_object_get(exp, "texts");
+    json_t *v = json_array_get(json_object_get(exp, "variants"), (size_t)_i);
+    const char *name = json_string_value(json_object_get(v, "name"));
+    const json_t *all_ids = json_object_get(v, "ids"), *dec = json_object_get(v, "decoded"),
+                 *decs = json_object_get(v, "decoded_skip");
+    char rel[256];
+    nvfp4_tokenizer *tok;
+    nvfp4_error err;
+    size_t i, bad_enc = 0, bad_dec = 0;
+
+    ck_assert_ptr_nonnull(v);
+#ifndef HAVE_ICU
+    if (json_is_true(json_object_get(v, "needs_nfc"))) {
+        json_decref(exp);
+        return;     /* NFC needs ICU; the load refusal itself is tested elsewhere */
+    }
+#endif
+    snprintf(rel, sizeof(rel), "tokenizer/variants/%s", json_string_value(json_object_get(v, "file")));
+    nvfp4_error_clear(&err);
+    tok = nvfp4_tokenizer_load(tdata(rel), &err);
+    ck_assert_msg(tok != NULL, "%s: load: %s", name, err.text);
+    ck_assert_uint_eq(json_array_size(all_ids), json_array_size(texts));
+    for (i = 0; i < json_array_size(texts); i++) {
+        const json_t *t = json_array_get(texts, i), *w = json_array_get(all_ids, i);
+        int32_t *ids = NULL, *want;
+        size_t n = 0, nw;
+        char *s, *ss;
+        int ok;
+
+        nvfp4_error_clear(&err);
+        ok = nvfp4_tokenizer_encode(tok, json_string_value(t), json_string_length(t), &ids, &n,
+                                    &err) == NVFP4_OK;
+        nw = json_array_size(w);
+        want = malloc((nw + 1) * sizeof(int32_t));
+        ck_assert_ptr_nonnull(want);
+        for (size_t k = 0; k < nw; k++)
+            want[k] = (int32_t)json_integer_value(json_array_get(w, k));
+        if (!ok || n != nw || memcmp(ids, want, n * sizeof(int32_t)) != 0) {
+            if (bad_enc++ < 3) {
+                fprintf(stderr, "%s: text %zu \"%s\": encode %s, %zu ids (tokenizers %zu):", name, i,
+                        json_string_value(t), ok ? "differs" : err.text, n, nw);
+                for (size_t k = 0; k < n && k < 16; k++)
+                    fprintf(stderr, " %d", ids[k]);
+                fprintf(stderr, " | want");
+                for (size_t k = 0; k < nw && k < 16; k++)
+                    fprintf(stderr, " %d", want[k]);
+                fprintf(stderr, "\n");
+            }
+        }
+        /* decode tokenizers' own ids, with and without special tokens */
+        s = nvfp4_tokenizer_decode(tok, want, nw, 0, &err);
+        ss = nvfp4_tokenizer_decode(tok, want, nw, 1, &err);
+        if (!same_string(s, json_array_get(dec, i)) ||
+            !same_string(ss, json_is_null(json_array_get(decs, i)) ? json_array_get(dec, i)
+                                                                  : json_array_get(decs, i))) {
+            if (bad_dec++ < 3)
+                fprintf(stderr, "%s: text %zu \"%s\": decode \"%s\" / skip \"%s\", tokenizers \"%s\"\n",
+                        name, i, json_string_value(t), s ? s : "(null)", ss ? ss : "(null)",
+                        json_string_value(json_array_get(dec, i)));
+        }
+        free(s);
+        free(ss);
+        free(ids);
+        free(want);
+    }
+    nvfp4_tokenizer_free(tok);
+    ck_assert_msg(bad_enc == 0 && bad_dec == 0, "%s: %zu encode and %zu decode mismatches of %zu texts",
+                  name, bad_enc, bad_dec, json_array_size(texts));
+    json_decref(exp);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tokenizer");
@@ -742,6 +839,7 @@ int main(void)
     tcase_add_test(tc, test_nfc);
 #endif
     tcase_add_test(tc, test_cli);
+    tcase_add_loop_test(tc, test_variants, 0, variant_count());
     tcase_set_timeout(tc, 60);
     tcase_add_test(rej, test_reject_files);
     tcase_add_test(rej, test_reject_model);
