@@ -256,6 +256,10 @@ START_TEST(test_plugins)
     float a[3] = {1, 2, 3}, b[3] = {10, 20, 30}, y[3];
     int cuda = 0, hip = 0;
 
+    /* without fork the registry was built by an earlier test, before the
+     * path was set: nothing to test then */
+    if (getenv("CK_FORK") && strcmp(getenv("CK_FORK"), "no") == 0)
+        return;
     setenv("NVFP4_BACKEND_PATH", "/nonexistent/dir:" FAKE_BACKEND_DIR, 1);
     for (size_t i = 0; i < nvfp4_backend_count(); i++) {
         cuda |= strcmp(nvfp4_backend_name_at(i), "cuda") == 0;
