@@ -534,6 +534,40 @@ START_TEST(test_hazards)
 }
 END_TEST
 
+/* Spec §8 "missing expert scales in MoE checkpoints": the real Qwen3-MoE
+ * export with one expert's up_proj weight_scale_2 removed
+ * (hazards/moe_missing_expert_ws2, gen_hazards.py) must be refused as
+ * NOT_FOUND, naming that exact tensor (not just its layer or expert). */
+START_TEST(test_moe_missing_expert_scale)
+{
+    json_t *root = tload_json("hazards.json"), *c, *found = NULL;
+    size_t i;
+    const char *tensor;
+    nvfp4_model_options o;
+    nvfp4_model *m;
+    nvfp4_error err;
+
+    json_array_foreach(json_object_get(root, "cases"), i, c)
+        if (!strcmp(json_string_value(json_object_get(c, "dir")), "moe_missing_expert_ws2"))
+            found = c;
+    ck_assert_msg(found != NULL, "hazards.json lacks moe_missing_expert_ws2");
+    tensor = json_string_value(json_object_get(found, "tensor"));
+    ck_assert_str_eq(tensor, "model.layers.1.mlp.experts.5.up_proj.weight_scale_2");
+    nvfp4_model_options_init(&o);
+    o.backend = "cpu";
+    o.quiet = 1;
+    for (int rescale = 0; rescale <= 1; rescale++) {    /* the opt-in rescale must not paper over it */
+        o.rescale_fused = rescale;
+        nvfp4_error_clear(&err);
+        m = nvfp4_model_open(tdata("hazards/moe_missing_expert_ws2"), &o, &err);
+        ck_assert_msg(m == NULL, "loaded a MoE checkpoint without %s (rescale %d)", tensor, rescale);
+        ck_assert_int_eq(err.status, NVFP4_ERR_NOT_FOUND);
+        ck_assert_msg(strstr(err.text, tensor) != NULL, "message does not name %s: %s", tensor, err.text);
+    }
+    json_decref(root);
+}
+END_TEST
+
 /* A real Quark MXFP4 export is recognised and refused, saying what it is. */
 START_TEST(test_mxfp4_refused)
 {
@@ -629,6 +663,7 @@ int main(void)
     tcase_add_test(th, test_hostile_files);
     tcase_add_test(th, test_bad_tokens);
     tcase_add_test(th, test_hazards);
+    tcase_add_test(th, test_moe_missing_expert_scale);
     tcase_add_test(th, test_mxfp4_refused);
     tcase_add_test(th, test_tool);
     suite_add_tcase(s, tc);
