@@ -268,12 +268,13 @@ static nvfp4_status null_arg(const char *op, const char *arg, nvfp4_error *err)
             return null_arg(op, #p, err);                                             \
     } while (0)
 
-/* a * b * c fits in size_t and in the element counts backends index with. */
+/* a * b * c elements: no overflow, and at most 2^48 so that backends can
+ * add padding and multiply by an element size without checking again. */
 static int count_ok(size_t a, size_t b, size_t c)
 {
     size_t t;
     return !__builtin_mul_overflow(a, b, &t) && !__builtin_mul_overflow(t, c, &t) &&
-           t <= (size_t)INT64_MAX / sizeof(float);
+           (uint64_t)t <= ((uint64_t)1 << 48);
 }
 
 static nvfp4_status too_big(const char *op, nvfp4_error *err)
@@ -381,7 +382,7 @@ nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be, const nvfp4_linear *parts
         }
         if (__builtin_add_overflow(d.n, p->n, &d.n) ||
             __builtin_mul_overflow((uint64_t)d.n, (uint64_t)d.k, &nk) ||
-            nk > (uint64_t)INT64_MAX / sizeof(float)) {
+            nk > ((uint64_t)1 << 48)) {
             nvfp4_error_set(err, NVFP4_ERR_OVERFLOW, "", p->prefix, -1,
                             "fused weight size overflows");
             return NULL;

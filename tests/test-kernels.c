@@ -709,6 +709,23 @@ START_TEST(test_upload_rejects)
     ck_assert(nvfp4_kweight_upload(be, parts, 1, &err) == NULL);
     ck_assert_msg(strstr(err.text, "k % 16 == 0") && strstr(err.text, "24"), "%s", err.text);
 
+    /* sizes whose products overflow are refused before any allocation */
+    parts[0] = a.lin;
+    parts[0].n = (int64_t)1 << 40;
+    parts[0].k = (int64_t)1 << 16;
+    ck_assert(nvfp4_kweight_upload(be, parts, 1, &err) == NULL);
+    ck_assert_int_eq(err.status, NVFP4_ERR_OVERFLOW);
+    ck_assert_msg(strstr(err.text, "fused weight size overflows"), "%s", err.text);
+    {
+        nvfp4_kweight *w = nvfp4_kweight_upload(be, &a.lin, 1, &err);
+        float one = 0;
+        ck_assert(w != NULL);
+        ck_assert_int_eq(nvfp4_k_linear(be, w, &one, (size_t)1 << 60, &one, &err),
+                         NVFP4_ERR_OVERFLOW);
+        ck_assert_msg(strstr(err.text, "element count overflows"), "%s", err.text);
+        nvfp4_kweight_free(w);
+    }
+
     /* §8: zero / NaN / negative global scales */
     parts[0] = a.lin;
     parts[0].weight_scale_2 = 0.0f;
