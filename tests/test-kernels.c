@@ -291,6 +291,26 @@ START_TEST(test_plugins)
     ck_assert_msg(strstr(err.text, "backend \"cuda\" does not implement softmax"), "%s",
                   err.text);
     ck_assert_int_eq(nvfp4_backend_threads(be), 1);
+
+    /* a weight belongs to the backend it was uploaded to */
+    {
+        syn_linear s;
+        nvfp4_backend *cpu = open_cpu();
+        nvfp4_kweight *w;
+        float x[16] = {0}, yy[2];
+
+        syn_make(&s, "plugin.proj", NVFP4_SCHEME_W4A16, 2, 16, 1.0f, 0.0f);
+        w = nvfp4_kweight_upload(be, &s.lin, 1, &err);
+        ck_assert_msg(w != NULL, "%s", err.text);
+        ck_assert_int_eq(nvfp4_k_linear(cpu, w, x, 1, yy, &err), NVFP4_ERR_INVALID);
+        ck_assert_msg(strstr(err.text, "uploaded to backend \"cuda\", used with \"cpu\""),
+                      "%s", err.text);
+        ck_assert_int_eq(nvfp4_k_linear(be, w, x, 1, yy, &err), NVFP4_ERR_UNSUPPORTED);
+        ck_assert_msg(strstr(err.text, "does not implement linear_w4a16"), "%s", err.text);
+        nvfp4_kweight_free(w);
+        nvfp4_backend_free(cpu);
+        syn_free(&s);
+    }
     nvfp4_backend_free(be);
 }
 END_TEST
