@@ -523,15 +523,21 @@ static nvfp4_status g_attention(void *c, const float *q, const float *k, const f
                                 float *out, nvfp4_error *err)
 {
     gctx *ctx = (gctx *)c;
+    float *part = NULL;
+    size_t need;
+
     if (hd > GK_ATTN_MAX_HD || nh > 0x7FFFFFFFu || m > 65535)
         return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, "", "attention", -1,
                                "%s: head_dim %zu (max %d), %zu heads, %zu tokens (max 65535 "
                                "per call)",
                                GPU_VENDOR_NAME, hd, GK_ATTN_MAX_HD, nh, m);
     (void)gpu_set_device(ctx->device);
+    need = gk_attention_scratch((int64_t)pos0, (int64_t)m, (int64_t)nh, (int64_t)hd);
+    if (need && !(part = (float *)scratch(ctx, need, "attention", err)))
+        return err ? err->status : NVFP4_ERR_DEVICE_OOM;
     return gerr(gk_attention(q, k, v, k_cache, v_cache, (int64_t)max_ctx, (int64_t)pos0,
                              (int64_t)m, (int64_t)nh, (int64_t)nkv, (int64_t)hd, scale, out,
-                             ctx->stream),
+                             part, ctx->stream),
                 "attention", err);
 }
 

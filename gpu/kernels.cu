@@ -927,28 +927,41 @@ extern "C" gpu_error_t gk_topk(const float *logits, int64_t m, int64_t e, int64_
 #define ATT_TILE 64
 #define ATT_THREADS 128
 
+/* Decode (m <= ATT_SPLIT_MAX_M tokens) splits each token's context into
+ * chunks of ATT_CHUNK positions, one block per (head, token, chunk), so a
+ * long context keeps the whole GPU busy (flash-decoding); each chunk leaves
+ * its running maximum, sum and unnormalised accumulator in scratch, and a
+ * second kernel merges them in chunk order.  The split depends only on the
+ * shapes, so results do not depend on timing. */
+#define ATT_CHUNK 256
+#define ATT_SPLIT_MAX_M 8
+
 __global__ void __launch_bounds__(ATT_THREADS)
 attention_kernel(const float *__restrict__ q, const float *__restrict__ kc,
                  const float *__restrict__ vc, int64_t pos0, int64_t nh, int64_t nkv,
-                 int64_t hd, float scale, float *__restrict__ out)
+                 int64_t hd, float scale, float *__restrict__ out, int64_t chunk,
+                 float *__restrict__ part)
 {
     GPU_DYNAMIC_SHARED(float, smem); /* q[hd] | acc[hd] | p[ATT_TILE] */
     __shared__ float sh[32];
     float *qs = smem, *acc = smem + hd, *p = smem + 2 * hd;
-    const int64_t h = blockIdx.x, i = blockIdx.y;
+    const int64_t h = blockIdx.x, i = blockIdx.y, z = blockIdx.z;
     const int64_t kvh = h / (nh / nkv);
     const int64_t len = pos0 + i + 1; /* causal: positions 0 .. pos0 + i */
+    const int64_t beg = z * chunk, end = beg + chunk < len ? beg + chunk : len;
     const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
     const int nwarps = blockDim.x / GPU_WARP;
     float run_max = -INFINITY, run_sum = 0.0f;
 
+    if (beg >= len)
+        return; /* this token's context is shorter: the merge skips it */
     for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
         qs[d] = q[(i * nh + h) * hd + d];
         acc[d] = 0.0f;
     }
     gpu_syncthreads();
-    for (int64_t t0 = 0; t0 < len; t0 += ATT_TILE) {
-        const int tn = (int)(len - t0 < ATT_TILE ? len - t0 : ATT_TILE);
+    for (int64_t t0 = beg; t0 < end; t0 += ATT_TILE) {
+        const int tn = (int)(end - t0 < ATT_TILE ? end - t0 : ATT_TILE);
         float tmax = -INFINITY, tsum = 0.0f, new_max, alpha;
 
         for (int j = warp; j < tn; j += nwarps) {
@@ -981,28 +994,88 @@ attention_kernel(const float *__restrict__ q, const float *__restrict__ kc,
         run_max = new_max;
         gpu_syncthreads();
     }
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x)
-        out[(i * nh + h) * hd + d] = acc[d] / run_sum;
+    if (!part) {
+        for (int64_t d = threadIdx.x; d < hd; d += blockDim.x)
+            out[(i * nh + h) * hd + d] = acc[d] / run_sum;
+        return;
+    }
+    {
+        /* chunk record: max, sum, acc[hd] */
+        float *rec = part + ((i * nh + h) * (int64_t)gridDim.z + z) * (hd + 2);
+        if (threadIdx.x == 0) {
+            rec[0] = run_max;
+            rec[1] = run_sum;
+        }
+        for (int64_t d = threadIdx.x; d < hd; d += blockDim.x)
+            rec[2 + d] = acc[d];
+    }
+}
+
+/* Merge the chunk records of one (head, token), in chunk order. */
+__global__ void attention_merge_kernel(const float *__restrict__ part, int64_t pos0,
+                                       int64_t nh, int64_t hd, int64_t chunk, int64_t nsplit,
+                                       float *__restrict__ out)
+{
+    const int64_t h = blockIdx.x, i = blockIdx.y;
+    const int64_t len = pos0 + i + 1;
+    const int64_t used = (len + chunk - 1) / chunk;
+    const float *rec = part + (i * nh + h) * nsplit * (hd + 2);
+    float mx = -INFINITY, sum = 0.0f;
+
+    for (int64_t z = 0; z < used; z++)
+        mx = fmaxf(mx, rec[z * (hd + 2)]);
+    for (int64_t z = 0; z < used; z++)
+        sum += rec[z * (hd + 2) + 1] * expf(rec[z * (hd + 2)] - mx);
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.0f;
+        for (int64_t z = 0; z < used; z++)
+            a = fmaf(rec[z * (hd + 2) + 2 + d], expf(rec[z * (hd + 2)] - mx), a);
+        out[(i * nh + h) * hd + d] = a / sum;
+    }
+}
+
+static int64_t attention_splits(int64_t pos0, int64_t m)
+{
+    return m <= ATT_SPLIT_MAX_M ? (pos0 + m + ATT_CHUNK - 1) / ATT_CHUNK : 1;
+}
+
+extern "C" size_t gk_attention_scratch(int64_t pos0, int64_t m, int64_t nh, int64_t hd)
+{
+    const int64_t ns = attention_splits(pos0, m);
+    return ns > 1 ? (size_t)m * (size_t)nh * (size_t)ns * (size_t)(hd + 2) * sizeof(float)
+                  : 0;
 }
 
 extern "C" gpu_error_t gk_attention(const float *q, const float *k, const float *v,
                                     float *k_cache, float *v_cache, int64_t max_ctx,
                                     int64_t pos0, int64_t m, int64_t nh, int64_t nkv,
-                                    int64_t hd, float scale, float *out, gpu_stream_t s)
+                                    int64_t hd, float scale, float *out, float *scratch,
+                                    gpu_stream_t s)
 {
     /* the new rows are contiguous in the [max_ctx, nkv, hd] caches */
     const size_t row = (size_t)nkv * (size_t)hd;
     const size_t bytes = (size_t)m * row * sizeof(float);
+    const size_t shmem = (2 * (size_t)hd + ATT_TILE) * sizeof(float);
+    const int64_t ns = attention_splits(pos0, m);
     gpu_error_t e;
-    dim3 grid((unsigned)nh, (unsigned)m);
 
     (void)max_ctx;
     if ((e = gpu_copy_d2d(k_cache + (size_t)pos0 * row, k, bytes, s)) != GPU_SUCCESS)
         return e;
     if ((e = gpu_copy_d2d(v_cache + (size_t)pos0 * row, v, bytes, s)) != GPU_SUCCESS)
         return e;
-    attention_kernel<<<grid, ATT_THREADS, (2 * (size_t)hd + ATT_TILE) * sizeof(float), s>>>(
-        q, k_cache, v_cache, pos0, nh, nkv, hd, scale, out);
+    if (ns > 1) {
+        dim3 grid((unsigned)nh, (unsigned)m, (unsigned)ns);
+        attention_kernel<<<grid, ATT_THREADS, shmem, s>>>(q, k_cache, v_cache, pos0, nh, nkv,
+                                                          hd, scale, out, ATT_CHUNK, scratch);
+        attention_merge_kernel<<<dim3((unsigned)nh, (unsigned)m), ATT_THREADS, 0, s>>>(
+            scratch, pos0, nh, hd, ATT_CHUNK, ns, out);
+    } else {
+        /* prefill: heads x tokens blocks already fill the device */
+        dim3 grid((unsigned)nh, (unsigned)m, 1);
+        attention_kernel<<<grid, ATT_THREADS, shmem, s>>>(q, k_cache, v_cache, pos0, nh, nkv,
+                                                          hd, scale, out, pos0 + m, NULL);
+    }
     return launched();
 }
 

@@ -71,10 +71,12 @@ gpu_error_t gk_rope(float *x, const int32_t *positions, int64_t m, int64_t heads
                     float attn_factor, gpu_stream_t s);
 /* Largest head_dim the attention kernel takes (shared-memory accumulator). */
 #define GK_ATTN_MAX_HD 1024
+/* SCRATCH: gk_attention_scratch bytes (0 for prefill-sized m: no split). */
+size_t gk_attention_scratch(int64_t pos0, int64_t m, int64_t nh, int64_t hd);
 gpu_error_t gk_attention(const float *q, const float *k, const float *v, float *k_cache,
                          float *v_cache, int64_t max_ctx, int64_t pos0, int64_t m,
                          int64_t nh, int64_t nkv, int64_t hd, float scale, float *out,
-                         gpu_stream_t s);
+                         float *scratch, gpu_stream_t s);
 gpu_error_t gk_silu_mul(const float *gu, int64_t m, int64_t inter, float *out,
                         gpu_stream_t s);
 gpu_error_t gk_softmax(const float *x, int64_t m, int64_t n, float *y, int log,

@@ -564,41 +564,44 @@ START_TEST(test_rope)
 }
 END_TEST
 
-/* Causal GQA attention with a KV cache: a prefill of 70 tokens (crossing the
- * kernel's 64-position tile) then one decode token; caches checked exactly
- * (they are copies).  Softmax-weighted sums of values in [-1, 1]: the
- * float32 error is within gamma_ctx of the sum of |p v| <= 1, plus the
- * score error (hd terms, |q k| <= 1 each, scaled) through exp: tolerance
- * 1e-5 absolute. */
+/* Causal GQA attention with a KV cache over four calls: a prefill of 70
+ * tokens (crossing the kernel's 64-position tile), one decode token, 190
+ * more tokens at once, then a decode of 3 tokens whose 262..264-position
+ * contexts are split into chunks of 256 and merged (flash-decoding); the
+ * caches are checked exactly (they are copies).  Softmax-weighted sums of
+ * values in [-1, 1]: the float32 error is within gamma_ctx of the sum of
+ * |p v| <= 1, plus the score error (hd terms, |q k| <= 1 each, scaled)
+ * through exp: tolerance 1e-5 absolute. */
 START_TEST(test_attention)
 {
-    enum { NH = 4, NKV = 2, HD = 64, CTX = 80, M1 = 70 };
+    enum { NH = 4, NKV = 2, HD = 64, CTX = 270, TOTAL = 264 };
+    static const size_t steps[][2] = {{0, 70}, {70, 1}, {71, 190}, {261, 3}};
     const size_t row = NKV * HD;
-    float *q = malloc((M1 + 1) * NH * HD * 4), *k = malloc((M1 + 1) * row * 4);
-    float *v = malloc((M1 + 1) * row * 4), *out = malloc(M1 * NH * HD * 4);
+    float *q = malloc(TOTAL * NH * HD * 4), *k = malloc(TOTAL * row * 4);
+    float *v = malloc(TOTAL * row * 4), *out = malloc(190 * NH * HD * 4);
     float *kc = malloc(CTX * row * 4);
     nvfp4_backend *be = open_gpu();
     nvfp4_error err;
     float *dq, *dk, *dv, *dkc, *dvc, *dout;
     const float scale = 0.125f;
 
-    for (size_t i = 0; i < (M1 + 1) * NH * HD; i++)
+    for (size_t i = 0; i < TOTAL * NH * HD; i++)
         q[i] = frand(-1, 1);
-    for (size_t i = 0; i < (M1 + 1) * row; i++) {
+    for (size_t i = 0; i < TOTAL * row; i++) {
         k[i] = frand(-1, 1);
         v[i] = frand(-1, 1);
     }
     dkc = dput(be, NULL, CTX * row * 4);
     dvc = dput(be, NULL, CTX * row * 4);
-    dout = dput(be, NULL, M1 * NH * HD * 4);
-    for (int step = 0; step < 2; step++) {
-        const size_t pos0 = step ? M1 : 0, m = step ? 1 : M1;
+    dout = dput(be, NULL, 190 * NH * HD * 4);
+    for (int step = 0; step < 4; step++) {
+        const size_t pos0 = steps[step][0], m = steps[step][1];
         dq = dput(be, q + pos0 * NH * HD, m * NH * HD * 4);
         dk = dput(be, k + pos0 * row, m * row * 4);
         dv = dput(be, v + pos0 * row, m * row * 4);
-        ck_assert_int_eq(nvfp4_k_attention(be, dq, dk, dv, dkc, dvc, CTX, pos0, m, NH, NKV, HD,
-                                           scale, dout, &err),
-                         NVFP4_OK);
+        ck_assert_msg(nvfp4_k_attention(be, dq, dk, dv, dkc, dvc, CTX, pos0, m, NH, NKV, HD,
+                                        scale, dout, &err) == NVFP4_OK,
+                      "%s", err.text);
         dget(be, out, dout, m * NH * HD * 4);
         for (size_t i = 0; i < m; i++)
             for (int h = 0; h < NH; h++) {
@@ -627,10 +630,13 @@ START_TEST(test_attention)
         nvfp4_backend_release(be, dk);
         nvfp4_backend_release(be, dv);
     }
-    dget(be, kc, dkc, (M1 + 1) * row * 4);
-    ck_assert(memcmp(kc, k, (M1 + 1) * row * 4) == 0);
-    dget(be, kc, dvc, (M1 + 1) * row * 4);
-    ck_assert(memcmp(kc, v, (M1 + 1) * row * 4) == 0);
+    dget(be, kc, dkc, TOTAL * row * 4);
+    ck_assert(memcmp(kc, k, TOTAL * row * 4) == 0);
+    dget(be, kc, dvc, TOTAL * row * 4);
+    ck_assert(memcmp(kc, v, TOTAL * row * 4) == 0);
+    nvfp4_backend_release(be, dkc);
+    nvfp4_backend_release(be, dvc);
+    nvfp4_backend_release(be, dout);
     nvfp4_backend_free(be);
     free(q);
     free(k);
