@@ -10,6 +10,7 @@
  */
 #include "gpu-emu.h"
 
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <vector>
@@ -20,9 +21,15 @@ namespace {
 
 enum { READY, WAIT_BLOCK, WAIT_WARP, DONE };
 
+/* A fiber starts through its ucontext (one swapcontext) and from then on
+ * switches with _setjmp/_longjmp, which save no signal mask: no system call
+ * per switch.  Build without _FORTIFY_SOURCE (its longjmp check refuses to
+ * jump between stacks). */
 struct fiber {
     ucontext_t ctx;
+    jmp_buf jb;
     int state;
+    bool started;
     std::vector<char> stack;
 };
 
@@ -31,6 +38,7 @@ std::vector<fiber> fibers;
 std::vector<char> dyn_shared;
 std::vector<uint32_t> xbuf; /* one slot per thread for warp exchanges */
 ucontext_t sched_ctx;
+jmp_buf sched_jb;
 size_t current;
 const std::function<void()> *body;
 
@@ -38,13 +46,14 @@ void fiber_main()
 {
     (*body)();
     fibers[current].state = DONE;
-    swapcontext(&fibers[current].ctx, &sched_ctx);
+    _longjmp(sched_jb, 1);
 }
 
 void wait(int state)
 {
     fibers[current].state = state;
-    swapcontext(&fibers[current].ctx, &sched_ctx);
+    if (!_setjmp(fibers[current].jb))
+        _longjmp(sched_jb, 1);
 }
 
 void run_block(size_t n)
@@ -62,6 +71,7 @@ void run_block(size_t n)
         f.ctx.uc_link = NULL;
         makecontext(&f.ctx, fiber_main, 0);
         f.state = READY;
+        f.started = false;
     }
     for (;;) {
         bool ran = false;
@@ -72,7 +82,14 @@ void run_block(size_t n)
             gpu_emu_thread = dim3((unsigned)(i % gpu_emu_bdim.x),
                                   (unsigned)(i / gpu_emu_bdim.x % gpu_emu_bdim.y),
                                   (unsigned)(i / (gpu_emu_bdim.x * gpu_emu_bdim.y)));
-            swapcontext(&sched_ctx, &fibers[i].ctx);
+            if (!_setjmp(sched_jb)) {
+                if (!fibers[i].started) {
+                    fibers[i].started = true;
+                    swapcontext(&sched_ctx, &fibers[i].ctx);
+                } else {
+                    _longjmp(fibers[i].jb, 1);
+                }
+            }
             ran = true;
         }
         if (ran)

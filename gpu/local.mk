@@ -30,11 +30,16 @@ EXTRA_DIST += \
 	%reldir%/gpu-emu.h \
 	%reldir%/emu.cc
 
-# The kernels' logic on the CPU (gpu/gpu-emu.h): not part of `make check`
-# (python3 rewrites the launches; a minute or two on two cores).
-check-gpu-emu:
-	BUILD=$(abs_top_builddir)/gpu/emu-check $(SHELL) $(top_srcdir)/scripts/gpu-emu-check.sh
-.PHONY: check-gpu-emu
+# The kernels' logic on the CPU: kernels.cu and backend-gpu.cu built against
+# the emulator spelling gpu/gpu-emu.h and run under tests/test-gpu, warps of
+# 32 and 64 lanes (about a minute on two cores; SKIP without python3/g++).
+if HAVE_CHECK
+TESTS += scripts/gpu-emu-check.sh
+endif
+GPU_EMU_OUT = %reldir%/emu/emu-kernels.cc
+GPU_EMU_OUT += $(foreach w,32 64,$(addprefix %reldir%/emu/warp$(w)/,kernels.o backend.o \
+	emu.o nvfp4-backend-cuda.so test-gpu.log))
+CLEANFILES += $(GPU_EMU_OUT)
 
 backendsdir = $(pkglibdir)/backends
 backends_LTLIBRARIES =

@@ -9,19 +9,34 @@
 # about the vendor compilers, timing, or the tensor-core GEMM (CUDA-only,
 # not emulated).
 #
-#   scripts/gpu-emu-check.sh        (python3, g++; ~1-3 minutes)
+#   scripts/gpu-emu-check.sh        (python3, g++; about a minute)
+#
+# Also one of `make check`'s tests (gpu/local.mk): there it uses the build
+# tree under test ($top_builddir) and exits 77 (SKIP) without python3/g++.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-B=${BUILD:-$ROOT/build/gpu-emu}
-mkdir -p "$B"
-cd "$B"
-[ -x "$ROOT/configure" ] || (cd "$ROOT" && autoreconf -fi)
-[ -f Makefile ] || "$ROOT/configure" -q CFLAGS="-O2 -g"
-make -j2 libformat/libnvfp4-format.la libquant/libnvfp4-quant.la \
-    libkernels/libnvfp4-kernels.la tests/test-gpu >/dev/null
+CXX=${CXX:-g++}
+if ! command -v python3 >/dev/null 2>&1 || ! command -v "$CXX" >/dev/null 2>&1; then
+    echo "gpu-emu-check: SKIP: needs python3 and $CXX"
+    exit 77
+fi
+if [ -n "${top_builddir:-}" ] && [ -z "${BUILD:-}" ]; then
+    # under make check: everything needed is built already
+    B=$(cd "$top_builddir" && pwd)
+else
+    B=${BUILD:-$ROOT/build/gpu-emu}
+    mkdir -p "$B"
+    cd "$B"
+    [ -x "$ROOT/configure" ] || (cd "$ROOT" && autoreconf -fi)
+    [ -f Makefile ] || "$ROOT/configure" -q CFLAGS="-O2 -g"
+    make -j2 libformat/libnvfp4-format.la libquant/libnvfp4-quant.la \
+        libkernels/libnvfp4-kernels.la tests/test-gpu >/dev/null
+fi
+E=$B/gpu/emu
+mkdir -p "$E"
 
 # <<<grid, block, shmem, stream>>> launches -> gpu_emu_launch(..., lambda).
-python3 - "$ROOT/gpu/kernels.cu" "$B/emu-kernels.cc" <<'EOF'
+python3 - "$ROOT/gpu/kernels.cu" "$E/emu-kernels.cc" <<'EOF'
 import sys
 src = open(sys.argv[1]).read()
 out, i = [], 0
@@ -64,15 +79,14 @@ while True:
 open(sys.argv[2], 'w').write(''.join(out))
 EOF
 
-CXX=${CXX:-g++}
 status=0
 for warp in 32 64; do
-    d="$B/emu$warp"
+    d="$E/warp$warp"
     mkdir -p "$d"
-    flags="-std=c++17 -O1 -g -fPIC -ffp-contract=off -fvisibility=hidden -Wall -Wextra \
+    flags="-std=c++17 -O1 -g -fPIC -ffp-contract=off -U_FORTIFY_SOURCE -fvisibility=hidden -Wall -Wextra \
         -Wno-unused-parameter -DNVFP4_GPU_EMU -DGPU_EMU_WARP=$warp -DNVFP4_BUILDING \
         -DHAVE_CONFIG_H -I$B -I$ROOT/include -I$ROOT/gpu"
-    $CXX $flags -c "$B/emu-kernels.cc" -o "$d/kernels.o"
+    $CXX $flags -c "$E/emu-kernels.cc" -o "$d/kernels.o"
     $CXX $flags -x c++ -c "$ROOT/gpu/backend-gpu.cu" -o "$d/backend.o"
     $CXX $flags -c "$ROOT/gpu/emu.cc" -o "$d/emu.o"
     $CXX -shared -o "$d/nvfp4-backend-cuda.so" "$d/kernels.o" "$d/backend.o" "$d/emu.o" \

@@ -386,10 +386,47 @@ START_TEST(test_embed)
                           "row %d col %lld: %a vs %a", ids[i], (long long)c, y[i * hidden + c],
                           ref);
         }
-    nvfp4_backend_release(be, dids);
-    nvfp4_backend_release(be, dy);
     nvfp4_kweight_free(w);
     syn_free(&s);
+
+    /* a BF16 table (a tied lm_head / unquantized embedding): the values */
+    {
+        uint16_t *tb = malloc((size_t)(rows * hidden) * 2);
+        nvfp4_tensor t;
+        nvfp4_linear lin;
+        for (int64_t i = 0; i < rows * hidden; i++)
+            tb[i] = (uint16_t)rnd();
+        memset(&t, 0, sizeof(t));
+        t.name = "embed.bf16";
+        t.file = "synthetic";
+        t.dtype = NVFP4_DTYPE_BF16;
+        t.ndim = 2;
+        t.shape[0] = rows;
+        t.shape[1] = hidden;
+        t.numel = (uint64_t)(rows * hidden);
+        t.nbytes = t.numel * 2;
+        t.data = tb;
+        memset(&lin, 0, sizeof(lin));
+        lin.scheme = NVFP4_SCHEME_NONE;
+        lin.n = rows;
+        lin.k = hidden;
+        lin.dense = &t;
+        w = kup(be, &lin, 1);
+        ck_assert_int_eq(nvfp4_k_embed(be, w, dids, 5, dy, &err), NVFP4_OK);
+        dget(be, y, dy, sizeof y);
+        for (int i = 0; i < 5; i++)
+            for (int64_t c = 0; c < hidden; c++) {
+                float ref = ref_bf16(tb[ids[i] * hidden + c]);
+                ck_assert_msg(memcmp(&y[i * hidden + c], &ref, 4) == 0 ||
+                                  (isnan(ref) && isnan(y[i * hidden + c])),
+                              "bf16 row %d col %lld: %a vs %a", ids[i], (long long)c,
+                              y[i * hidden + c], ref);
+            }
+        nvfp4_kweight_free(w);
+        free(tb);
+    }
+    nvfp4_backend_release(be, dids);
+    nvfp4_backend_release(be, dy);
     nvfp4_backend_free(be);
 }
 END_TEST
