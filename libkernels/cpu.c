@@ -213,25 +213,53 @@ __attribute__((target("avx512f"))) static float dot_avx512(const float *a, const
     return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
-/* out += w * v over n */
-__attribute__((target("avx512f"))) static void axpy_avx512(float *out, float w, const float *v,
-                                                           size_t n)
+static inline __mmask16 lanes16(size_t n)
 {
-    const __m512 wv = _mm512_set1_ps(w);
-    for (size_t i = 0; i < n; i += 16) {
-        __mmask16 mk = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(out + i, mk,
-                              _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, v + i),
-                                              _mm512_maskz_loadu_ps(mk, out + i)));
+    return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+}
+
+/* out[d] = sum over p < len of (w[p] * inv) * v[p * stride + d], d < n, the
+ * sum in p order (as the scalar loop): 64 dimensions at a time held in
+ * registers while the positions stream past. */
+__attribute__((target("avx512f"))) static void wsum_avx512(float *out, const float *w, float inv,
+                                                           const float *v, size_t stride,
+                                                           size_t len, size_t n)
+{
+    for (size_t d0 = 0; d0 < n; d0 += 64) {
+        const size_t nd = n - d0 < 64 ? n - d0 : 64;
+        const __mmask16 m0 = lanes16(nd), m1 = lanes16(nd > 16 ? nd - 16 : 0),
+                        m2 = lanes16(nd > 32 ? nd - 32 : 0), m3 = lanes16(nd > 48 ? nd - 48 : 0);
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+
+        for (size_t p = 0; p < len; p++) {
+            const float *vp = v + p * stride + d0;
+            const __m512 wv = _mm512_set1_ps(w[p] * inv);
+            a0 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m0, vp), a0);
+            if (nd > 16)
+                a1 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m1, vp + 16), a1);
+            if (nd > 32)
+                a2 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m2, vp + 32), a2);
+            if (nd > 48)
+                a3 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m3, vp + 48), a3);
+        }
+        _mm512_mask_storeu_ps(out + d0, m0, a0);
+        _mm512_mask_storeu_ps(out + d0 + 16, m1, a1);
+        _mm512_mask_storeu_ps(out + d0 + 32, m2, a2);
+        _mm512_mask_storeu_ps(out + d0 + 48, m3, a3);
     }
 }
 #define CPU_HAVE_X86 1
 #endif
 
-static void axpy_scalar(float *out, float w, const float *v, size_t n)
+static void wsum_scalar(float *out, const float *w, float inv, const float *v, size_t stride,
+                        size_t len, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        out[i] += w * v[i];
+    memset(out, 0, n * sizeof(float));
+    for (size_t p = 0; p < len; p++) {
+        const float wgt = w[p] * inv;
+        for (size_t d = 0; d < n; d++)
+            out[d] += wgt * v[p * stride + d];
+    }
 }
 
 /* Causal grouped-query attention over the cache; one (token, head) per work
@@ -249,7 +277,7 @@ static nvfp4_status cpu_attention(void *ctx, const float *q, const float *k, con
 #else
     const int wide = 0;
 #define dot_avx512 dot_scalar
-#define axpy_avx512 axpy_scalar
+#define wsum_avx512 wsum_scalar
 #endif
 
     (void)max_ctx;
@@ -279,10 +307,7 @@ static nvfp4_status cpu_attention(void *ctx, const float *q, const float *k, con
             sum += sc[p];
         }
         inv = 1.0f / sum;
-        memset(o, 0, hd * sizeof(float));
-        for (size_t p = 0; p < len; p++)
-            (wide ? axpy_avx512 : axpy_scalar)(o, sc[p] * inv, v_cache + p * kvw + kvh * hd,
-                                                hd);
+        (wide ? wsum_avx512 : wsum_scalar)(o, sc, inv, v_cache + kvh * hd, kvw, len, hd);
     }
     free(scores);
     return NVFP4_OK;
