@@ -435,22 +435,23 @@ GPU_DEV void load_w_tile_f32(const gk_weight &w, int64_t n0, int64_t k0,
     }
 }
 
+/* One 64x64 output tile: rows r < PT_BM read activations XROWS[r] (NULL: a
+ * row past the end, read as zeros) and write YROWS[r] (+ columns n0..),
+ * both in shared memory so that the MoE kernel can gather its rows. */
 template <int FMT>
-__global__ void __launch_bounds__(GK_THREADS)
-gemm_tiled_kernel(gk_weight w, const float *__restrict__ x, int64_t m,
-                  float *__restrict__ y)
+GPU_DEV void tiled_tile(const gk_weight &w, int64_t n0, const float *const *xrows,
+                        float *const *yrows)
 {
     __shared__ float xs[PT_BK][PT_BM + 1];
     __shared__ float ws[PT_BK][PT_BN + 1];
-    const int64_t m0 = (int64_t)blockIdx.y * PT_BM, n0 = (int64_t)blockIdx.x * PT_BN;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     float acc[4][4] = {{0.0f}};
 
     for (int64_t k0 = 0; k0 < w.k; k0 += PT_BK) {
         for (int i = threadIdx.x; i < PT_BM * PT_BK; i += blockDim.x) {
             const int r = i / PT_BK, c = i % PT_BK;
-            const int64_t row = m0 + r, col = k0 + c;
-            xs[c][r] = (row < m && col < w.k) ? x[row * w.k + col] : 0.0f;
+            const int64_t col = k0 + c;
+            xs[c][r] = (xrows[r] && col < w.k) ? xrows[r][col] : 0.0f;
         }
         load_w_tile_f32<FMT>(w, n0, k0, ws);
         gpu_syncthreads();
@@ -467,15 +468,33 @@ gemm_tiled_kernel(gk_weight w, const float *__restrict__ x, int64_t m,
         gpu_syncthreads();
     }
     for (int i = 0; i < 4; i++) {
-        const int64_t row = m0 + ty * 4 + i;
-        if (row >= m)
+        const int r = ty * 4 + i;
+        if (!xrows[r])
             continue;
         for (int j = 0; j < 4; j++) {
             const int64_t col = n0 + tx * 4 + j;
             if (col < w.n)
-                y[row * w.n + col] = w.bias ? acc[i][j] + w.bias[col] : acc[i][j];
+                yrows[r][col] = w.bias ? acc[i][j] + w.bias[col] : acc[i][j];
         }
     }
+}
+
+template <int FMT>
+__global__ void __launch_bounds__(GK_THREADS)
+gemm_tiled_kernel(gk_weight w, const float *__restrict__ x, int64_t m,
+                  float *__restrict__ y)
+{
+    __shared__ const float *xrows[PT_BM];
+    __shared__ float *yrows[PT_BM];
+    const int64_t m0 = (int64_t)blockIdx.y * PT_BM, n0 = (int64_t)blockIdx.x * PT_BN;
+
+    if (threadIdx.x < PT_BM) {
+        const int64_t row = m0 + threadIdx.x;
+        xrows[threadIdx.x] = row < m ? x + row * w.k : NULL;
+        yrows[threadIdx.x] = row < m ? y + row * w.n : NULL;
+    }
+    gpu_syncthreads();
+    tiled_tile<FMT>(w, n0, xrows, yrows);
 }
 
 /* ---- GEMM: tensor cores (CUDA sm_80+) ---------------------------------------
@@ -1090,12 +1109,17 @@ extern "C" gpu_error_t gk_attention(const float *q, const float *k, const float 
  * order. */
 
 struct moe_layout {
-    size_t off_counts, off_list, off_xq, off_gu, off_act, off_out, total;
+    size_t off_counts, off_list, off_tiles, off_xq, off_gu, off_act, off_out, total;
 };
 
 static size_t align256(size_t v)
 {
     return (v + 255) & ~(size_t)255;
+}
+
+static int64_t pairs_of(int64_t m, int64_t k)
+{
+    return m * k;
 }
 
 static moe_layout moe_plan(int64_t experts, int64_t m, int64_t k, int64_t hidden,
@@ -1107,6 +1131,9 @@ static moe_layout moe_plan(int64_t experts, int64_t m, int64_t k, int64_t hidden
 
     l.off_counts = at; at = align256(at + ((size_t)experts + 1) * sizeof(int) * 2);
     l.off_list = at;   at = align256(at + pairs * sizeof(int));
+    /* at most pairs / 64 + experts tiles of (expert, start), and their count */
+    l.off_tiles = at;
+    at = align256(at + (pairs / PT_BM + (size_t)experts + 1) * 2 * sizeof(int) + sizeof(int));
     l.off_xq = at;     at = align256(at + pairs * (size_t)hidden * sizeof(float));
     l.off_gu = at;     at = align256(at + pairs * 2 * (size_t)inter * sizeof(float));
     l.off_act = at;    at = align256(at + pairs * (size_t)inter * sizeof(float));
@@ -1126,7 +1153,7 @@ extern "C" size_t gk_moe_scratch(int64_t experts, int64_t m, int64_t k, int64_t 
  * (every pair owns its output rows). */
 __global__ void moe_route_kernel(const int32_t *__restrict__ idx, int64_t pairs,
                                  int64_t experts, int *counts, int *offsets, int *list,
-                                 int *flag)
+                                 int *tiles, int *ntiles, int *flag)
 {
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
         counts[e] = 0;
@@ -1140,13 +1167,22 @@ __global__ void moe_route_kernel(const int32_t *__restrict__ idx, int64_t pairs,
     }
     gpu_syncthreads();
     if (threadIdx.x == 0) {
-        int at = 0;
+        int at = 0, nt = 0;
         for (int64_t e = 0; e < experts; e++) {
             offsets[e] = at;
+            /* the grouped GEMM's tiles: (expert, first of up to 64 pairs) */
+            if (tiles)
+                for (int r = 0; r < counts[e]; r += PT_BM) {
+                    tiles[2 * nt] = (int)e;
+                    tiles[2 * nt + 1] = r;
+                    nt++;
+                }
             at += counts[e];
             counts[e] = 0;
         }
         offsets[experts] = at;
+        if (tiles)
+            *ntiles = nt;
     }
     gpu_syncthreads();
     for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
@@ -1219,6 +1255,73 @@ moe_gemv_kernel(const gk_weight *__restrict__ d, const int *__restrict__ offsets
         }
         row_dot<GK_GEMV_MAX_M, FMT, VEC, 1>(&lut, w, row, xr, cnt, acc);
         row_store<GK_GEMV_MAX_M, 1>(w, row, acc, yr, cnt);
+    }
+}
+
+/* Prefill: grid (column tiles, tile bound); tile blockIdx.y of the route's
+ * list is (expert, first pair): up to 64 of that expert's pairs times a
+ * 64-column slice of its weight, read once per 64 pairs. */
+template <int FMT>
+__global__ void __launch_bounds__(GK_THREADS)
+moe_gemm_kernel(const gk_weight *__restrict__ d, const int *__restrict__ offsets,
+                const int *__restrict__ list, const int *__restrict__ tiles,
+                const int *__restrict__ ntiles, const float *in, int in_is_pair,
+                int64_t k_tok, float *out)
+{
+    __shared__ const float *xrows[PT_BM];
+    __shared__ float *yrows[PT_BM];
+    const int t = blockIdx.y;
+    int e, r0, cnt;
+    int64_t n0 = (int64_t)blockIdx.x * PT_BN;
+
+    if (t >= *ntiles)
+        return;
+    e = tiles[2 * t];
+    r0 = tiles[2 * t + 1];
+    cnt = offsets[e + 1] - offsets[e];
+    if (n0 >= d[e].n)
+        return; /* all experts are as wide as the grid; a guard only */
+    {
+        const gk_weight w = d[e];
+        if (threadIdx.x < PT_BM) {
+            const int r = r0 + (int)threadIdx.x;
+            if (r < cnt) {
+                const int p = list[offsets[e] + r];
+                xrows[threadIdx.x] = in + (in_is_pair ? p : p / k_tok) * w.k;
+                yrows[threadIdx.x] = out + (int64_t)p * w.n;
+            } else {
+                xrows[threadIdx.x] = NULL;
+                yrows[threadIdx.x] = NULL;
+            }
+        }
+        gpu_syncthreads();
+        tiled_tile<FMT>(w, n0, xrows, yrows);
+    }
+}
+
+static void moe_gemm(int format, const gk_weight *d, int64_t rows, int64_t pairs,
+                     int64_t experts, const int *offsets, const int *list, const int *tiles,
+                     const int *ntiles, const float *in, int in_is_pair, int64_t k_tok,
+                     float *out, gpu_stream_t s)
+{
+    dim3 grid(grid_for(rows, PT_BN), (unsigned)(pairs / PT_BM + experts + 1));
+    switch (format) {
+    case GK_NVFP4:
+        moe_gemm_kernel<GK_NVFP4><<<grid, GK_THREADS, 0, s>>>(d, offsets, list, tiles, ntiles,
+                                                             in, in_is_pair, k_tok, out);
+        break;
+    case GK_F32:
+        moe_gemm_kernel<GK_F32><<<grid, GK_THREADS, 0, s>>>(d, offsets, list, tiles, ntiles,
+                                                           in, in_is_pair, k_tok, out);
+        break;
+    case GK_BF16:
+        moe_gemm_kernel<GK_BF16><<<grid, GK_THREADS, 0, s>>>(d, offsets, list, tiles, ntiles,
+                                                            in, in_is_pair, k_tok, out);
+        break;
+    default:
+        moe_gemm_kernel<GK_F16><<<grid, GK_THREADS, 0, s>>>(d, offsets, list, tiles, ntiles,
+                                                           in, in_is_pair, k_tok, out);
+        break;
     }
 }
 
@@ -1320,11 +1423,17 @@ extern "C" gpu_error_t gk_moe(const gk_device *dev, const gk_weight *d13, const 
     float *gu = (float *)(base + l.off_gu);
     float *act = (float *)(base + l.off_act);
     float *o = (float *)(base + l.off_out);
+    int *tiles = (int *)(base + l.off_tiles);
+    int *ntiles = tiles + 2 * (pairs_of(m, k) / PT_BM + experts + 1);
     const int64_t pairs = m * k;
     const float *in13 = x;
     int in13_pair = 0;
+    /* decode: grouped GEMV, weights read once per 8 pairs; prefill: grouped
+     * tiled GEMM, once per 64 */
+    const int gemm = m > GK_GEMV_MAX_M;
 
-    moe_route_kernel<<<1, 1024, 0, s>>>(idx, pairs, experts, counts, offsets, list, flag);
+    moe_route_kernel<<<1, 1024, 0, s>>>(idx, pairs, experts, counts, offsets, list,
+                                        gemm ? tiles : NULL, ntiles, flag);
     if (qdq13) {
         const int64_t nb = pairs * (hidden / NUM_BLOCK);
         moe_qdq_kernel<<<grid_for(nb, GK_THREADS), GK_THREADS, 0, s>>>(
@@ -1332,8 +1441,12 @@ extern "C" gpu_error_t gk_moe(const gk_device *dev, const gk_weight *d13, const 
         in13 = xq;
         in13_pair = 1;
     }
-    moe_gemv(dev, fmt13, d13, experts, 2 * inter, vec13, offsets, list, in13, in13_pair, k,
-             gu, s);
+    if (gemm)
+        moe_gemm(fmt13, d13, 2 * inter, pairs, experts, offsets, list, tiles, ntiles, in13,
+                 in13_pair, k, gu, s);
+    else
+        moe_gemv(dev, fmt13, d13, experts, 2 * inter, vec13, offsets, list, in13, in13_pair,
+                 k, gu, s);
     moe_silu_kernel<<<grid_for(pairs * inter, GK_THREADS), GK_THREADS, 0, s>>>(
         idx, pairs, experts, gu, inter, act);
     if (qdq2) {
@@ -1341,7 +1454,11 @@ extern "C" gpu_error_t gk_moe(const gk_device *dev, const gk_weight *d13, const 
         moe_qdq_kernel<<<grid_for(nb, GK_THREADS), GK_THREADS, 0, s>>>(
             d2, idx, pairs, experts, k, 1, act, inter, act);
     }
-    moe_gemv(dev, fmt2, d2, experts, hidden, vec2, offsets, list, act, 1, k, o, s);
+    if (gemm)
+        moe_gemm(fmt2, d2, hidden, pairs, experts, offsets, list, tiles, ntiles, act, 1, k, o,
+                 s);
+    else
+        moe_gemv(dev, fmt2, d2, experts, hidden, vec2, offsets, list, act, 1, k, o, s);
     moe_combine_kernel<<<grid_for(m * hidden, GK_THREADS), GK_THREADS, 0, s>>>(
         idx, weights, m, k, experts, o, hidden, y);
     return launched();

@@ -736,22 +736,21 @@ START_TEST(test_topk)
 }
 END_TEST
 
-/* MoE (§6), W4A16 experts: y[t] = sum_j w_j * W2_e (silu(g) * u), (g, u) =
+/* MoE (§6), W4A16 experts, decode- and prefill-sized: y[t] = sum_j w_j *
+ * W2_e (silu(g) * u), (g, u) =
  * W13_e x.  Reference in float64 from the §2 weights.  Error: the first
  * product carries gamma_H relative to its magnitude, silu*up a few u, the
  * second gamma_I: 1e-5 of the magnitude sum |w_j| |W2| |a| is well above
  * that (and far below the size of a wrong expert or slot). */
 START_TEST(test_moe)
 {
-    enum { E = 6, H = 64, I = 32, M = 5, K = 2 };
+    enum { E = 6, H = 64, I = 32, K = 2 };
+    /* 5 tokens: the grouped GEMV (decode); 40: the grouped tiled GEMM */
+    static const int ms[] = {5, 40};
     syn_linear w13[E], w2[E];
     nvfp4_kweight *k13[E], *k2[E];
-    float x[M * H], y[M * H], rw[M * K];
-    int32_t idx[M * K] = {0, 5, 3, 0, 5, 4, 2, 1, 0, 3};
     nvfp4_backend *be = open_gpu();
     nvfp4_error err;
-    float *dx, *dy, *dw;
-    int32_t *di;
 
     for (int e = 0; e < E; e++) {
         syn_make(&w13[e], "w13", NVFP4_SCHEME_W4A16, 2 * I, H, 0.01f, 0.0f);
@@ -759,43 +758,66 @@ START_TEST(test_moe)
         k13[e] = kup(be, &w13[e].lin, 1);
         k2[e] = kup(be, &w2[e].lin, 1);
     }
-    for (int i = 0; i < M * H; i++)
-        x[i] = frand(-1, 1);
-    for (int i = 0; i < M * K; i++)
-        rw[i] = frand(0.1f, 0.9f);
-    dx = dput(be, x, sizeof x);
-    dy = dput(be, NULL, sizeof y);
-    dw = dput(be, rw, sizeof rw);
-    di = dput(be, idx, sizeof idx);
-    ck_assert_msg(nvfp4_k_moe(be, k13, k2, E, dx, M, di, dw, K, dy, &err) == NVFP4_OK, "%s",
-                  err.text);
-    ck_assert_int_eq(nvfp4_backend_sync(be, &err), NVFP4_OK);
-    dget(be, y, dy, sizeof y);
-    for (int t = 0; t < M; t++)
-        for (int h = 0; h < H; h++) {
-            double ref = 0, mag = 0;
-            for (int j = 0; j < K; j++) {
-                const int e = idx[t * K + j];
-                double a[I], o = 0, om = 0;
-                for (int i = 0; i < I; i++) {
-                    double g = 0, u = 0;
-                    for (int c = 0; c < H; c++) {
-                        g += (double)syn_w(&w13[e].lin, i, c) * x[t * H + c];
-                        u += (double)syn_w(&w13[e].lin, I + i, c) * x[t * H + c];
-                    }
-                    a[i] = g / (1 + exp(-g)) * u;
-                }
-                for (int i = 0; i < I; i++) {
-                    o += syn_w(&w2[e].lin, h, i) * a[i];
-                    om += fabs(syn_w(&w2[e].lin, h, i) * a[i]);
-                }
-                ref += rw[t * K + j] * o;
-                mag += rw[t * K + j] * om;
-            }
-            ck_assert_msg(fabs(y[t * H + h] - ref) <= 1e-5 * mag + 1e-30,
-                          "moe y[%d][%d] = %.9g, reference %.9g (mag %g)", t, h, y[t * H + h],
-                          ref, mag);
+    for (int mi = 0; mi < 2; mi++) {
+        const int M = ms[mi];
+        float *x = malloc((size_t)M * H * 4), *y = malloc((size_t)M * H * 4);
+        float *rw = malloc((size_t)M * K * 4);
+        int32_t *idx = malloc((size_t)M * K * 4);
+        float *dx, *dy, *dw;
+        int32_t *di;
+
+        for (int i = 0; i < M * H; i++)
+            x[i] = frand(-1, 1);
+        for (int t = 0; t < M; t++) {
+            /* two distinct experts per token, unevenly used */
+            idx[t * K] = (t * 5) % E;
+            idx[t * K + 1] = (idx[t * K] + 1 + t % (E - 1)) % E;
+            rw[t * K] = frand(0.1f, 0.9f);
+            rw[t * K + 1] = frand(0.1f, 0.9f);
         }
+        dx = dput(be, x, (size_t)M * H * 4);
+        dy = dput(be, NULL, (size_t)M * H * 4);
+        dw = dput(be, rw, (size_t)M * K * 4);
+        di = dput(be, idx, (size_t)M * K * 4);
+        ck_assert_msg(nvfp4_k_moe(be, k13, k2, E, dx, (size_t)M, di, dw, K, dy, &err) ==
+                          NVFP4_OK,
+                      "%s", err.text);
+        ck_assert_int_eq(nvfp4_backend_sync(be, &err), NVFP4_OK);
+        dget(be, y, dy, (size_t)M * H * 4);
+        for (int t = 0; t < M; t++)
+            for (int h = 0; h < H; h++) {
+                double ref = 0, mag = 0;
+                for (int j = 0; j < K; j++) {
+                    const int e = idx[t * K + j];
+                    double a[I], o = 0, om = 0;
+                    for (int i = 0; i < I; i++) {
+                        double g = 0, u = 0;
+                        for (int c = 0; c < H; c++) {
+                            g += (double)syn_w(&w13[e].lin, i, c) * x[t * H + c];
+                            u += (double)syn_w(&w13[e].lin, I + i, c) * x[t * H + c];
+                        }
+                        a[i] = g / (1 + exp(-g)) * u;
+                    }
+                    for (int i = 0; i < I; i++) {
+                        o += syn_w(&w2[e].lin, h, i) * a[i];
+                        om += fabs(syn_w(&w2[e].lin, h, i) * a[i]);
+                    }
+                    ref += rw[t * K + j] * o;
+                    mag += rw[t * K + j] * om;
+                }
+                ck_assert_msg(fabs(y[t * H + h] - ref) <= 1e-5 * mag + 1e-30,
+                              "moe m=%d y[%d][%d] = %.9g, reference %.9g (mag %g)", M, t, h,
+                              y[t * H + h], ref, mag);
+            }
+        nvfp4_backend_release(be, dx);
+        nvfp4_backend_release(be, dy);
+        nvfp4_backend_release(be, dw);
+        nvfp4_backend_release(be, di);
+        free(x);
+        free(y);
+        free(rw);
+        free(idx);
+    }
     for (int e = 0; e < E; e++) {
         nvfp4_kweight_free(k13[e]);
         nvfp4_kweight_free(k2[e]);
