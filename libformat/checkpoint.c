@@ -403,6 +403,16 @@ nvfp4_status nvfp4_checkpoint_get(nvfp4_checkpoint *ck, const char *name,
     return NVFP4_OK;
 }
 
+int nvfp4_checkpoint_release_pages(nvfp4_checkpoint *ck, const void *p, size_t n)
+{
+    if (!ck || !p)
+        return -1;
+    for (size_t i = 0; i < ck->nshards; i++)
+        if (ck->shards[i].st && fmt_safetensors_release(ck->shards[i].st, p, n) == 0)
+            return 0;
+    return -1;
+}
+
 size_t nvfp4_checkpoint_shard_count(const nvfp4_checkpoint *ck)
 {
     return ck ? ck->nshards : 0;

@@ -13,6 +13,9 @@ static inline int mul_u64(uint64_t a, uint64_t b, uint64_t *out)
     return __builtin_mul_overflow(a, b, out) ? -1 : 0;
 }
 
+/* madvise(MADV_DONTNEED) the whole pages of [p, p+n) when they lie in ST's
+ * mapping; 0, or -1 when they do not. */
+int fmt_safetensors_release(const nvfp4_safetensors *st, const void *p, size_t n);
 /* Read a whole small file into a NUL-terminated buffer. */
 char *fmt_read_file(const char *path, size_t limit, size_t *len, nvfp4_error *err);
 /* Join a directory and a file name. */

@@ -102,6 +102,21 @@ const char *nvfp4_safetensors_metadata_get(const nvfp4_safetensors *st,
     return NULL;
 }
 
+int fmt_safetensors_release(const nvfp4_safetensors *st, const void *p, size_t n)
+{
+    uintptr_t a = (uintptr_t)p, lo, hi, base = (uintptr_t)st->map;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+
+    if (!st->map || a < base || n > st->map_size || a - base > st->map_size - n)
+        return -1;
+    /* whole pages inside the range only: neighbours may still be in use */
+    lo = (a + page - 1) & ~(page - 1);
+    hi = (a + n) & ~(page - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    return 0;
+}
+
 void nvfp4_safetensors_free(nvfp4_safetensors *st)
 {
     if (!st)

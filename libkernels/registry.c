@@ -465,6 +465,17 @@ void nvfp4_kweight_free(nvfp4_kweight *w)
     free(w);
 }
 
+int nvfp4_kweight_holds_copy(const nvfp4_kweight *w)
+{
+    if (!w)
+        return 0;
+    /* The CPU backend repacks NVFP4 weights and reads unquantized ones in
+     * place (libkernels/cpu-linear.c); GPU backends copy everything. */
+    if (w->be->iface == kern_cpu_iface())
+        return w->desc.scheme != NVFP4_SCHEME_NONE;
+    return 1;
+}
+
 int64_t nvfp4_kweight_rows(const nvfp4_kweight *w)
 {
     return w ? w->desc.n : 0;

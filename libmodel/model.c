@@ -240,7 +240,24 @@ static nvfp4_status upload(nvfp4_model *m, nvfp4_linear *parts, size_t n,
                            nvfp4_kweight **out, nvfp4_error *err)
 {
     *out = nvfp4_kweight_upload(m->be, parts, n, err);
-    return *out ? NVFP4_OK : (err && err->status ? err->status : NVFP4_ERR_BACKEND);
+    if (!*out)
+        return err && err->status ? err->status : NVFP4_ERR_BACKEND;
+    /* A backend that made its own copy no longer reads the mapping: give
+     * those pages back so that the weights are resident once, not twice. */
+    if (nvfp4_kweight_holds_copy(*out)) {
+        for (size_t i = 0; i < n; i++) {
+            const nvfp4_linear *p = &parts[i];
+            if (p->scheme != NVFP4_SCHEME_NONE) {
+                nvfp4_checkpoint_release_pages(m->ck, p->weight, (size_t)(p->n * p->k / 2));
+                if (!p->owned_scales)
+                    nvfp4_checkpoint_release_pages(m->ck, p->scales,
+                                                   (size_t)(p->n * p->k / NVFP4_BLOCK));
+            } else if (p->dense) {
+                nvfp4_checkpoint_release_pages(m->ck, p->dense->data, p->dense->nbytes);
+            }
+        }
+    }
+    return NVFP4_OK;
 }
 
 /* A per-expert view [rows, cols] into a 3-D float tensor [E, rows, cols]

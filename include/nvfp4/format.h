@@ -206,6 +206,13 @@ NVFP4_API const char *nvfp4_checkpoint_shard_of(const nvfp4_checkpoint *ck,
 NVFP4_API nvfp4_status nvfp4_checkpoint_get(nvfp4_checkpoint *ck, const char *name,
                                             const nvfp4_tensor **out,
                                             nvfp4_error *err);
+/* Tell the kernel that the mapped bytes [P, P+N) of one of the checkpoint's
+ * shards will not be read again soon (madvise MADV_DONTNEED on the whole
+ * pages inside the range): their memory is given back, and a later read
+ * faults them in from the file again, unchanged.  For callers that copied
+ * tensor data elsewhere (a backend that repacked weights).  Returns 0, or
+ * -1 when the range is not inside an open shard (nothing is done). */
+NVFP4_API int nvfp4_checkpoint_release_pages(nvfp4_checkpoint *ck, const void *p, size_t n);
 /* Number of shard files and their metadata (opens every shard). */
 NVFP4_API size_t nvfp4_checkpoint_shard_count(const nvfp4_checkpoint *ck);
 NVFP4_API nvfp4_status nvfp4_checkpoint_shard(nvfp4_checkpoint *ck, size_t i,

@@ -101,6 +101,10 @@ NVFP4_API nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be,
                                               const nvfp4_linear *parts, size_t nparts,
                                               nvfp4_error *err);
 NVFP4_API void nvfp4_kweight_free(nvfp4_kweight *w);
+/* 1 when the backend keeps its own copy of the weight (repacked in host
+ * memory, or on a device), so the parts' source bytes are no longer read;
+ * 0 when it reads them in place (the CPU backend's unquantized weights). */
+NVFP4_API int nvfp4_kweight_holds_copy(const nvfp4_kweight *w);
 NVFP4_API int64_t nvfp4_kweight_rows(const nvfp4_kweight *w);   /* n */
 NVFP4_API int64_t nvfp4_kweight_cols(const nvfp4_kweight *w);   /* k */
 
