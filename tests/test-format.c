@@ -231,6 +231,29 @@ START_TEST(test_malformed_dirs)
 }
 END_TEST
 
+/* Released pages read back unchanged (they fault in from the file again);
+ * memory that is not a shard mapping is refused, never madvised. */
+START_TEST(test_release_pages)
+{
+    json_t *want = tload_json_real("format/sharded.json");
+    json_t *w = json_array_get(json_object_get(want, "tensors"), 0);
+    const char *name = json_string_value(json_object_get(w, "name"));
+    nvfp4_error err;
+    nvfp4_checkpoint *ck = nvfp4_checkpoint_open(tdata("format/sharded"), &err);
+    const nvfp4_tensor *t;
+    char heap[8192];
+
+    ck_assert_msg(ck != NULL, "%s", err.text);
+    ck_assert_int_eq(nvfp4_checkpoint_get(ck, name, &t, &err), NVFP4_OK);
+    ck_assert_int_eq(nvfp4_checkpoint_release_pages(ck, t->data, t->nbytes), 0);
+    check_tensor(t, w, 0);
+    ck_assert_int_eq(nvfp4_checkpoint_release_pages(ck, heap, sizeof(heap)), -1);
+    ck_assert_int_eq(nvfp4_checkpoint_release_pages(ck, t->data, (size_t)1 << 40), -1);
+    nvfp4_checkpoint_free(ck);
+    json_decref(want);
+}
+END_TEST
+
 START_TEST(test_config_getters)
 {
     nvfp4_error err;
@@ -369,6 +392,7 @@ int main(void)
     tcase_add_test(tc, test_malformed_corpus);
     tcase_add_test(tc, test_malformed_dirs);
     tcase_add_test(tc, test_config_getters);
+    tcase_add_test(tc, test_release_pages);
     tcase_add_test(tc, test_tool_inspect_json);
     tcase_add_test(tc, test_tool_exit_codes);
     suite_add_tcase(s, tc);
