@@ -35,7 +35,7 @@ print("EVALFILE='%s' CTX=%d PREFIX=%d NTOK=%d" % (e["file"], e["ctx"], e["prefix
 p = r.get("perplexity_emulation") or r["perplexity"]
 print("REFPPL=%.10g" % p["token_perplexity"])
 nf = r.get("noise_floor") or {}
-print("NOISE=%.10g" % float(nf.get("relative", 0.0)))
+print("NOISE=%.10g" % abs(float(nf.get("token_ppl_rel_diff", 0.0))))
 PY
 )"
     out=$("$NVFP4" ppl "$dir" --text "$EVALFILE" --ctx "$CTX" --prefix "$PREFIX" --json)
