@@ -831,6 +831,11 @@ void nvfp4_model_reset(nvfp4_model *m)
 
 /* ---- forward ---------------------------------------------------------------- */
 
+/* The lm_head runs over at most this many rows at a time, so the backend
+ * never holds [n, vocab] logits beside the caller's buffer (100 MB each for
+ * 512 tokens of a 49k vocabulary). */
+#define LOGIT_ROWS 64
+
 static void *salloc(nvfp4_model *m, size_t bytes, nvfp4_error *err)
 {
     void *p;
@@ -864,7 +869,8 @@ static nvfp4_status ensure_scratch(nvfp4_model *m, size_t n, nvfp4_error *err)
         !(m->topw = salloc(m, n * (K ? K : 1) * 4, err)) ||
         !(m->topi = salloc(m, n * (K ? K : 1) * 4, err)) ||
         !(m->sh = salloc(m, n * H * 4, err)) || !(m->shg = salloc(m, n * 4, err)) ||
-        !(m->logits = salloc(m, n * (size_t)hp->vocab * 4, err)) ||
+        !(m->logits = salloc(m, (n < LOGIT_ROWS ? n : LOGIT_ROWS) * (size_t)hp->vocab * 4,
+                             err)) ||
         !(m->ids = salloc(m, n * 4, err)) || !(m->pos = salloc(m, n * 4, err)))
         return err && err->status ? err->status : NVFP4_ERR_NOMEM;
     if (m->arch->shared_expert) {
@@ -971,10 +977,13 @@ nvfp4_status nvfp4_model_forward(nvfp4_model *m, const int32_t *tokens, size_t n
     if (!logits)
         return nvfp4_backend_sync(m->be, err);
     rows = last_only ? 1 : n;
-    {
-        const float *xin = m->x + (n - rows) * H;
-        TRY(nvfp4_k_rmsnorm(m->be, xin, m->final_norm, rows, H, eps, m->h, err));
+    TRY(nvfp4_k_rmsnorm(m->be, m->x + (n - rows) * H, m->final_norm, rows, H, eps, m->h,
+                        err));
+    for (size_t r = 0; r < rows; r += LOGIT_ROWS) {
+        size_t c = rows - r < LOGIT_ROWS ? rows - r : LOGIT_ROWS;
+        TRY(nvfp4_k_linear(m->be, m->lm_head, m->h + r * H, c, m->logits, err));
+        TRY(nvfp4_backend_download(m->be, logits + r * V, m->logits, c * V * sizeof(float),
+                                   err));
     }
-    TRY(nvfp4_k_linear(m->be, m->lm_head, m->h, rows, m->logits, err));
-    return nvfp4_backend_download(m->be, logits, m->logits, rows * V * sizeof(float), err);
+    return NVFP4_OK;
 }
