@@ -1,6 +1,8 @@
 /* The dtypes of the safetensors format, spelled as safetensors spells them. */
 #include "config.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <nvfp4/format.h>
@@ -45,4 +47,18 @@ int nvfp4_dtype_from_name(const char *name, nvfp4_dtype *out)
         }
     }
     return -1;
+}
+
+const char *nvfp4_tensor_shape_text(const nvfp4_tensor *t, char *buf, size_t n)
+{
+    size_t k;
+
+    if (!buf || n == 0)
+        return buf;
+    k = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; t && d < t->ndim && k < n; d++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, d ? ", " : "", t->shape[d]);
+    if (k < n)
+        snprintf(buf + k, n - k, "]");
+    return buf;
 }

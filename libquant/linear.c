@@ -15,15 +15,6 @@
 
 #include "internal.h"
 
-static void shape_text(const nvfp4_tensor *t, char *buf, size_t n)
-{
-    size_t k = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < t->ndim && k < n; d++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, d ? ", " : "", t->shape[d]);
-    if (k < n)
-        snprintf(buf + k, n - k, "]");
-}
-
 /* Look up PREFIX.SUFFIX; *t = NULL and OK when absent and OPTIONAL. */
 static nvfp4_status get_tensor(nvfp4_checkpoint *ck, const char *prefix, const char *suffix,
                                int optional, const nvfp4_tensor **t, nvfp4_error *err)
@@ -56,7 +47,7 @@ static nvfp4_status check_2d(const nvfp4_tensor *t, int64_t rows, int64_t cols,
 {
     char shp[128];
 
-    shape_text(t, shp, sizeof(shp));
+    nvfp4_tensor_shape_text(t, shp, sizeof(shp));
     if (t->ndim != 2)
         return nvfp4_error_set(err, NVFP4_ERR_BAD_SHAPE, t->file, t->name, -1,
                                "shape is %s; expected 2 dimensions", shp);
@@ -81,7 +72,7 @@ static nvfp4_status read_global(const nvfp4_tensor *t, int inverted, float *out,
     if (t->dtype != NVFP4_DTYPE_F32 && t->dtype != NVFP4_DTYPE_BF16)
         return bad_dtype(t, "F32 (or BF16) per-tensor scale", err);
     if (!(t->ndim == 0 || (t->ndim == 1 && t->shape[0] == 1))) {
-        shape_text(t, shp, sizeof(shp));
+        nvfp4_tensor_shape_text(t, shp, sizeof(shp));
         return nvfp4_error_set(err, NVFP4_ERR_BAD_SHAPE, t->file, t->name, -1,
                                "shape is %s; expected a scalar ([] or [1])", shp);
     }
@@ -111,7 +102,7 @@ static nvfp4_status check_bias(const nvfp4_tensor *b, int64_t n, nvfp4_error *er
         b->dtype != NVFP4_DTYPE_F16)
         return bad_dtype(b, "F32, BF16 or F16 (the bias is stored unquantized, §2)", err);
     if (b->ndim != 1 || b->shape[0] != n) {
-        shape_text(b, shp, sizeof(shp));
+        nvfp4_tensor_shape_text(b, shp, sizeof(shp));
         return nvfp4_error_set(err, NVFP4_ERR_BAD_SHAPE, b->file, b->name, -1,
                                "shape is %s; expected [%" PRId64 "]", shp, n);
     }

@@ -22,15 +22,6 @@ static void help(FILE *out)
             "  -h, --help  show this help\n");
 }
 
-static void shape_text(const nvfp4_tensor *t, char *buf, size_t n)
-{
-    size_t k = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < t->ndim && k < n; d++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, d ? ", " : "", t->shape[d]);
-    if (k < n)
-        snprintf(buf + k, n - k, "]");
-}
-
 /* Config summary: (label, key) pairs; the first present key of a label wins. */
 static const struct {
     const char *label;
@@ -213,7 +204,7 @@ static int run(int argc, char **argv)
             char shp[128];
             json_t *o = json_array_get(tensors, i);
             nvfp4_checkpoint_get(ck, json_string_value(json_object_get(o, "name")), &t, &err);
-            shape_text(t, shp, sizeof(shp));
+            nvfp4_tensor_shape_text(t, shp, sizeof(shp));
             total += t->nbytes;
             printf("%-56s %-8s %-20s %12" PRIu64 "  %s\n", t->name,
                    nvfp4_dtype_name(t->dtype), shp, t->nbytes,

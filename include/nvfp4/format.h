@@ -129,6 +129,9 @@ typedef struct {
     const void *data;        /* into the read-only mapping */
 } nvfp4_tensor;
 
+/* "[4096, 14336]" (rank 0: "[]") into BUF of N bytes; returns BUF. */
+NVFP4_API const char *nvfp4_tensor_shape_text(const nvfp4_tensor *t, char *buf, size_t n);
+
 /* ---- a single safetensors file ----------------------------------------- */
 
 typedef struct nvfp4_safetensors nvfp4_safetensors;
