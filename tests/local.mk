@@ -7,14 +7,14 @@ EXTRA_DIST += tests/data
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test-format
-tests_test_format_SOURCES = %reldir%/test-format.c %reldir%/testutil.h %reldir%/sha256.h
+tests_test_format_SOURCES = %reldir%/test-format.c %reldir%/testutil.h %reldir%/sha256.h %reldir%/toolrun.h
 tests_test_format_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_format_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_format_LDADD = libformat/libnvfp4-format.la $(CHECK_LIBS) $(JANSSON_LIBS)
 TESTS += tests/test-format
 
 check_PROGRAMS += tests/test-quant
-tests_test_quant_SOURCES = %reldir%/test-quant.c %reldir%/testutil.h
+tests_test_quant_SOURCES = %reldir%/test-quant.c %reldir%/testutil.h %reldir%/toolrun.h
 tests_test_quant_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_quant_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_quant_LDADD = libquant/libnvfp4-quant.la libformat/libnvfp4-format.la \
@@ -53,7 +53,7 @@ tests_nvfp4_backend_hip_la_LDFLAGS = $(FAKE_BACKEND_FLAGS)
 tests_test_kernels_CPPFLAGS += -DFAKE_BACKEND_DIR='"$(abs_top_builddir)/tests/.libs"'
 
 check_PROGRAMS += tests/test-model
-tests_test_model_SOURCES = %reldir%/test-model.c %reldir%/testutil.h
+tests_test_model_SOURCES = %reldir%/test-model.c %reldir%/testutil.h %reldir%/toolrun.h
 tests_test_model_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_model_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_model_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.la \

@@ -14,6 +14,7 @@
 
 #include "sha256.h"
 #include "testutil.h"
+#include "toolrun.h"
 
 static const char *const status_names[] = {
     [NVFP4_ERR_TRUNCATED] = "TRUNCATED",
@@ -284,32 +285,6 @@ START_TEST(test_config_getters)
 }
 END_TEST
 
-/* The tool: --json reproduces the Python listing; malformed input exits 1. */
-static int run_tool(const char *args, char **out)
-{
-    char cmd[4096];
-    size_t cap = 1 << 16, n = 0;
-    FILE *p;
-    int st;
-
-    snprintf(cmd, sizeof(cmd), "%s %s 2>/dev/null", NVFP4_TOOL, args);
-    p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    *out = malloc(cap);
-    for (;;) {
-        size_t r = fread(*out + n, 1, cap - n - 1, p);
-        n += r;
-        if (r == 0)
-            break;
-        if (n + 1 >= cap)
-            *out = realloc(*out, cap *= 2);
-    }
-    (*out)[n] = '\0';
-    st = pclose(p);
-    ck_assert_msg(WIFEXITED(st), "%s died from a signal", cmd);
-    return WEXITSTATUS(st);
-}
-
 START_TEST(test_tool_inspect_json)
 {
     json_t *want = tload_json_real("format/all_dtypes.json");
@@ -319,7 +294,7 @@ START_TEST(test_tool_inspect_json)
     json_t *got, *gt;
 
     snprintf(args, sizeof(args), "inspect --json '%s'", tdata("format/all_dtypes.safetensors"));
-    ck_assert_int_eq(run_tool(args, &out), 0);
+    ck_assert_int_eq(trun_tool(args, 0, &out), 0);
     got = json_loads(out, 0, &je);
     ck_assert_msg(got != NULL, "inspect --json printed invalid JSON: %s", je.text);
     gt = json_object_get(got, "tensors");
@@ -361,17 +336,17 @@ START_TEST(test_tool_exit_codes)
         snprintf(rel, sizeof(rel), "format/malformed/%s",
                  json_string_value(json_object_get(c, "file")));
         snprintf(args, sizeof(args), "inspect '%s'", tdata(rel));
-        ck_assert_msg(run_tool(args, &out) == 1, "%s did not exit 1", rel);
+        ck_assert_msg(trun_tool(args, 0, &out) == 1, "%s did not exit 1", rel);
         free(out);
     }
-    ck_assert_int_eq(run_tool("inspect", &out), 2);
+    ck_assert_int_eq(trun_tool("inspect", 0, &out), 2);
     free(out);
-    ck_assert_int_eq(run_tool("inspect --bogus x", &out), 2);
+    ck_assert_int_eq(trun_tool("inspect --bogus x", 0, &out), 2);
     free(out);
-    ck_assert_int_eq(run_tool("--version", &out), 0);
+    ck_assert_int_eq(trun_tool("--version", 0, &out), 0);
     ck_assert_ptr_nonnull(strstr(out, PACKAGE_VERSION));
     free(out);
-    ck_assert_int_eq(run_tool("no-such-command", &out), 2);
+    ck_assert_int_eq(trun_tool("no-such-command", 0, &out), 2);
     free(out);
     json_decref(root);
 }

@@ -27,6 +27,7 @@
 #include <nvfp4/model.h>
 
 #include "testutil.h"
+#include "toolrun.h"
 
 #define LOGIT_TOL 1e-4
 
@@ -597,17 +598,6 @@ START_TEST(test_bad_tokens)
 END_TEST
 
 /* The command line: refused models and hostile input exit 1, never a signal. */
-static int tool_status(const char *args)
-{
-    char cmd[4096];
-    int st;
-
-    snprintf(cmd, sizeof(cmd), "%s %s >/dev/null 2>&1", NVFP4_TOOL, args);
-    st = system(cmd);
-    ck_assert_msg(WIFEXITED(st), "%s died from a signal", cmd);
-    return WEXITSTATUS(st);
-}
-
 START_TEST(test_tool)
 {
     char args[1024];
@@ -617,23 +607,23 @@ START_TEST(test_tool)
     for (size_t i = 0; i < NREF; i++) {
         snprintf(args, sizeof(args), "logits '%s/models/%s' --tokens 1,2,3 --out '%s'",
                  TEST_DATA_DIR, refused_models[i], out);
-        ck_assert_int_eq(tool_status(args), 1);
+        ck_assert_int_eq(trun_status(args), 1);
     }
     snprintf(args, sizeof(args), "logits '%s/models/llama' --tokens 1,2,3 --out '%s'",
              TEST_DATA_DIR, out);
-    ck_assert_int_eq(tool_status(args), 0);
+    ck_assert_int_eq(trun_status(args), 0);
     snprintf(args, sizeof(args), "logits '%s/models/llama' --tokens 1,x --out '%s'",
              TEST_DATA_DIR, out);
-    ck_assert_int_eq(tool_status(args), 1);
+    ck_assert_int_eq(trun_status(args), 1);
     snprintf(args, sizeof(args), "logits '%s/models/llama' --tokens 1,99999 --out '%s'",
              TEST_DATA_DIR, out);
-    ck_assert_int_eq(tool_status(args), 1);
+    ck_assert_int_eq(trun_status(args), 1);
     snprintf(args, sizeof(args), "generate '%s/models/llama' --prompt hi", TEST_DATA_DIR);
-    ck_assert_int_eq(tool_status(args), 1);  /* no tokenizer.json: a clear error */
-    ck_assert_int_eq(tool_status("ppl"), 2);
-    ck_assert_int_eq(tool_status("generate --bogus"), 2);
-    ck_assert_int_eq(tool_status("logits /nonexistent --tokens 1 --out /dev/null"), 1);
-    ck_assert_int_eq(tool_status("ppl --help"), 0);
+    ck_assert_int_eq(trun_status(args), 1);  /* no tokenizer.json: a clear error */
+    ck_assert_int_eq(trun_status("ppl"), 2);
+    ck_assert_int_eq(trun_status("generate --bogus"), 2);
+    ck_assert_int_eq(trun_status("logits /nonexistent --tokens 1 --out /dev/null"), 1);
+    ck_assert_int_eq(trun_status("ppl --help"), 0);
     unlink(out);
 }
 END_TEST

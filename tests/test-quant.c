@@ -23,6 +23,7 @@
 #include <nvfp4/quant.h>
 
 #include "testutil.h"
+#include "toolrun.h"
 
 static uint32_t fbits(float x)
 {
@@ -1375,31 +1376,6 @@ END_TEST
 
 /* ---- the tool ------------------------------------------------------------ */
 
-static int run_tool(const char *args, char **out)
-{
-    char cmd[4096];
-    size_t cap = 1 << 16, n = 0;
-    FILE *p;
-    int st;
-
-    snprintf(cmd, sizeof(cmd), "%s %s 2>&1", NVFP4_TOOL, args);
-    p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    *out = malloc(cap);
-    for (;;) {
-        size_t r = fread(*out + n, 1, cap - n - 1, p);
-        n += r;
-        if (r == 0)
-            break;
-        if (n + 1 >= cap)
-            *out = realloc(*out, cap *= 2);
-    }
-    (*out)[n] = '\0';
-    st = pclose(p);
-    ck_assert_msg(WIFEXITED(st), "%s died from a signal", cmd);
-    return WEXITSTATUS(st);
-}
-
 START_TEST(test_tool_dequant)
 {
     char args[2048], *out;
@@ -1410,7 +1386,7 @@ START_TEST(test_tool_dequant)
     make_tmpdir();
     snprintf(args, sizeof(args), "dequant %s model.layers.1.self_attn.q_proj --out %s", model,
              tmppath("w.f32"));
-    ck_assert_int_eq(run_tool(args, &out), 0);
+    ck_assert_int_eq(trun_tool(args, 1, &out), 0);
     free(out);
     want = tload_file("models/llama/linear_weight.f32", &len);
     {
@@ -1428,23 +1404,23 @@ START_TEST(test_tool_dequant)
     /* missing layer: exit 1 naming it */
     snprintf(args, sizeof(args), "dequant %s model.layers.9.self_attn.q_proj --out %s", model,
              tmppath("x.f32"));
-    ck_assert_int_eq(run_tool(args, &out), 1);
+    ck_assert_int_eq(trun_tool(args, 1, &out), 1);
     assert_contains(out, "model.layers.9.self_attn.q_proj.weight");
     free(out);
     ck_assert(access(tmppath("x.f32"), F_OK) != 0);
     /* usage errors: exit 2 */
     snprintf(args, sizeof(args), "dequant %s model.layers.1.self_attn.q_proj", model);
-    ck_assert_int_eq(run_tool(args, &out), 2);
+    ck_assert_int_eq(trun_tool(args, 1, &out), 2);
     assert_contains(out, "--out");
     free(out);
-    ck_assert_int_eq(run_tool("dequant", &out), 2);
+    ck_assert_int_eq(trun_tool("dequant", 1, &out), 2);
     free(out);
     snprintf(args, sizeof(args), "dequant %s a b c --out x", model);
-    ck_assert_int_eq(run_tool(args, &out), 2);
+    ck_assert_int_eq(trun_tool(args, 1, &out), 2);
     free(out);
-    ck_assert_int_eq(run_tool("dequant --bogus", &out), 2);
+    ck_assert_int_eq(trun_tool("dequant --bogus", 1, &out), 2);
     free(out);
-    ck_assert_int_eq(run_tool("dequant --help", &out), 0);
+    ck_assert_int_eq(trun_tool("dequant --help", 1, &out), 0);
     assert_contains(out, "Usage: nvfp4 dequant");
     free(out);
 }
@@ -1465,7 +1441,7 @@ START_TEST(test_tool_inspect_schemes)
     ref = tload_json(rel);
     want_scheme = json_is_true(json_object_get(ref, "w4a16")) ? "w4a16" : "w4a4";
     snprintf(args, sizeof(args), "inspect --json %s/models/%s", TEST_DATA_DIR, model);
-    ck_assert_int_eq(run_tool(args, &out), 0);
+    ck_assert_int_eq(trun_tool(args, 1, &out), 0);
     got = json_loads(out, 0, &je);
     ck_assert_msg(got != NULL, "%s", je.text);
     counts = json_object_get(got, "scheme_counts");
@@ -1483,7 +1459,7 @@ START_TEST(test_tool_inspect_schemes)
     json_decref(got);
     free(out);
     snprintf(args, sizeof(args), "inspect %s/models/%s", TEST_DATA_DIR, model);
-    ck_assert_int_eq(run_tool(args, &out), 0);
+    ck_assert_int_eq(trun_tool(args, 1, &out), 0);
     snprintf(rel, sizeof(rel), "%s %lld", want_scheme,
              tnum(json_object_get(ref, "quantized_prefixes")));
     assert_contains(out, "scheme counts:");
