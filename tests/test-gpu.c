@@ -597,6 +597,9 @@ START_TEST(test_rope)
                               t, h, j, yr[j], ref);
             }
         }
+    nvfp4_backend_release(be, dx);
+    nvfp4_backend_release(be, df);
+    nvfp4_backend_release(be, dp);
     nvfp4_backend_free(be);
 }
 END_TEST
@@ -732,6 +735,9 @@ START_TEST(test_topk)
         }
         ck_assert(idx[2 * K] == 3 && idx[2 * K + 1] == 9 && idx[2 * K + 2] == 40);
     }
+    nvfp4_backend_release(be, dl);
+    nvfp4_backend_release(be, dw);
+    nvfp4_backend_release(be, di);
     nvfp4_backend_free(be);
 }
 END_TEST
