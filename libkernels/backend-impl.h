@@ -19,8 +19,11 @@
  *   - every pointer argument is non-NULL and m, n, k and friends are > 0
  *     (an op with m == 0 returns NVFP4_OK without calling the backend);
  *   - shapes are consistent: rot_dim <= head_dim and even, nh % nkv == 0,
- *     pos0 + m <= max_ctx, 1 <= k <= e for topk, embedding ids in range,
- *     MoE idx in [0, experts), every kweight belongs to this backend;
+ *     pos0 + m <= max_ctx, 1 <= k <= e for topk, every kweight belongs to
+ *     this backend; for the CPU backend only (host memory), embedding ids
+ *     in range and MoE idx in [0, experts) - a GPU backend receives device
+ *     pointers the registry cannot read, checks ids and indices itself and
+ *     reports a bad one as NVFP4_ERR_INVALID at the next sync;
  *   - kweight_upload receives validated parts (same k and scheme, equal
  *     weight_scale_2, k % 16 == 0 for NVFP4, tensors of the right size
  *     and dtype) and the fused geometry in nvfp4_kweight_desc;

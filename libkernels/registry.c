@@ -527,6 +527,12 @@ nvfp4_status nvfp4_k_linear(nvfp4_backend *be, const nvfp4_kweight *w, const flo
     return be->iface->linear(be->ctx, w->impl, &w->desc, x, m, y, err);
 }
 
+/* The CPU backend's memory is host memory; GPU backends' is not. */
+static int host_memory(const nvfp4_backend *be)
+{
+    return be->iface == kern_cpu_iface();
+}
+
 nvfp4_status nvfp4_k_embed(nvfp4_backend *be, const nvfp4_kweight *w, const int32_t *ids,
                            size_t m, float *y, nvfp4_error *err)
 {
@@ -541,7 +547,9 @@ nvfp4_status nvfp4_k_embed(nvfp4_backend *be, const nvfp4_kweight *w, const int3
     NEED(y, "embed", err);
     if (!count_ok(m, (size_t)w->desc.k, 1))
         return too_big("embed", err);
-    for (size_t i = 0; i < m; i++)
+    /* Only host memory can be read here; a GPU backend checks the ids on
+     * the device and reports them at the next sync (backend-impl.h). */
+    for (size_t i = 0; host_memory(be) && i < m; i++)
         if (ids[i] < 0 || ids[i] >= w->desc.n)
             return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "embed", -1,
                                    "token id %ld at position %zu is outside the table "
@@ -780,7 +788,7 @@ nvfp4_status nvfp4_k_moe(nvfp4_backend *be, nvfp4_kweight *const *w13,
     if (!count_ok(m, k, 1) || !count_ok(m, (size_t)hidden, 1) ||
         !count_ok(m, (size_t)inter, 2))
         return too_big("moe", err);
-    for (size_t i = 0; i < m * k; i++)
+    for (size_t i = 0; host_memory(be) && i < m * k; i++)
         if (idx[i] < 0 || (size_t)idx[i] >= experts)
             return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "moe", -1,
                                    "expert index %ld (token %zu, slot %zu) is outside "

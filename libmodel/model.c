@@ -985,5 +985,6 @@ nvfp4_status nvfp4_model_forward(nvfp4_model *m, const int32_t *tokens, size_t n
         TRY(nvfp4_backend_download(m->be, logits + r * V, m->logits, c * V * sizeof(float),
                                    err));
     }
-    return NVFP4_OK;
+    /* GPU backends report errors found on the device at a sync. */
+    return nvfp4_backend_sync(m->be, err);
 }
