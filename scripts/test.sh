@@ -7,6 +7,7 @@
 #   scripts/test.sh            everything above (about 15 minutes on 2 cores)
 #   scripts/test.sh --quick    one plain build and make check
 #   NVFP4_VALGRIND=0 scripts/test.sh   skip the valgrind pass
+#   NVFP4_GPU_COMPILE=0 scripts/test.sh  skip compiling the CUDA/HIP backends
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -50,6 +51,27 @@ run_suite() {  # name, configure args...
 
 run_suite plain CFLAGS="-O2 -g"
 [ "$quick" = 1 ] && { echo "tests: $PASSED passed, $FAILED failed, $SKIPPED skipped"; exit 0; }
+
+# The GPU backends compile here although nothing can run them (no GPU):
+# a break in either vendor's path shows up at once.
+gpu_compile() {  # name, configure args...
+    name=$1; shift
+    echo "== $name: configure $* && make (compile only; no GPU here)"
+    rm -rf "build/$name"
+    mkdir -p "build/$name"
+    (cd "build/$name" && ../../configure -q "$@" >/dev/null && make -j"$JOBS" >/dev/null) ||
+        { echo "tests: $PASSED passed, 1 failed, $SKIPPED skipped"; exit 1; }
+    echo "compiled: build/$name/gpu/.libs/nvfp4-backend-${name#gpu-}.so"
+}
+if [ "${NVFP4_GPU_COMPILE:-1}" = 1 ]; then
+    "$ROOT/scripts/setup-deps.sh" --gpu
+    if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+        gpu_compile gpu-cuda --enable-cuda
+    else
+        echo "== gpu-cuda: skipped (no nvcc)"
+    fi
+    gpu_compile gpu-hip --enable-hip
+fi
 
 run_suite sanitize CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
     LDFLAGS="-fsanitize=address,undefined"
