@@ -28,5 +28,9 @@ echo "== nvfp4 generate"
 "$NVFP4" generate "$MODEL" --stats -n 48 \
     --prompt "The GNU General Public License is a free software license that"
 
-echo "== nvfp4 ppl (evaluation text: $MODEL/eval.txt)"
-"$NVFP4" ppl "$MODEL" --text "$MODEL/eval.txt" --ctx 512
+# The evaluation text and first-window token the PyTorch reference used.
+EVAL=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["eval"]["file"])' "$MODEL/reference.json")
+PREFIX=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["eval"]["prefix_token"])' "$MODEL/reference.json")
+echo "== nvfp4 ppl (evaluation text: $EVAL)"
+"$NVFP4" ppl "$MODEL" --text "$EVAL" --ctx 512 --prefix "$PREFIX"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); p=r["perplexity_emulation"]; print("PyTorch emulation (reference.json): token perplexity %.4f, word perplexity %.4f" % (p["token_perplexity"], p["word_perplexity"]))' "$MODEL/reference.json"

@@ -165,6 +165,7 @@ static int run(int argc, char **argv)
         pos++;
     }
     fputc('\n', stdout);
+    fflush(stdout);
     if (stats) {
         double t3 = now();
         fprintf(stderr,
