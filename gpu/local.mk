@@ -34,7 +34,8 @@ EXTRA_DIST += \
 # the emulator spelling gpu/gpu-emu.h and run under tests/test-gpu, warps of
 # 32 and 64 lanes (about a minute on two cores; SKIP without python3/g++).
 if HAVE_CHECK
-TESTS += scripts/gpu-emu-check.sh
+TESTS += tests/gpu-emu.test
+EXTRA_DIST += tests/gpu-emu.test
 endif
 GPU_EMU_OUT = %reldir%/emu/emu-kernels.cc
 GPU_EMU_OUT += $(foreach w,32 64,$(addprefix %reldir%/emu/warp$(w)/,kernels.o backend.o \
