@@ -30,7 +30,7 @@ tests_test_tokenizer_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kern
 TESTS += tests/test-tokenizer
 
 check_PROGRAMS += tests/test-kernels
-tests_test_kernels_SOURCES = %reldir%/test-kernels.c %reldir%/testutil.h
+tests_test_kernels_SOURCES = %reldir%/test-kernels.c %reldir%/testutil.h %reldir%/kref.h
 tests_test_kernels_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_kernels_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_kernels_LDADD = libkernels/libnvfp4-kernels.la libquant/libnvfp4-quant.la \
@@ -73,7 +73,7 @@ tests_test_gpu_numerics_LDADD = $(CHECK_LIBS) $(JANSSON_LIBS) $(LIBM)
 TESTS += tests/test-gpu-numerics
 
 check_PROGRAMS += tests/test-gpu
-tests_test_gpu_SOURCES = %reldir%/test-gpu.c %reldir%/testutil.h
+tests_test_gpu_SOURCES = %reldir%/test-gpu.c %reldir%/testutil.h %reldir%/kref.h
 tests_test_gpu_CPPFLAGS = $(TEST_CPPFLAGS) -DGPU_MODULE_DIR='"$(abs_top_builddir)/gpu/.libs"'
 tests_test_gpu_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_gpu_LDADD = libkernels/libnvfp4-kernels.la libquant/libnvfp4-quant.la \

@@ -1,0 +1,104 @@
+/* Float64 references and synthetic NVFP4 layers shared by the kernel tests
+ * (test-kernels: the CPU backend; test-gpu: the GPU backends).  Independent
+ * of the code under test: plain formulas of spec sections 1 and 2. */
+#ifndef NVFP4_KREF_H
+#define NVFP4_KREF_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nvfp4/quant.h>
+
+/* Each test program seeds its own stream (KREF_SEED) before including this. */
+static uint64_t rng_state = KREF_SEED;
+
+static inline double ref_e2m1(unsigned nib)
+{
+    static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    return (nib & 8) ? -mag[nib & 7] : mag[nib & 7];
+}
+
+static inline double ref_e4m3(uint8_t b)
+{
+    int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+    double v = e == 0 ? ldexp(m, -9) : ldexp(1.0 + m / 8.0, e - 7);
+    return s ? -v : v;
+}
+
+static inline float ref_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline double gamma_n(size_t n)
+{
+    double nu = (double)(n + 8) * ldexp(1.0, -24);
+    return nu / (1.0 - nu);
+}
+
+static inline uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+
+static inline float frand(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(rnd() % 1000003) / 1000003.0f;
+}
+
+/* Synthetic NVFP4 Linear: random nibbles and positive E4M3 block scales
+ * (including zero and subnormal ones, §8: zero scales are legal). */
+typedef struct {
+    nvfp4_linear lin;
+    uint8_t *packed, *scales;
+} syn_linear;
+
+static inline void syn_make(syn_linear *s, const char *name, nvfp4_scheme scheme, int64_t n,
+                     int64_t k, float s2, float in_scale)
+{
+    memset(s, 0, sizeof(*s));
+    s->packed = malloc((size_t)(n * k / 2));
+    s->scales = malloc((size_t)(n * k / 16));
+    for (int64_t i = 0; i < n * k / 2; i++)
+        s->packed[i] = (uint8_t)rnd();
+    for (int64_t i = 0; i < n * k / 16; i++) {
+        uint32_t r = rnd() % 100;
+        /* mostly normal scales 2^-3..2^5, some subnormal, a few zero */
+        s->scales[i] = r < 3 ? 0 : r < 8 ? (uint8_t)(1 + rnd() % 7)
+                                         : (uint8_t)(0x20 + rnd() % 0x40);
+    }
+    snprintf(s->lin.prefix, sizeof(s->lin.prefix), "%s", name);
+    s->lin.scheme = scheme;
+    s->lin.n = n;
+    s->lin.k = k;
+    s->lin.weight = s->packed;
+    s->lin.scales = s->scales;
+    s->lin.weight_scale_2 = s2;
+    s->lin.input_scale = in_scale;
+}
+
+static inline void syn_free(syn_linear *s)
+{
+    free(s->packed);
+    free(s->scales);
+}
+
+/* W[r][c] of a synthetic linear, float32 exactly as §2 orders it. */
+static inline float syn_w(const nvfp4_linear *l, int64_t r, int64_t c)
+{
+    uint8_t byte = l->weight[(size_t)(r * l->k / 2 + c / 2)];
+    unsigned nib = (c & 1) ? byte >> 4 : byte & 15;
+    float bs = (float)ref_e4m3(l->scales[(size_t)(r * l->k / 16 + c / 16)]) * l->weight_scale_2;
+    return (float)ref_e2m1(nib) * bs;
+}
+
+#endif
