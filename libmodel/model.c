@@ -623,7 +623,6 @@ nvfp4_model *nvfp4_model_open(const char *path, const nvfp4_model_options *opt,
     nvfp4_model *m;
     json_t *archs;
     const char *an;
-    nvfp4_status rc;
     char *tokpath;
 
     nvfp4_error_clear(err);
@@ -735,7 +734,6 @@ nvfp4_model *nvfp4_model_open(const char *path, const nvfp4_model_options *opt,
         }
     }
     free(tokpath);
-    (void)rc;
     return m;
 fail:
     nvfp4_model_free(m);
