@@ -480,6 +480,22 @@ gemv4_avx512(const cpu_kweight *w, int64_t r, const float *x, const krange *kr, 
     }
 }
 
+/* The 2-row x 8-token kernels' results: y[t0+t][r, r+1] = (or +=) the
+ * horizontal sums of a0[t], a1[t]. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
+    __attribute__((always_inline)) void
+    store2x8(const __m512 *a0, const __m512 *a1, float *y, size_t t0, size_t n, int64_t r,
+             int acc)
+{
+#pragma GCC unroll 8
+    for (size_t t = 0; t < 8; t++) {
+        float *yo = y + (t0 + t) * n + (size_t)r;
+        float v0 = _mm512_reduce_add_ps(a0[t]), v1 = _mm512_reduce_add_ps(a1[t]);
+        yo[0] = acc ? yo[0] + v0 : v0;
+        yo[1] = acc ? yo[1] + v1 : v1;
+    }
+}
+
 /* Two rows by a full tile of 8 packed tokens: each activation load feeds
  * two FMAs, so the loop is bound by the FMA units rather than by loads.
  * Every output sees exactly the operations of row_avx512_body with nt = 8
@@ -536,13 +552,7 @@ row2_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const kr
             }
         }
     }
-#pragma GCC unroll 8
-    for (size_t t = 0; t < 8; t++) {
-        float *yo = y + (t0 + t) * n + (size_t)r;
-        float v0 = _mm512_reduce_add_ps(a0[t]), v1 = _mm512_reduce_add_ps(a1[t]);
-        yo[0] = kr->acc ? yo[0] + v0 : v0;
-        yo[1] = kr->acc ? yo[1] + v1 : v1;
-    }
+    store2x8(a0, a1, y, t0, n, r, kr->acc);
 }
 
 /* ---- AVX-512 VNNI int8 kernel (CHUNK layout, W4A4) ---------------------------- */
@@ -958,13 +968,7 @@ dense_row2_avx512(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int6
             a1[t] = _mm512_fmadd_ps(w1, xv, a1[t]);
         }
     }
-#pragma GCC unroll 8
-    for (size_t t = 0; t < 8; t++) {
-        float *yo = y + (t0 + t) * n + (size_t)r;
-        float v0 = _mm512_reduce_add_ps(a0[t]), v1 = _mm512_reduce_add_ps(a1[t]);
-        yo[0] = kr->acc ? yo[0] + v0 : v0;
-        yo[1] = kr->acc ? yo[1] + v1 : v1;
-    }
+    store2x8(a0, a1, y, t0, n, r, kr->acc);
 }
 
 CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", dense_row_avx512,

@@ -101,4 +101,20 @@ static inline float syn_w(const nvfp4_linear *l, int64_t r, int64_t c)
     return (float)ref_e2m1(nib) * bs;
 }
 
+/* A 1-D (d1 == 0) or 2-D tensor view over DATA, as libformat would make. */
+static inline void make_tensor(nvfp4_tensor *t, const char *name, nvfp4_dtype dt, int64_t d0,
+                        int64_t d1, const void *data)
+{
+    memset(t, 0, sizeof(*t));
+    t->name = name;
+    t->file = "synthetic";
+    t->dtype = dt;
+    t->ndim = d1 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->numel = (uint64_t)d0 * (uint64_t)(d1 ? d1 : 1);
+    t->nbytes = t->numel * nvfp4_dtype_size(dt);
+    t->data = data;
+}
+
 #endif

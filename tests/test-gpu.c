@@ -205,21 +205,6 @@ START_TEST(test_linear_w4a4_fixture)
 }
 END_TEST
 
-static void make_tensor(nvfp4_tensor *t, const char *name, nvfp4_dtype dt, int64_t d0,
-                        int64_t d1, const void *data)
-{
-    memset(t, 0, sizeof(*t));
-    t->name = name;
-    t->file = "synthetic";
-    t->dtype = dt;
-    t->ndim = d1 ? 2 : 1;
-    t->shape[0] = d0;
-    t->shape[1] = d1;
-    t->numel = (uint64_t)d0 * (uint64_t)(d1 ? d1 : 1);
-    t->nbytes = t->numel * nvfp4_dtype_size(dt);
-    t->data = data;
-}
-
 /* BF16 weights fused from two parts, F32 bias on the second only. */
 START_TEST(test_linear_dense)
 {

@@ -471,21 +471,6 @@ END_TEST
 
 /* ---- dense linear and embeddings --------------------------------------------- */
 
-static void make_tensor(nvfp4_tensor *t, const char *name, nvfp4_dtype dt, int64_t d0,
-                        int64_t d1, const void *data)
-{
-    memset(t, 0, sizeof(*t));
-    t->name = name;
-    t->file = "synthetic";
-    t->dtype = dt;
-    t->ndim = d1 ? 2 : 1;
-    t->shape[0] = d0;
-    t->shape[1] = d1;
-    t->numel = (uint64_t)d0 * (uint64_t)(d1 ? d1 : 1);
-    t->nbytes = t->numel * nvfp4_dtype_size(dt);
-    t->data = data;
-}
-
 /* Three fused parts of different dtypes (13 rows each: row pairs straddle
  * parts), only the last with a bias; k = 70 takes the masked tails, k = 80
  * the packed activations of the 2-row kernel. */
