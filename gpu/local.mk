@@ -39,7 +39,7 @@ EXTRA_DIST += tests/gpu-emu.test
 endif
 GPU_EMU_OUT = %reldir%/emu/emu-kernels.cc
 GPU_EMU_OUT += $(foreach w,32 64,$(addprefix %reldir%/emu/warp$(w)/,kernels.o backend.o \
-	emu.o nvfp4-backend-cuda.so test-gpu.log))
+	emu.o nvfp4-backend-cuda.so test-gpu.log test-gpu-model.log))
 CLEANFILES += $(GPU_EMU_OUT)
 
 backendsdir = $(pkglibdir)/backends

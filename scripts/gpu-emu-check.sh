@@ -36,7 +36,8 @@ else
     [ -x "$ROOT/configure" ] || (cd "$ROOT" && autoreconf -fi)
     [ -f Makefile ] || "$ROOT/configure" -q CFLAGS="-O2 -g"
     make -j2 libformat/libnvfp4-format.la libquant/libnvfp4-quant.la \
-        libkernels/libnvfp4-kernels.la tests/test-gpu >/dev/null
+        libkernels/libnvfp4-kernels.la libmodel/libnvfp4-model.la tests/test-gpu \
+        tests/test-gpu-model >/dev/null
 fi
 E=$B/gpu/emu
 mkdir -p "$E"
@@ -107,5 +108,13 @@ for warp in $WARPS; do
         "$B/tests/test-gpu" >"$d/test-gpu.log" 2>&1 || status=1
     tail -n 30 "$d/test-gpu.log"
     grep -q '100%: Checks' "$d/test-gpu.log" || status=1
+    # whole fixture models through the emulated backend (tests/test-gpu-model.c)
+    if [ -x "$B/tests/test-gpu-model" ]; then
+        NVFP4_BACKEND_PATH="$d" NVFP4_TEST_GPU_BACKEND=cuda \
+            LD_LIBRARY_PATH="$B/libmodel/.libs:$B/libquant/.libs:$B/libformat/.libs:$B/libkernels/.libs" \
+            "$B/tests/test-gpu-model" >"$d/test-gpu-model.log" 2>&1 || status=1
+        tail -n 30 "$d/test-gpu-model.log"
+        grep -q '100%: Checks' "$d/test-gpu-model.log" || status=1
+    fi
 done
 exit $status

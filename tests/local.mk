@@ -53,7 +53,8 @@ tests_nvfp4_backend_hip_la_LDFLAGS = $(FAKE_BACKEND_FLAGS)
 tests_test_kernels_CPPFLAGS += -DFAKE_BACKEND_DIR='"$(abs_top_builddir)/tests/.libs"'
 
 check_PROGRAMS += tests/test-model
-tests_test_model_SOURCES = %reldir%/test-model.c %reldir%/testutil.h %reldir%/toolrun.h
+tests_test_model_SOURCES = %reldir%/test-model.c %reldir%/testutil.h %reldir%/toolrun.h \
+	%reldir%/modelref.h
 tests_test_model_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_model_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_model_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.la \
@@ -79,6 +80,17 @@ tests_test_gpu_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_gpu_LDADD = libkernels/libnvfp4-kernels.la libquant/libnvfp4-quant.la \
 	libformat/libnvfp4-format.la $(CHECK_LIBS) $(JANSSON_LIBS) $(LIBM)
 TESTS += tests/test-gpu
+
+check_PROGRAMS += tests/test-gpu-model
+tests_test_gpu_model_SOURCES = %reldir%/test-gpu-model.c %reldir%/testutil.h \
+	%reldir%/modelref.h
+tests_test_gpu_model_CPPFLAGS = $(TEST_CPPFLAGS) \
+	-DGPU_MODULE_DIR='"$(abs_top_builddir)/gpu/.libs"'
+tests_test_gpu_model_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_gpu_model_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.la \
+	libquant/libnvfp4-quant.la libformat/libnvfp4-format.la $(CHECK_LIBS) \
+	$(JANSSON_LIBS) $(LIBM)
+TESTS += tests/test-gpu-model
 endif
 
 # The format layer stands alone: a program built with only

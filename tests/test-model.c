@@ -26,83 +26,18 @@
 
 #include <nvfp4/model.h>
 
+#include "modelref.h"
 #include "testutil.h"
 #include "toolrun.h"
 
 #define LOGIT_TOL 1e-4
 
-static const char *const ok_models[] = {"llama", "qwen3", "qwen3_moe", "qwen2_moe",
-                                        "mixtral", "llama_w4a16"};
 static const char *const refused_models[] = {"llama_unshared", "mixtral_refused"};
-#define NOK (sizeof(ok_models) / sizeof(ok_models[0]))
 #define NREF (sizeof(refused_models) / sizeof(refused_models[0]))
-
-typedef struct {
-    json_t *ref;
-    int32_t *tokens;
-    size_t T, V;
-    float *logits;   /* reference logits_emul [T, V] */
-} fixture;
-
-static void fixture_load(const char *name, fixture *f)
-{
-    char rel[256];
-    json_t *toks;
-    size_t len;
-
-    snprintf(rel, sizeof(rel), "models/%s/reference.json", name);
-    f->ref = tload_json(rel);
-    toks = json_object_get(f->ref, "tokens");
-    f->T = json_array_size(toks);
-    f->V = (size_t)json_integer_value(json_object_get(f->ref, "vocab_size"));
-    f->tokens = malloc(f->T * sizeof(int32_t));
-    for (size_t i = 0; i < f->T; i++)
-        f->tokens[i] = (int32_t)json_integer_value(json_array_get(toks, i));
-    snprintf(rel, sizeof(rel), "models/%s/logits_emul.f32", name);
-    f->logits = tload_file(rel, &len);
-    ck_assert_uint_eq(len, f->T * f->V * sizeof(float));
-}
-
-static void fixture_free(fixture *f)
-{
-    json_decref(f->ref);
-    free(f->tokens);
-    free(f->logits);
-}
 
 static nvfp4_model *open_model(const char *name, int rescale, nvfp4_error *err)
 {
-    char rel[256];
-    nvfp4_model_options o;
-
-    nvfp4_model_options_init(&o);
-    o.backend = "cpu";
-    o.rescale_fused = rescale;
-    o.quiet = 1;
-    o.max_ctx = 64;
-    snprintf(rel, sizeof(rel), "models/%s", name);
-    return nvfp4_model_open(tdata(rel), &o, err);
-}
-
-static void compare_logits(const char *what, const float *got, const float *want, size_t n,
-                           double tol)
-{
-    double mx = 0, mean = 0;
-    size_t where = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - (double)want[i]);
-        ck_assert_msg(isfinite(got[i]), "%s: logit %zu is not finite", what, i);
-        if (d > mx) {
-            mx = d;
-            where = i;
-        }
-        mean += d;
-    }
-    mean /= (double)n;
-    fprintf(stderr, "%-28s max |diff| %.3g (at %zu), mean %.3g\n", what, mx, where, mean);
-    ck_assert_msg(mx <= tol, "%s: max |diff| %g at %zu exceeds %g (got %g, want %g)", what,
-                  mx, where, tol, got[where], want[where]);
+    return fixture_open(name, "cpu", rescale, err);
 }
 
 /* Prefill of all tokens, against the PyTorch emulation. */
