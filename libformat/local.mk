@@ -8,6 +8,7 @@ libformat_libnvfp4_format_la_SOURCES = \
 	%reldir%/dtype.c \
 	%reldir%/util.c \
 	%reldir%/safetensors.c \
+	%reldir%/writer.c \
 	%reldir%/config.c \
 	%reldir%/checkpoint.c
 libformat_libnvfp4_format_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <nvfp4/format.h>
 
@@ -352,6 +353,158 @@ START_TEST(test_tool_exit_codes)
 }
 END_TEST
 
+static uint64_t le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static int by_offset(const void *a, const void *b)
+{
+    json_int_t x = json_integer_value(
+        json_array_get(json_object_get(*(json_t *const *)a, "data_offsets"), 0));
+    json_int_t y = json_integer_value(
+        json_array_get(json_object_get(*(json_t *const *)b, "data_offsets"), 0));
+    return x < y ? -1 : x > y;
+}
+
+/* The writer re-creates a file written by the real safetensors package: the
+ * same tensors declared in its data order, the data streamed in 7-byte pieces
+ * (so that pieces straddle tensors); the data region must be byte-identical
+ * and the header the same JSON as the reference's. */
+START_TEST(test_writer_roundtrip)
+{
+    size_t len, wlen, n = 0;
+    uint8_t *ref = tload_file("format/all_dtypes.safetensors", &len), *got;
+    uint64_t hlen = le64(ref), ghlen;
+    json_t *hdr = json_loadb((const char *)ref + 8, hlen, 0, NULL), *ghdr, *v, *meta;
+    json_t *entries[256];
+    const char *key;
+    char path[] = "/tmp/nvfp4-writer-XXXXXX";
+    nvfp4_safetensors_writer *w;
+    nvfp4_safetensors *st;
+    nvfp4_error err;
+    int fd;
+
+    ck_assert_ptr_nonnull(hdr);
+    ck_assert_int_ge(fd = mkstemp(path), 0);
+    close(fd);
+    ck_assert_ptr_nonnull(w = nvfp4_safetensors_writer_new(&err));
+    json_object_foreach(hdr, key, v) {
+        if (!strcmp(key, "__metadata__"))
+            continue;
+        ck_assert_uint_lt(n, 256);
+        entries[n++] = v;
+    }
+    qsort(entries, n, sizeof(entries[0]), by_offset);
+    if ((meta = json_object_get(hdr, "__metadata__"))) {
+        json_object_foreach(meta, key, v)
+            ck_assert_int_eq(nvfp4_safetensors_writer_metadata(w, key, json_string_value(v),
+                                                               &err), NVFP4_OK);
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *shape = json_object_get(entries[i], "shape");
+        int64_t dims[NVFP4_MAX_DIMS];
+        nvfp4_dtype dt;
+        const char *name = NULL;
+
+        json_object_foreach(hdr, key, v) if (v == entries[i]) name = key;
+        ck_assert_int_eq(nvfp4_dtype_from_name(
+                             json_string_value(json_object_get(entries[i], "dtype")), &dt),
+                         0);
+        for (size_t d = 0; d < json_array_size(shape); d++)
+            dims[d] = json_integer_value(json_array_get(shape, d));
+        ck_assert_msg(nvfp4_safetensors_writer_declare(w, name, dt, (int)json_array_size(shape),
+                                                       dims, &err) == NVFP4_OK,
+                      "%s", err.text);
+    }
+    ck_assert_uint_eq(nvfp4_safetensors_writer_data_size(w), len - 8 - hlen);
+    ck_assert_msg(nvfp4_safetensors_writer_open(w, path, &err) == NVFP4_OK, "%s", err.text);
+    for (size_t off = 8 + hlen; off < len; off += 7) {
+        size_t piece = len - off < 7 ? len - off : 7;
+        ck_assert_msg(nvfp4_safetensors_writer_write(w, ref + off, piece, &err) == NVFP4_OK,
+                      "%s", err.text);
+    }
+    ck_assert_ptr_null(nvfp4_safetensors_writer_next(w));
+    ck_assert_msg(nvfp4_safetensors_writer_close(w, &err) == NVFP4_OK, "%s", err.text);
+    nvfp4_safetensors_writer_free(w);
+
+    got = tload_file_abs(path, &wlen);
+    ghlen = le64(got);
+    ck_assert_uint_eq(ghlen % 8, 0);
+    ck_assert_uint_eq(wlen - 8 - ghlen, len - 8 - hlen);
+    ck_assert_msg(memcmp(got + 8 + ghlen, ref + 8 + hlen, len - 8 - hlen) == 0,
+                  "data region differs from the safetensors package's");
+    ghdr = json_loadb((const char *)got + 8, ghlen, 0, NULL);
+    ck_assert_msg(ghdr && json_equal(ghdr, hdr), "header differs from the safetensors package's");
+    ck_assert_msg((st = nvfp4_safetensors_open(path, &err)) != NULL, "%s", err.text);
+    ck_assert_uint_eq(nvfp4_safetensors_count(st), n);
+    nvfp4_safetensors_free(st);
+    json_decref(ghdr);
+    json_decref(hdr);
+    free(got);
+    free(ref);
+    unlink(path);
+}
+END_TEST
+
+/* Misuse and failures of the writer: each an error naming file or tensor,
+ * and no half-written file left behind. */
+START_TEST(test_writer_errors)
+{
+    char path[] = "/tmp/nvfp4-writer-XXXXXX";
+    const int64_t shape[2] = {2, 3}, neg[1] = {-1};
+    nvfp4_safetensors_writer *w;
+    nvfp4_error err;
+    float data[6] = {0};
+    int fd;
+
+    ck_assert_int_ge(fd = mkstemp(path), 0);
+    close(fd);
+    w = nvfp4_safetensors_writer_new(&err);
+    ck_assert_int_eq(nvfp4_safetensors_writer_declare(w, "a", NVFP4_DTYPE_F32, 2, shape, &err),
+                     NVFP4_OK);
+    ck_assert_int_eq(nvfp4_safetensors_writer_declare(w, "a", NVFP4_DTYPE_F32, 2, shape, &err),
+                     NVFP4_ERR_DUPLICATE);
+    ck_assert_str_eq(err.key, "a");
+    ck_assert_int_eq(nvfp4_safetensors_writer_declare(w, "b", NVFP4_DTYPE_F32, 1, neg, &err),
+                     NVFP4_ERR_BAD_SHAPE);
+    ck_assert_int_eq(nvfp4_safetensors_writer_declare(w, "__metadata__", NVFP4_DTYPE_F32, 0,
+                                                      NULL, &err), NVFP4_ERR_INVALID);
+    ck_assert_int_eq(nvfp4_safetensors_writer_write(w, data, 4, &err), NVFP4_ERR_INVALID);
+    ck_assert_int_eq(nvfp4_safetensors_writer_declare(w, "c", NVFP4_DTYPE_BF16, 1, shape, &err),
+                     NVFP4_OK);
+    ck_assert_int_eq(nvfp4_safetensors_writer_open(w, "/nonexistent-dir/x.safetensors", &err),
+                     NVFP4_ERR_IO);
+    ck_assert_str_eq(err.file, "/nonexistent-dir/x.safetensors");
+    ck_assert_int_eq(nvfp4_safetensors_writer_open(w, path, &err), NVFP4_OK);
+    ck_assert_int_eq(nvfp4_safetensors_writer_declare(w, "d", NVFP4_DTYPE_F32, 2, shape, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_int_eq(nvfp4_safetensors_writer_write(w, data, sizeof(data), &err), NVFP4_OK);
+    ck_assert_str_eq(nvfp4_safetensors_writer_next(w), "c");
+    /* closing with "c" unwritten: truncated, named, file removed */
+    ck_assert_int_eq(nvfp4_safetensors_writer_close(w, &err), NVFP4_ERR_TRUNCATED);
+    ck_assert_str_eq(err.key, "c");
+    ck_assert_str_eq(err.file, path);
+    ck_assert_int_ne(access(path, F_OK), 0);
+    nvfp4_safetensors_writer_free(w);
+
+    /* more bytes than declared */
+    w = nvfp4_safetensors_writer_new(&err);
+    ck_assert_int_eq(nvfp4_safetensors_writer_declare(w, "a", NVFP4_DTYPE_F32, 2, shape, &err),
+                     NVFP4_OK);
+    ck_assert_int_eq(nvfp4_safetensors_writer_open(w, path, &err), NVFP4_OK);
+    ck_assert_int_eq(nvfp4_safetensors_writer_write(w, data, sizeof(data), &err), NVFP4_OK);
+    ck_assert_int_eq(nvfp4_safetensors_writer_write(w, data, 1, &err), NVFP4_ERR_BAD_SIZE);
+    ck_assert_str_eq(err.file, path);
+    /* freed without close: no file that looks complete */
+    nvfp4_safetensors_writer_free(w);
+    ck_assert_int_ne(access(path, F_OK), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("format");
@@ -370,6 +523,8 @@ int main(void)
     tcase_add_test(tc, test_release_pages);
     tcase_add_test(tc, test_tool_inspect_json);
     tcase_add_test(tc, test_tool_exit_codes);
+    tcase_add_test(tc, test_writer_roundtrip);
+    tcase_add_test(tc, test_writer_errors);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

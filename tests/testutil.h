@@ -46,14 +46,14 @@ static inline long long tnum(json_t *v)
     return (long long)json_number_value(v);
 }
 
-/* Read a whole fixture file; aborts the test on failure (fixtures are ours). */
-static inline void *tload_file(const char *rel, size_t *len)
+/* Read a whole file; aborts the test on failure. */
+static inline void *tload_file_abs(const char *path, size_t *len)
 {
-    FILE *f = fopen(tdata(rel), "rb");
+    FILE *f = fopen(path, "rb");
     long n;
     void *p;
     if (!f) {
-        fprintf(stderr, "cannot open fixture %s\n", rel);
+        fprintf(stderr, "cannot open %s\n", path);
         abort();
     }
     fseek(f, 0, SEEK_END);
@@ -66,6 +66,12 @@ static inline void *tload_file(const char *rel, size_t *len)
     if (len)
         *len = (size_t)n;
     return p;
+}
+
+/* Read a whole fixture file (tests/data/REL). */
+static inline void *tload_file(const char *rel, size_t *len)
+{
+    return tload_file_abs(tdata(rel), len);
 }
 
 #endif

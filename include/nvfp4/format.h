@@ -155,6 +155,36 @@ NVFP4_API int nvfp4_safetensors_metadata(const nvfp4_safetensors *st, size_t i,
 NVFP4_API const char *nvfp4_safetensors_metadata_get(const nvfp4_safetensors *st,
                                                      const char *key);
 
+/* ---- writing a safetensors file ------------------------------------------
+ * Declare every tensor (the header holds all byte ranges), then open the
+ * file, which writes the header, stream the data of the tensors in
+ * declaration order in pieces of any size, and close.  Closing checks that
+ * every declared byte was written; a writer freed or closed before that
+ * removes its file.  Errors name the file and the tensor. */
+typedef struct nvfp4_safetensors_writer nvfp4_safetensors_writer;
+
+NVFP4_API nvfp4_safetensors_writer *nvfp4_safetensors_writer_new(nvfp4_error *err);
+NVFP4_API void nvfp4_safetensors_writer_free(nvfp4_safetensors_writer *w);
+/* A string entry of "__metadata__" (e.g. "format" = "pt"). */
+NVFP4_API nvfp4_status nvfp4_safetensors_writer_metadata(nvfp4_safetensors_writer *w,
+                                                         const char *key, const char *value,
+                                                         nvfp4_error *err);
+NVFP4_API nvfp4_status nvfp4_safetensors_writer_declare(nvfp4_safetensors_writer *w,
+                                                        const char *name, nvfp4_dtype dtype,
+                                                        int ndim, const int64_t *shape,
+                                                        nvfp4_error *err);
+/* Bytes of data declared so far (the file is that plus the header). */
+NVFP4_API uint64_t nvfp4_safetensors_writer_data_size(const nvfp4_safetensors_writer *w);
+NVFP4_API nvfp4_status nvfp4_safetensors_writer_open(nvfp4_safetensors_writer *w,
+                                                     const char *path, nvfp4_error *err);
+NVFP4_API nvfp4_status nvfp4_safetensors_writer_write(nvfp4_safetensors_writer *w,
+                                                      const void *data, size_t n,
+                                                      nvfp4_error *err);
+/* Name of the tensor the next written byte belongs to, NULL when complete. */
+NVFP4_API const char *nvfp4_safetensors_writer_next(const nvfp4_safetensors_writer *w);
+NVFP4_API nvfp4_status nvfp4_safetensors_writer_close(nvfp4_safetensors_writer *w,
+                                                      nvfp4_error *err);
+
 /* ---- config.json --------------------------------------------------------- */
 
 typedef struct nvfp4_config nvfp4_config;
