@@ -563,6 +563,116 @@ START_TEST(test_tool)
 }
 END_TEST
 
+/* The tensors (name, dtype, shape) of a checkpoint, as one JSON object. */
+static json_t *tensor_listing(const char *path)
+{
+    nvfp4_error err;
+    nvfp4_checkpoint *ck = nvfp4_checkpoint_open(path, &err);
+    json_t *o = json_object();
+
+    ck_assert_msg(ck != NULL, "%s", err.text);
+    for (size_t i = 0; i < nvfp4_checkpoint_count(ck); i++) {
+        const char *name = nvfp4_checkpoint_name(ck, i);
+        const nvfp4_tensor *t;
+        json_t *shape = json_array();
+
+        ck_assert_int_eq(nvfp4_checkpoint_get(ck, name, &t, &err), NVFP4_OK);
+        for (int d = 0; d < t->ndim; d++)
+            json_array_append_new(shape, json_integer(t->shape[d]));
+        json_object_set_new(o, name, json_pack("{s:s, s:o}", "dtype",
+                                               nvfp4_dtype_name(t->dtype), "shape", shape));
+    }
+    nvfp4_checkpoint_free(ck);
+    return o;
+}
+
+/* `nvfp4 synth --like` writes what amd-quark exports for the same
+ * architecture: the same tensors with the same dtypes and shapes, and the
+ * same quantization_config; the model it writes loads and runs.  Sharded
+ * output (an index and several files) loads the same. */
+START_TEST(test_synth_like_quark)
+{
+    const char *name = ok_models[_i];
+    char args[2048], dir[600], rel[256];
+    json_t *want, *got, *qwant, *qgot;
+    nvfp4_model *m;
+    nvfp4_error err;
+    fixture f;
+    float *logits;
+    nvfp4_model_options o;
+
+    snprintf(dir, sizeof(dir), "%s/synth-%s", tmpdir, name);
+    snprintf(args, sizeof(args), "synth --like '%s/models/%s/config.json' --scheme %s -o '%s' %s",
+             TEST_DATA_DIR, name, strstr(name, "w4a16") ? "w4a16" : "w4a4", dir,
+             _i % 2 ? "--shard-size 40KB" : "");
+    ck_assert_int_eq(trun_status(args), 0);
+    snprintf(rel, sizeof(rel), "models/%s", name);
+    want = tensor_listing(tdata(rel));
+    got = tensor_listing(dir);
+    ck_assert_msg(json_equal(want, got), "%s: synth's tensors differ from Quark's export", name);
+    snprintf(rel, sizeof(rel), "models/%s/config.json", name);
+    qwant = tload_json(rel);
+    snprintf(args, sizeof(args), "%s/config.json", dir);
+    qgot = json_load_file(args, 0, NULL);
+    ck_assert_ptr_nonnull(qgot);
+    ck_assert_msg(json_equal(json_object_get(qwant, "quantization_config"),
+                             json_object_get(qgot, "quantization_config")),
+                  "%s: synth's quantization_config differs from Quark's", name);
+    if (_i % 2) {
+        snprintf(args, sizeof(args), "%s/model.safetensors.index.json", dir);
+        ck_assert_msg(access(args, F_OK) == 0, "%s: no index for a sharded synth", name);
+    }
+    /* it runs: finite logits */
+    fixture_load(name, &f);
+    nvfp4_model_options_init(&o);
+    o.backend = "cpu";
+    o.quiet = 1;
+    o.max_ctx = 64;
+    ck_assert_msg((m = nvfp4_model_open(dir, &o, &err)) != NULL, "%s: %s", name, err.text);
+    logits = malloc(f.T * f.V * sizeof(float));
+    ck_assert_int_eq(nvfp4_model_forward(m, f.tokens, f.T, 0, logits, 0, &err), NVFP4_OK);
+    for (size_t i = 0; i < f.T * f.V; i++)
+        ck_assert_msg(isfinite(logits[i]), "%s: synth model logit %zu not finite", name, i);
+    free(logits);
+    nvfp4_model_free(m);
+    fixture_free(&f);
+    json_decref(want);
+    json_decref(got);
+    json_decref(qwant);
+    json_decref(qgot);
+}
+END_TEST
+
+/* synth and bench on bad input: usage errors exit 2, bad files exit 1. */
+START_TEST(test_synth_bench_errors)
+{
+    char args[2048], cfg[600];
+    FILE *f;
+
+    ck_assert_int_eq(trun_status("synth --preset nope -o /tmp/x"), 2);
+    ck_assert_int_eq(trun_status("synth -o /tmp/x"), 2);
+    ck_assert_int_eq(trun_status("synth --preset smollm2-135m"), 2);
+    ck_assert_int_eq(trun_status("synth --preset smollm2-135m --scheme w8 -o /tmp/x"), 2);
+    ck_assert_int_eq(trun_status("synth --like /nonexistent/config.json -o /tmp/x"), 1);
+    snprintf(cfg, sizeof(cfg), "%s/gpt2.json", tmpdir);
+    ck_assert_ptr_nonnull(f = fopen(cfg, "w"));
+    fputs("{\"architectures\": [\"GPT2LMHeadModel\"], \"hidden_size\": 64}", f);
+    fclose(f);
+    snprintf(args, sizeof(args), "synth --like '%s' -o '%s/gpt2'", cfg, tmpdir);
+    ck_assert_int_eq(trun_status(args), 1);
+    ck_assert_ptr_nonnull(f = fopen(cfg, "w"));
+    fputs("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64}", f);
+    fclose(f);
+    ck_assert_int_eq(trun_status(args), 1); /* intermediate_size missing */
+    ck_assert_int_eq(trun_status("bench /nonexistent"), 1);
+    ck_assert_int_eq(trun_status("bench"), 2);
+    snprintf(args, sizeof(args), "bench '%s/models/llama' -p 0", TEST_DATA_DIR);
+    ck_assert_int_eq(trun_status(args), 2);
+    snprintf(args, sizeof(args), "bench '%s/models/llama' -p 8 -n 4 -r 1 --json", TEST_DATA_DIR);
+    ck_assert_int_eq(trun_status(args), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model");
@@ -591,6 +701,8 @@ int main(void)
     tcase_add_test(th, test_moe_missing_expert_scale);
     tcase_add_test(th, test_mxfp4_refused);
     tcase_add_test(th, test_tool);
+    tcase_add_loop_test(tc, test_synth_like_quark, 0, (int)NOK);
+    tcase_add_test(th, test_synth_bench_errors);
     suite_add_tcase(s, tc);
     suite_add_tcase(s, th);
     sr = srunner_create(s);

@@ -30,4 +30,6 @@ extern const cli_command cli_generate;
 extern const cli_command cli_ppl;
 extern const cli_command cli_logits;
 extern const cli_command cli_tokenize;
+extern const cli_command cli_synth;
+extern const cli_command cli_bench;
 #endif

@@ -11,6 +11,9 @@ tools_nvfp4_SOURCES = \
 	%reldir%/cmd-generate.c \
 	%reldir%/cmd-ppl.c \
 	%reldir%/cmd-logits.c \
-	%reldir%/cmd-tokenize.c
-tools_nvfp4_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+	%reldir%/cmd-tokenize.c \
+	%reldir%/cmd-bench.c \
+	%reldir%/cmd-synth.c
+tools_nvfp4_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS) $(JANSSON_CFLAGS)
+tools_nvfp4_LDFLAGS = $(OPENMP_CFLAGS)
 tools_nvfp4_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.la libquant/libnvfp4-quant.la libformat/libnvfp4-format.la $(JANSSON_LIBS)

@@ -14,6 +14,8 @@ static const cli_command *const commands[] = {
     &cli_ppl,
     &cli_logits,
     &cli_tokenize,
+    &cli_bench,
+    &cli_synth,
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
