@@ -2,9 +2,13 @@
 # One command for a machine with a GPU: configure with the GPU backend,
 # build, run the GPU tests (every GPU op and the linear paths against
 # float64 references and PyTorch's §5 fixture, tolerances stated in
-# tests/test-gpu.c) and the GPU benchmarks (gpu/bench-gpu.cu: GEMV against a
-# device-to-device copy of the same bytes, GEMM 16..4096 tokens against
-# cuBLAS BF16), and write everything to one file, ${OUT:-.}/gpu-results.txt.
+# tests/test-gpu.c; every fixture model against the PyTorch emulation,
+# tests/test-gpu-model.c), the GPU benchmarks (gpu/bench-gpu.cu: GEMV against
+# a device-to-device copy of the same bytes, GEMM 16..4096 tokens against
+# cuBLAS BF16) and the end-to-end ones (`nvfp4 bench`, prefill 512 tokens and
+# decode 128, on checkpoints `nvfp4 synth` writes at the shapes of
+# SmolLM2-135M and Llama-3-8B, GPU and - SmolLM2 only - CPU in the same run),
+# and write everything to one file, ${OUT:-.}/gpu-results.txt.
 #
 #   scripts/gpu-check.sh [cuda|hip] [--quick]
 #
@@ -88,10 +92,11 @@ main() {
     # linear path is pinned in turn inside test-gpu).  Check's per-test
     # output goes into the results.
     rc=0
-    echo "== $(date -u +%H:%M:%S) make check (test-gpu-numerics, test-gpu)"
+    echo "== $(date -u +%H:%M:%S) make check (test-gpu-numerics, test-gpu, test-gpu-model)"
     NVFP4_TEST_GPU_BACKEND=$VENDOR timeout 300 make -j"$JOBS" check \
-        TESTS="tests/test-gpu-numerics tests/test-gpu" >check.log 2>&1 || rc=1
-    for t in tests/test-gpu-numerics tests/test-gpu; do
+        TESTS="tests/test-gpu-numerics tests/test-gpu tests/test-gpu-model" >check.log 2>&1 ||
+        rc=1
+    for t in tests/test-gpu-numerics tests/test-gpu tests/test-gpu-model; do
         echo "== $t"
         cat "$t.log" 2>/dev/null | tail -n 80
         cat "$t.trs" 2>/dev/null | grep ':test-result:'
@@ -100,9 +105,13 @@ main() {
         echo "gpu-check: tests/test-gpu did not run (is Check installed? see check.log)"
         tail -n 30 check.log
         rc=1
-    elif ! grep -q ':test-result: PASS' tests/test-gpu.trs; then
-        echo "gpu-check: tests/test-gpu did not PASS (SKIP means no device was usable)"
-        rc=1
+    else
+        for t in tests/test-gpu tests/test-gpu-model; do
+            if ! grep -q ':test-result: PASS' $t.trs 2>/dev/null; then
+                echo "gpu-check: $t did not PASS (SKIP means no device was usable)"
+                rc=1
+            fi
+        done
     fi
 
     # Benchmarks (time-boxed: they must not eat the machine's budget).
@@ -111,6 +120,45 @@ main() {
         echo "bench-gpu exited with $?"
         rc=1
     }
+
+    # End to end on synthesized checkpoints (random weights, the real shapes;
+    # speed does not depend on the values).  Decode reads every weight once
+    # per token: its effective bandwidth is set against the best
+    # device-to-device copy rate bench-gpu measured above.
+    echo "== $(date -u +%H:%M:%S) end to end (nvfp4 synth + nvfp4 bench)"
+    syn=${SYNTH_DIR:-$BUILD/synth}
+    mkdir -p "$syn"
+    d2d=$(grep -o 'd2d-copy *[0-9.]* us *[0-9]* GB/s' "$RES" 2>/dev/null |
+        awk '{ if ($4 > m) m = $4 } END { print m + 0 }')
+    for preset in smollm2-135m llama3-8b; do
+        if [ ! -f "$syn/$preset/config.json" ]; then
+            timeout 300 ./tools/nvfp4 synth --preset "$preset" -o "$syn/$preset" || {
+                echo "synth $preset failed"
+                rc=1
+                continue
+            }
+        fi
+        gb=$(du -cb "$syn/$preset"/*.safetensors | tail -n 1 | cut -f1)
+        for be in "$VENDOR" cpu; do
+            [ "$be" = cpu ] && [ "$preset" != smollm2-135m ] && continue
+            line=$(NVFP4_BACKEND_PATH="$BUILD/gpu/.libs" timeout 300 ./tools/nvfp4 bench \
+                "$syn/$preset" --backend "$be" -p 512 -n 128 --json) || {
+                echo "bench $preset on $be failed"
+                rc=1
+                continue
+            }
+            echo "$line"
+            echo "$line" | awk -v b="$gb" -v d="$d2d" -v p="$preset" -v be="$be" '{
+                match($0, /"prefill_tok_s": [0-9.]*/); pre = substr($0, RSTART + 17, RLENGTH - 17)
+                match($0, /"decode_tok_s": [0-9.]*/); dec = substr($0, RSTART + 16, RLENGTH - 16)
+                bw = b * dec / 1e9
+                printf "e2e %-13s %-5s prefill %9.1f tok/s  decode %8.2f tok/s  " \
+                       "checkpoint %.2f GB  decode reads %.0f GB/s", p, be, pre, dec, b / 1e9, bw
+                if (d > 0 && be != "cpu") printf " = %.2f of the d2d copy rate (%d GB/s r+w)", \
+                    bw / d, d
+                printf "\n" }'
+        done
+    done
     echo "== $(date -u +%H:%M:%S) done, status $rc"
     echo "$rc" > "$STATUS"
 }
