@@ -10,7 +10,14 @@
 # SmolLM2-135M and Llama-3-8B, GPU and - SmolLM2 only - CPU in the same run),
 # and write everything to one file, ${OUT:-.}/gpu-results.txt.
 #
-#   scripts/gpu-check.sh [cuda|hip] [--quick]
+#   scripts/gpu-check.sh [cuda|hip] [--quick] [--kit DIR]
+#
+# --kit DIR: for a machine that reaches no package registry (this
+# workplace's lent H200s have the CUDA toolkit and gcc but no autotools,
+# jansson, PCRE2 or Check): DIR is made here by scripts/device-kit.sh and
+# holds Debian's packages of those libraries (unpacked into a private
+# prefix, never installed) and a `make dist` tarball of the tree (configure
+# included), which is what gets built.
 #
 # Builds only for the GPU present (nvidia-smi's compute capability, or
 # $GPU_ARCH such as sm_90 / gfx942) so that the whole run stays well under
@@ -20,13 +27,21 @@ set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENDOR=cuda
 QUICK=
-for a in "$@"; do
-    case "$a" in
-    cuda | hip) VENDOR=$a ;;
+KIT=
+while [ $# -gt 0 ]; do
+    case "$1" in
+    cuda | hip) VENDOR=$1 ;;
     --quick) QUICK=--quick ;;
-    *) echo "gpu-check.sh: unknown argument $a" >&2; exit 2 ;;
+    --kit)
+        [ $# -ge 2 ] || { echo "gpu-check.sh: --kit needs a directory" >&2; exit 2; }
+        KIT=$(cd "$2" && pwd) || exit 2
+        shift
+        ;;
+    *) echo "gpu-check.sh: unknown argument $1" >&2; exit 2 ;;
     esac
+    shift
 done
+SRC=$ROOT
 OUT=${OUT:-.}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -39,6 +54,33 @@ echo 1 > "$STATUS"
 run() {
     echo "== $(date -u +%H:%M:%S) $*"
     "$@"
+}
+
+# The libraries of the kit in a private prefix, found through pkg-config
+# (their .pc files pointed at the prefix) and LD_LIBRARY_PATH; make and
+# pkg-config from the kit only where the machine has none.  The sources are
+# the kit's dist tarball.
+use_kit() {
+    p=/tmp/nvfp4-kit
+    rm -rf "$p" && mkdir -p "$p" || return 1
+    for d in "$KIT"/debs/*.deb; do
+        if command -v dpkg-deb >/dev/null 2>&1; then
+            dpkg-deb -x "$d" "$p" || return 1
+        else
+            (cd "$p" && ar p "$d" data.tar.xz | tar xJf -) || return 1
+        fi
+    done
+    lib=$p/usr/lib/x86_64-linux-gnu
+    sed -i "s|=/usr|=$p/usr|" "$lib"/pkgconfig/*.pc "$p"/usr/share/pkgconfig/*.pc 2>/dev/null
+    export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export PKG_CONFIG_PATH="$lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+    command -v make >/dev/null 2>&1 || export PATH="$PATH:$p/usr/bin"
+    command -v pkg-config >/dev/null 2>&1 || export PKG_CONFIG="$p/usr/bin/pkgconf"
+    rm -rf /tmp/nvfp4-src && mkdir -p /tmp/nvfp4-src || return 1
+    tar xzf "$KIT"/nvfp4-*.tar.gz -C /tmp/nvfp4-src || return 1
+    SRC=$(echo /tmp/nvfp4-src/nvfp4-*)
+    echo "kit: $(ls "$KIT"/debs | tr '\n' ' ')"
+    echo "kit: sources $SRC, make $(command -v make), pkg-config ${PKG_CONFIG:-$(command -v pkg-config)}"
 }
 
 main() {
@@ -72,12 +114,16 @@ main() {
         [ -n "$arch" ] && arch_opt="--with-hip-arch=$arch"
     fi
 
-    cd "$ROOT" || return 1
-    # configure is not in git: a fresh checkout needs autoconf, automake,
-    # libtool and pkg-config (scripts/setup-deps.sh) to make it.
-    [ -x configure ] || run autoreconf -fi || return 1
+    if [ -n "$KIT" ]; then
+        use_kit || return 1
+    else
+        cd "$ROOT" || return 1
+        # configure is not in git: a fresh checkout needs autoconf, automake,
+        # libtool and pkg-config (scripts/setup-deps.sh) to make it.
+        [ -x configure ] || run autoreconf -fi || return 1
+    fi
     mkdir -p "$BUILD" && cd "$BUILD" || return 1
-    run "$ROOT/configure" -q CFLAGS="-O2 -g" --enable-"$VENDOR" $arch_opt || {
+    run "$SRC/configure" -q CFLAGS="-O2 -g" --enable-"$VENDOR" $arch_opt || {
         tail -n 40 config.log
         return 1
     }
@@ -153,7 +199,7 @@ main() {
                 match($0, /"decode_tok_s": [0-9.]*/); dec = substr($0, RSTART + 16, RLENGTH - 16)
                 bw = b * dec / 1e9
                 printf "e2e %-13s %-5s prefill %9.1f tok/s  decode %8.2f tok/s  " \
-                       "checkpoint %.2f GB  decode reads %.0f GB/s", p, be, pre, dec, b / 1e9, bw
+                       "checkpoint %.2f GB  decode reads %.1f GB/s", p, be, pre, dec, b / 1e9, bw
                 if (d > 0 && be != "cpu") printf " = %.2f of the d2d copy rate (%d GB/s r+w)", \
                     bw / d, d
                 printf "\n" }'
