@@ -105,4 +105,42 @@ static inline void compare_logits(const char *what, const float *got, const floa
                   mx, where, tol, got[where], want[where]);
 }
 
+/* Decode steps of positions HALF..T-1 on M, whose cache holds the first HALF
+ * tokens already, each step's logits into LOGITS + t * V; compared with the
+ * reference at TOL. */
+static inline void fixture_decode_rest(nvfp4_model *m, const fixture *f, const char *what,
+                                       size_t half, float *logits, double tol)
+{
+    nvfp4_error err;
+
+    for (size_t t = half; t < f->T; t++)
+        ck_assert_msg(nvfp4_model_forward(m, &f->tokens[t], 1, t, logits + t * f->V, 1, &err) ==
+                          NVFP4_OK,
+                      "%s: token %zu: %s", what, t, err.text);
+    compare_logits(what, logits, f->logits, f->T * f->V, tol);
+}
+
+/* Greedy continuation on M, whose last logits (after the whole fixture)
+ * are in LOGITS (V floats), equals the reference's - which recomputed the
+ * whole sequence for every new token. */
+static inline void fixture_check_greedy(nvfp4_model *m, const fixture *f, const char *what,
+                                        float *logits)
+{
+    json_t *want = json_object_get(f->ref, "greedy_continuation");
+    nvfp4_sampler s;
+    nvfp4_error err;
+    size_t pos = f->T;
+    int32_t tok;
+
+    ck_assert_uint_gt(json_array_size(want), 0);
+    nvfp4_sampler_init(&s, 0, 1, 0);
+    for (size_t i = 0; i < json_array_size(want); i++) {
+        tok = nvfp4_sampler_sample(&s, logits, f->V);
+        ck_assert_msg(tok == json_integer_value(json_array_get(want, i)),
+                      "%s: greedy token %zu is %d, reference %lld", what, i, tok,
+                      json_integer_value(json_array_get(want, i)));
+        ck_assert_int_eq(nvfp4_model_forward(m, &tok, 1, pos++, logits, 1, &err), NVFP4_OK);
+    }
+}
+
 #endif /* NVFP4_TEST_MODELREF_H */

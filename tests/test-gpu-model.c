@@ -142,12 +142,8 @@ START_TEST(test_decode)
     ck_assert_msg(nvfp4_model_forward(m, f.tokens, half, 0, logits, 0, &err) == NVFP4_OK,
                   "%s: %s", name, err.text);
     unsetenv("NVFP4_GPU_LINEAR");
-    for (size_t t = half; t < f.T; t++)
-        ck_assert_msg(nvfp4_model_forward(m, &f.tokens[t], 1, t, logits + t * f.V, 1, &err) ==
-                          NVFP4_OK,
-                      "%s: token %zu: %s", name, t, err.text);
     snprintf(what, sizeof(what), "%s %s decode", gpu_name, name);
-    compare_logits(what, logits, f.logits, f.T * f.V, LOGIT_TOL);
+    fixture_decode_rest(m, &f, what, half, logits, LOGIT_TOL);
     free(logits);
     nvfp4_model_free(m);
     fixture_free(&f);
@@ -162,29 +158,15 @@ START_TEST(test_greedy)
     nvfp4_error err;
     fixture f;
     nvfp4_model *m;
-    json_t *want;
     float *logits;
-    int32_t tok;
-    nvfp4_sampler s;
-    size_t pos;
 
     fixture_load(name, &f);
-    want = json_object_get(f.ref, "greedy_continuation");
-    ck_assert_uint_gt(json_array_size(want), 0);
     setenv("NVFP4_GPU_LINEAR", "tiled", 1);
     m = open_gpu(name);
-    nvfp4_sampler_init(&s, 0, 1, 0);
     logits = malloc(f.V * sizeof(float));
     ck_assert_int_eq(nvfp4_model_forward(m, f.tokens, f.T, 0, logits, 1, &err), NVFP4_OK);
     unsetenv("NVFP4_GPU_LINEAR");
-    pos = f.T;
-    for (size_t i = 0; i < json_array_size(want); i++) {
-        tok = nvfp4_sampler_sample(&s, logits, f.V);
-        ck_assert_msg(tok == json_integer_value(json_array_get(want, i)),
-                      "%s: greedy token %zu is %d, reference %lld", name, i, tok,
-                      json_integer_value(json_array_get(want, i)));
-        ck_assert_int_eq(nvfp4_model_forward(m, &tok, 1, pos++, logits, 1, &err), NVFP4_OK);
-    }
+    fixture_check_greedy(m, &f, name, logits);
     free(logits);
     nvfp4_model_free(m);
     fixture_free(&f);

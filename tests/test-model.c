@@ -79,11 +79,8 @@ START_TEST(test_logits_decode)
     ck_assert_msg(m != NULL, "%s: %s", name, err.text);
     logits = malloc(f.T * f.V * sizeof(float));
     ck_assert_int_eq(nvfp4_model_forward(m, f.tokens, half, 0, logits, 0, &err), NVFP4_OK);
-    for (size_t t = half; t < f.T; t++)
-        ck_assert_int_eq(nvfp4_model_forward(m, &f.tokens[t], 1, t, logits + t * f.V, 1, &err),
-                         NVFP4_OK);
     snprintf(what, sizeof(what), "%s (decode)", name);
-    compare_logits(what, logits, f.logits, f.T * f.V, LOGIT_TOL);
+    fixture_decode_rest(m, &f, what, half, logits, LOGIT_TOL);
     free(logits);
     nvfp4_model_free(m);
     fixture_free(&f);
@@ -98,28 +95,14 @@ START_TEST(test_greedy)
     nvfp4_error err;
     fixture f;
     nvfp4_model *m;
-    json_t *want;
     float *logits;
-    int32_t tok;
-    nvfp4_sampler s;
-    size_t pos;
 
     fixture_load(name, &f);
-    want = json_object_get(f.ref, "greedy_continuation");
-    ck_assert_uint_gt(json_array_size(want), 0);
     m = open_model(name, 0, &err);
     ck_assert_msg(m != NULL, "%s: %s", name, err.text);
-    nvfp4_sampler_init(&s, 0, 1, 0);
     logits = malloc(f.V * sizeof(float));
     ck_assert_int_eq(nvfp4_model_forward(m, f.tokens, f.T, 0, logits, 1, &err), NVFP4_OK);
-    pos = f.T;
-    for (size_t i = 0; i < json_array_size(want); i++) {
-        tok = nvfp4_sampler_sample(&s, logits, f.V);
-        ck_assert_msg(tok == json_integer_value(json_array_get(want, i)),
-                      "%s: greedy token %zu is %d, reference %lld", name, i, tok,
-                      json_integer_value(json_array_get(want, i)));
-        ck_assert_int_eq(nvfp4_model_forward(m, &tok, 1, pos++, logits, 1, &err), NVFP4_OK);
-    }
+    fixture_check_greedy(m, &f, name, logits);
     free(logits);
     nvfp4_model_free(m);
     fixture_free(&f);
