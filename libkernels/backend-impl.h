@@ -51,7 +51,7 @@ extern "C" {
 #endif
 
 /* Bump on any incompatible change of the structs below. */
-#define NVFP4_BACKEND_ABI_VERSION 1u
+#define NVFP4_BACKEND_ABI_VERSION 2u
 
 /* The fused geometry of a weight, computed by the registry. */
 typedef struct {
@@ -119,6 +119,9 @@ typedef struct nvfp4_backend_iface {
                                nvfp4_error *err);
     nvfp4_status (*argmax)(void *ctx, const float *x, size_t m, size_t n, int32_t *out,
                            nvfp4_error *err);
+    /* ABI 2 */
+    nvfp4_status (*gate_add)(void *ctx, const float *x, const float *gate, size_t m,
+                             size_t n, float *y, nvfp4_error *err);
 } nvfp4_backend_iface;
 
 /* The symbol a backend shared object exports (see above). */

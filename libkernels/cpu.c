@@ -447,6 +447,20 @@ static nvfp4_status cpu_add(void *ctx, const float *a, const float *b, size_t n,
     return NVFP4_OK;
 }
 
+static nvfp4_status cpu_gate_add(void *ctx, const float *x, const float *gate, size_t m,
+                                 size_t n, float *y, nvfp4_error *err)
+{
+    (void)err;
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx)) \
+    if (m * n >= CPU_PAR_MIN)
+    for (size_t t = 0; t < m; t++) {
+        const float g = 1.0f / (1.0f + expf(-gate[t]));
+        for (size_t i = 0; i < n; i++)
+            y[t * n + i] += g * x[t * n + i];
+    }
+    return NVFP4_OK;
+}
+
 /* Mixture of experts (§6): tokens grouped by expert, each expert one batched
  * w13 product, SiLU(gate) * up, one w2 product; each token's outputs are
  * summed in ascending expert order, whatever the thread count. */
@@ -537,6 +551,7 @@ static const nvfp4_backend_iface cpu_iface = {
     .add = cpu_add,
     .logsoftmax = cpu_logsoftmax,
     .argmax = cpu_argmax,
+    .gate_add = cpu_gate_add,
 };
 
 const nvfp4_backend_iface *kern_cpu_iface(void)

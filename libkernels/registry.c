@@ -99,7 +99,7 @@ const char *nvfp4_op_name(nvfp4_op op)
     static const char *const names[NVFP4_OP_COUNT] = {
         "linear_w4a4", "linear_w4a16", "linear_dense", "embed",   "rmsnorm",
         "rope",        "attention",    "silu_mul",     "softmax", "topk",
-        "moe",         "add",          "logsoftmax",   "argmax",
+        "moe",         "add",          "logsoftmax",   "argmax",  "gate_add",
     };
     return (unsigned)op < NVFP4_OP_COUNT ? names[op] : "unknown";
 }
@@ -221,6 +221,7 @@ static int iface_has(const nvfp4_backend_iface *f, nvfp4_op op)
     case NVFP4_OP_ADD: return f->add != NULL;
     case NVFP4_OP_LOGSOFTMAX: return f->logsoftmax != NULL;
     case NVFP4_OP_ARGMAX: return f->argmax != NULL;
+    case NVFP4_OP_GATE_ADD: return f->gate_add != NULL;
     default: return 0;
     }
 }
@@ -743,6 +744,22 @@ nvfp4_status nvfp4_k_add(nvfp4_backend *be, const float *a, const float *b, size
     if (!be->iface->add)
         return unsupported(be, NVFP4_OP_ADD, err);
     return be->iface->add(be->ctx, a, b, n, y, err);
+}
+
+nvfp4_status nvfp4_k_gate_add(nvfp4_backend *be, const float *x, const float *gate, size_t m,
+                              size_t n, float *y, nvfp4_error *err)
+{
+    nvfp4_status st;
+
+    CHECK_BE(be, err, "gate_add");
+    if (m == 0)
+        return NVFP4_OK;
+    if ((st = check_rows("gate_add", x, y, m, n, err)) != NVFP4_OK)
+        return st;
+    NEED(gate, "gate_add", err);
+    if (!be->iface->gate_add)
+        return unsupported(be, NVFP4_OP_GATE_ADD, err);
+    return be->iface->gate_add(be->ctx, x, gate, m, n, y, err);
 }
 
 nvfp4_status nvfp4_k_moe(nvfp4_backend *be, nvfp4_kweight *const *w13,

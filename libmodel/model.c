@@ -882,7 +882,8 @@ static nvfp4_status ensure_scratch(nvfp4_model *m, size_t n, nvfp4_error *err)
     return NVFP4_OK;
 }
 
-/* Qwen2-MoE: y += sigmoid(gate(x)) * shared_expert(x), on the host. */
+/* Qwen2-MoE: y += sigmoid(gate(x)) * shared_expert(x), on the device; on the
+ * host (same float32 formula) for a backend without the gate_add op. */
 static nvfp4_status shared_expert(nvfp4_model *m, layer_t *L, size_t n, nvfp4_error *err)
 {
     size_t H = (size_t)m->hp.hidden, I = (size_t)m->hp.shared_inter;
@@ -891,6 +892,8 @@ static nvfp4_status shared_expert(nvfp4_model *m, layer_t *L, size_t n, nvfp4_er
     TRY(nvfp4_k_silu_mul(m->be, m->gu, n, I, m->act, err));
     TRY(nvfp4_k_linear(m->be, L->sh_down, m->act, n, m->sh, err));
     TRY(nvfp4_k_linear(m->be, L->sh_gate, m->h, n, m->shg, err));
+    if (nvfp4_backend_supports(m->be, NVFP4_OP_GATE_ADD))
+        return nvfp4_k_gate_add(m->be, m->sh, m->shg, n, H, m->mlp, err);
     TRY(nvfp4_backend_download(m->be, m->host_a, m->mlp, n * H * 4, err));
     TRY(nvfp4_backend_download(m->be, m->host_b, m->sh, n * H * 4, err));
     TRY(nvfp4_backend_download(m->be, m->host_g, m->shg, n * 4, err));

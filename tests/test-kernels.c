@@ -1042,6 +1042,27 @@ START_TEST(test_rowops)
     for (int i = 0; i < M * N; i++)
         ck_assert(a[i] == x[i] + y[i]); /* one float32 rounding, same as the reference */
     ck_assert_int_eq(nvfp4_k_add(be, a, a, M * N, a, &err), NVFP4_OK);
+    /* gate_add: y += sigmoid(gate) * x per row; float64 reference, the
+     * float32 sigmoid (expf faithful, two roundings) and one multiply-add:
+     * a few ulps of the largest term */
+    {
+        float gate[M], before[M * N];
+        for (int i = 0; i < M; i++)
+            gate[i] = frand(-10, 10);
+        for (int i = 0; i < M * N; i++)
+            a[i] = before[i] = frand(-4, 4);
+        ck_assert_int_eq(nvfp4_k_gate_add(be, g, gate, M, N, a, &err), NVFP4_OK);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double sg = 1 / (1 + exp(-(double)gate[i]));
+                double r = (double)before[i * N + j] + sg * g[i * N + j];
+                double big = fabs((double)before[i * N + j]) + fabs(sg * g[i * N + j]);
+                ck_assert_msg(fabs(a[i * N + j] - r) <= 5e-7 * big + 1e-30,
+                              "gate_add %d,%d: %.9g vs %.9g", i, j, a[i * N + j], r);
+            }
+        ck_assert_int_eq(nvfp4_k_gate_add(be, x, NULL, M, N, a, &err), NVFP4_ERR_INVALID);
+        ck_assert_msg(strstr(err.text, "gate is NULL"), "%s", err.text);
+    }
     ck_assert_int_eq(nvfp4_k_softmax(be, x, M, 0, y, &err), NVFP4_ERR_INVALID);
     ck_assert_msg(strstr(err.text, "n = 0"), "%s", err.text);
     ck_assert_int_eq(nvfp4_k_argmax(be, NULL, M, N, am, &err), NVFP4_ERR_INVALID);

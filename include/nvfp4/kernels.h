@@ -49,6 +49,7 @@ typedef enum {
     NVFP4_OP_ADD,
     NVFP4_OP_LOGSOFTMAX,
     NVFP4_OP_ARGMAX,
+    NVFP4_OP_GATE_ADD,         /* y += sigmoid(gate) * x, per row (Qwen2-MoE) */
     NVFP4_OP_COUNT
 } nvfp4_op;
 
@@ -168,6 +169,10 @@ NVFP4_API nvfp4_status nvfp4_k_moe(nvfp4_backend *be, nvfp4_kweight *const *w13,
 /* y = a + b elementwise over n (y may alias a or b). */
 NVFP4_API nvfp4_status nvfp4_k_add(nvfp4_backend *be, const float *a, const float *b,
                                    size_t n, float *y, nvfp4_error *err);
+/* y[t, i] += sigmoid(gate[t]) * x[t, i] for rows t < m of n (Qwen2-MoE's
+ * gated shared expert); sigmoid(g) = 1 / (1 + expf(-g)) in float32. */
+NVFP4_API nvfp4_status nvfp4_k_gate_add(nvfp4_backend *be, const float *x, const float *gate,
+                                        size_t m, size_t n, float *y, nvfp4_error *err);
 /* Log-softmax over rows of n. */
 NVFP4_API nvfp4_status nvfp4_k_logsoftmax(nvfp4_backend *be, const float *x, size_t m,
                                           size_t n, float *y, nvfp4_error *err);
