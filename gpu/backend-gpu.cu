@@ -163,13 +163,6 @@ static void *g_open(nvfp4_error *err)
         return NULL;
     }
     ctx->dev.warp_size = ctx->info.warp_size;
-#if defined(GPU_VENDOR_CUDA)
-    ctx->dev.wmma = ctx->info.major >= 8; /* BF16 WMMA from Ampere on */
-#else
-    ctx->dev.wmma = 0;
-#endif
-    if (getenv("NVFP4_GPU_NO_WMMA"))
-        ctx->dev.wmma = 0;
     /* tests and tuning: NVFP4 GEMV rows per warp (1, 2 or 4) */
     if (getenv("NVFP4_GPU_GEMV_ROWS"))
         ctx->dev.gemv_rows = atoi(getenv("NVFP4_GPU_GEMV_ROWS"));
@@ -186,6 +179,39 @@ static void *g_open(nvfp4_error *err)
         g_close(ctx);
         return NULL;
     }
+    /* Tensor-core paths: what the device's code image holds.  The FP4 GEMM
+     * (block-scaled mma.sync) exists on compute capability 12.x only, and
+     * only in an sm_120a/sm_121a image; a 12.x device running PTX of an
+     * older target reports no FP4 and takes the BF16 tensor-core path. */
+    {
+        int caps = 0;
+        if ((e = gk_caps(ctx->flag, ctx->stream)) != GPU_SUCCESS ||
+            (e = gpu_copy_d2h(&caps, ctx->flag, sizeof caps, ctx->stream)) != GPU_SUCCESS ||
+            (e = gpu_stream_sync(ctx->stream)) != GPU_SUCCESS) {
+            gerr(e, GPU_VENDOR_NAME, err);
+            g_close(ctx);
+            return NULL;
+        }
+        ctx->dev.mma = (caps & GK_CAP_MMA) != 0;
+        ctx->dev.fp4mma = (caps & GK_CAP_FP4_MMA) != 0;
+#if defined(GPU_VENDOR_CUDA)
+        ctx->dev.fp4mma = ctx->dev.fp4mma && ctx->info.major == 12;
+#endif
+    }
+    /* The CPU emulator runs the tensor-core paths only when a test pins
+     * them (NVFP4_GPU_LINEAR=mma, fp4): its automatic choice stays the
+     * float32 tiled GEMM that tests/test-gpu-model.c's default-path bounds
+     * were written against. */
+#ifdef GPU_VENDOR_EMU
+    ctx->dev.tc_auto = 0;
+#else
+    ctx->dev.tc_auto = 1;
+#endif
+    /* tuning and comparisons: switch the tensor-core paths off */
+    if (getenv("NVFP4_GPU_NO_WMMA") || getenv("NVFP4_GPU_NO_MMA"))
+        ctx->dev.mma = 0;
+    if (getenv("NVFP4_GPU_NO_FP4MMA"))
+        ctx->dev.fp4mma = 0;
     if ((e = gpu_memset(ctx->flag, 0, sizeof(int), ctx->stream)) != GPU_SUCCESS ||
         (e = gpu_stream_sync(ctx->stream)) != GPU_SUCCESS) {
         gerr(e, GPU_VENDOR_NAME, err);
@@ -456,9 +482,20 @@ static nvfp4_status g_linear(void *c, void *p, const nvfp4_kweight_desc *desc, c
 
     (void)desc;
     (void)gpu_set_device(ctx->device);
-    /* benchmarks and tests pin a path: gemv, tiled or wmma */
+    /* benchmarks and tests pin a path: gemv, tiled, mma (BF16 tensor
+     * cores; "wmma" is its old name) or fp4 (W4A4 on FP4 tensor cores) */
     if (f)
-        force = !strcmp(f, "gemv") ? 1 : !strcmp(f, "tiled") ? 2 : !strcmp(f, "wmma") ? 3 : 0;
+        force = !strcmp(f, "gemv") ? 1 : !strcmp(f, "tiled") ? 2
+                : !strcmp(f, "mma") || !strcmp(f, "wmma") ? 3 : !strcmp(f, "fp4") ? 4 : 0;
+    if ((force == 3 && !ctx->dev.mma) ||
+        (force == 4 && (!ctx->dev.fp4mma || kw->w.format != GK_NVFP4 ||
+                        !(kw->w.input_scale > 0.0f))))
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, "", "NVFP4_GPU_LINEAR", -1,
+                               "%s: linear path \"%s\" is not available for this %s weight "
+                               "on device %s (%s)", GPU_VENDOR_NAME, f,
+                               kw->w.format == GK_NVFP4 && kw->w.input_scale > 0.0f ? "W4A4"
+                                                                                  : "non-W4A4",
+                               ctx->info.name, ctx->info.arch);
     if (kw->w.format == GK_NVFP4 && kw->w.input_scale > 0.0f) {
         if (!mul_ok(m, (size_t)kw->w.k, &bytes) || !mul_ok(bytes, sizeof(float), &bytes))
             return nvfp4_error_set(err, NVFP4_ERR_OVERFLOW, "", "linear", -1,

@@ -4,8 +4,9 @@
  *   GEMV (decode, 1 token): NVFP4 weights W4A16 and W4A4 against a
  *   device-to-device copy of the same bytes (packed weights + block scales),
  *   the bandwidth bound of a kernel that reads each weight byte once.
- *   GEMM (prefill, 16..4096 tokens): our NVFP4 kernels (tensor-core WMMA on
- *   CUDA sm_80+, the portable tiled kernel everywhere) against cuBLAS BF16
+ *   GEMM (prefill, 16..4096 tokens): our NVFP4 kernels (the BF16 tensor-core
+ *   GEMM on CUDA sm_80+ and AMD CDNA2/3, the FP4 tensor-core W4A4 GEMM on
+ *   sm_120a, the portable tiled kernel everywhere) against cuBLAS BF16
  *   (cublasGemmEx, BF16 in/out, float32 compute) on the same shape - the
  *   dense peer at 16 bits per weight (CUDA only; cuBLAS is linked into this
  *   program alone).
@@ -264,7 +265,7 @@ static int bench_gemm(int64_t n, int64_t k, const int64_t *tokens, int ntok, dou
     w.global = 0.01f;
     for (int t = 0; t < ntok; t++) {
         const double flop = 2.0 * (double)tokens[t] * (double)n * (double)k;
-        double tw = -1, tt, t4, tb = -1;
+        double tw = -1, tt, t4, tf = -1, tb = -1;
         memset(&j, 0, sizeof j);
         j.op = OP_LINEAR;
         j.w = &w;
@@ -275,13 +276,17 @@ static int bench_gemm(int64_t n, int64_t k, const int64_t *tokens, int ntok, dou
         w.input_scale = 0.0f;
         j.force = 2; /* portable tiled */
         tt = time_ms(&j, budget);
-        if (dev.wmma) {
+        if (dev.mma) {
             j.force = 3;
             tw = time_ms(&j, budget);
         }
         j.force = 0; /* what the backend picks, W4A4 (qdq included) */
         w.input_scale = 0.002f;
         t4 = time_ms(&j, budget);
+        if (dev.fp4mma) {
+            j.force = 4; /* W4A4 on FP4 tensor cores (activation quantization included) */
+            tf = time_ms(&j, budget);
+        }
 #ifdef GPU_VENDOR_CUDA
         j.op = OP_CUBLAS;
         j.blas = blas;
@@ -292,11 +297,12 @@ static int bench_gemm(int64_t n, int64_t k, const int64_t *tokens, int ntok, dou
         j.k = (int)k;
         tb = time_ms(&j, budget);
 #endif
-        printf("gemm %6lld x %-6lld tokens %5lld  tiled %9.3f ms %6.1f TFLOPS  wmma %9.3f ms "
-               "%6.1f TFLOPS  w4a4 %9.3f ms  cublas-bf16 %9.3f ms %6.1f TFLOPS  "
-               "best/cublas-time %.2f\n",
+        printf("gemm %6lld x %-6lld tokens %5lld  tiled %9.3f ms %6.1f TFLOPS  mma %9.3f ms "
+               "%6.1f TFLOPS  w4a4 %9.3f ms  fp4mma %9.3f ms %6.1f TFLOPS  "
+               "cublas-bf16 %9.3f ms %6.1f TFLOPS  best/cublas-time %.2f\n",
                (long long)n, (long long)k, (long long)tokens[t], tt, flop / (tt * 1e9), tw,
-               tw > 0 ? flop / (tw * 1e9) : 0.0, t4, tb, tb > 0 ? flop / (tb * 1e9) : 0.0,
+               tw > 0 ? flop / (tw * 1e9) : 0.0, t4, tf, tf > 0 ? flop / (tf * 1e9) : 0.0, tb,
+               tb > 0 ? flop / (tb * 1e9) : 0.0,
                tb > 0 ? ((tw > 0 && tw < tt) ? tw : tt) / tb : 0.0);
         fflush(stdout);
     }
@@ -332,12 +338,23 @@ int main(int argc, char **argv)
     CHECK(gpu_get_device_info(0, &info));
     CHECK(gpu_stream_create(&stream));
     dev.warp_size = info.warp_size;
+    {
+        int *dcaps = NULL, caps = 0;
+        CHECK(gpu_malloc((void **)&dcaps, sizeof(int)));
+        CHECK(gk_caps(dcaps, stream));
+        CHECK(gpu_copy_d2h(&caps, dcaps, sizeof caps, stream));
+        CHECK(gpu_stream_sync(stream));
+        (void)gpu_free(dcaps);
+        dev.tc_auto = 1;
+        dev.mma = (caps & GK_CAP_MMA) != 0;
+        dev.fp4mma = (caps & GK_CAP_FP4_MMA) != 0;
 #ifdef GPU_VENDOR_CUDA
-    dev.wmma = info.major >= 8;
+        dev.fp4mma = dev.fp4mma && info.major == 12;
 #endif
-    printf("device %s (%s), %d SMs/CUs, %.1f GiB, warp %d, wmma %s\n", info.name, info.arch,
-           info.sm_count, info.total_mem / 1073741824.0, info.warp_size,
-           dev.wmma ? "yes" : "no");
+    }
+    printf("device %s (%s), %d SMs/CUs, %.1f GiB, warp %d, mma %s, fp4mma %s\n", info.name,
+           info.arch, info.sm_count, info.total_mem / 1073741824.0, info.warp_size,
+           dev.mma ? "yes" : "no", dev.fp4mma ? "yes" : "no");
     for (size_t i = 0; i < sizeof gemv_shapes / sizeof gemv_shapes[0]; i++)
         if (bench_gemv(gemv_shapes[i][0], gemv_shapes[i][1], budget))
             return 1;

@@ -7,6 +7,7 @@
 #ifndef NVFP4_GPU_CUDA_H
 #define NVFP4_GPU_CUDA_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include <cuda_runtime.h>
@@ -150,12 +151,38 @@ GPU_DEV void gpu_syncthreads(void) { __syncthreads(); }
 GPU_DEV int gpu_atomic_cas(int *p, int cmp, int val) { return atomicCAS(p, cmp, val); }
 GPU_DEV int gpu_atomic_add(int *p, int v) { return atomicAdd(p, v); }
 
-/* Tensor-core MMA (WMMA, BF16 in, float32 accumulate) from sm_80 on; the
- * host decides per device (compute capability >= 8.0) whether the kernel
- * that uses it may run. */
-#define GPU_HAVE_WMMA 1
+/* Tensor cores (gpu/gpu.h): mma.sync m16n8k16 BF16 from sm_80 on.  The
+ * backend asks the device which of these its kernel image has
+ * (gk_caps), so a device never runs an empty kernel body. */
+#define GPU_MMA_KIND GPU_MMA_NV_M16N8K16
+#define GPU_MMA_LANES 32
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define GPU_WMMA_DEVICE 1
+#define GPU_MMA_DEVICE 1
+GPU_DEV void gpu_mma_bf16(float *d, const uint32_t *a, const uint32_t *b)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+/* Block-scaled FP4 MMA: only the "a" targets of consumer Blackwell accept
+ * mma.sync ... .block_scale (ptxas refuses it for sm_100a/103a/110a, whose
+ * block scaling is tcgen05-only).  Selectors {byte-id, thread-id} are
+ * {0, 0}: .scale_vec::4X uses all four bytes (PTX ISA 9.7.14.3). */
+#if defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM121_ALL)
+#define GPU_FP4_MMA_DEVICE 1
+GPU_DEV void gpu_mma_fp4(float *d, const uint32_t *a, const uint32_t *b, uint32_t sfa,
+                         uint32_t sfb)
+{
+    asm volatile("mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X"
+                 ".f32.e2m1.e2m1.f32.ue4m3 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3}, "
+                 "%10, {0, 0}, %11, {0, 0};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+                   "r"(sfa), "r"(sfb));
+}
 #endif
 
 #endif /* __CUDACC__ */

@@ -10,8 +10,11 @@
  * thread of the block, a warp shuffle for every live lane of the warp; a
  * divergent barrier is reported and aborts (this is a test tool).  The warp
  * is GPU_EMU_WARP lanes (32 by default; 64 emulates CDNA wavefronts).
- * Device memory is host memory.  Tensor cores are not emulated (the WMMA
- * GEMM is CUDA-only and is not built here).  The <<<...>>> launches are
+ * Device memory is host memory.  The tensor-core instructions of gpu/gpu.h
+ * are emulated as warp collectives (gpu/emu.cc): at warp 32 NVIDIA's
+ * mma.sync m16n8k16 BF16 and the block-scaled m16n8k64 FP4 MMA, at warp 64
+ * AMD's 16x16x16 BF16 MFMA, each with its documented lane layout, exact
+ * products and float32 accumulation in k order.  The <<<...>>> launches are
  * rewritten into gpu_emu_launch() calls by the script before compiling.
  */
 #ifndef NVFP4_GPU_EMU_H
@@ -179,7 +182,15 @@ static inline gpu_error_t gpu_event_elapsed_ms(float *ms, gpu_event_t a, gpu_eve
 #define GPU_HD static inline
 #define GPU_DEV static inline
 #define GPU_WARP GPU_EMU_WARP
-#define GPU_HAVE_WMMA 0
+/* Tensor cores: the instruction of the vendor whose warp width is emulated. */
+#if GPU_EMU_WARP == 64
+#define GPU_MMA_KIND GPU_MMA_AMD_16X16X16
+#else
+#define GPU_MMA_KIND GPU_MMA_NV_M16N8K16
+#define GPU_FP4_MMA_DEVICE 1
+#endif
+#define GPU_MMA_LANES GPU_EMU_WARP
+#define GPU_MMA_DEVICE 1
 
 struct dim3 {
     unsigned x, y, z;
@@ -202,6 +213,9 @@ uint32_t gpu_emu_exchange(uint32_t bits, int lane_xor);
 void *gpu_emu_dynamic_shared(void);
 void gpu_emu_launch(dim3 grid, dim3 block, size_t shmem, gpu_stream_t s,
                     const std::function<void()> &body);
+
+void gpu_mma_bf16(float *d, const uint32_t *a, const uint32_t *b);
+void gpu_mma_fp4(float *d, const uint32_t *a, const uint32_t *b, uint32_t sfa, uint32_t sfb);
 
 #define GPU_DYNAMIC_SHARED(type, name) type *name = (type *)gpu_emu_dynamic_shared()
 

@@ -6,6 +6,7 @@
 #ifndef NVFP4_GPU_HIP_H
 #define NVFP4_GPU_HIP_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include <hip/hip_runtime.h>
@@ -128,9 +129,30 @@ GPU_DEV void gpu_syncthreads(void) { __syncthreads(); }
 GPU_DEV int gpu_atomic_cas(int *p, int cmp, int val) { return atomicCAS(p, cmp, val); }
 GPU_DEV int gpu_atomic_add(int *p, int v) { return atomicAdd(p, v); }
 
-/* No WMMA here: the GEMM takes the portable tiled path (rocWMMA would be
- * the place to add matrix cores later). */
-#define GPU_HAVE_WMMA 0
+/* Tensor cores (gpu/gpu.h): the CDNA2/CDNA3 matrix cores, a wavefront-wide
+ * (64-lane) MFMA.  gfx908 lacks the _1k BF16 form and RDNA has no MFMA: there
+ * the kernel body is empty and gk_caps tells the backend so. */
+#define GPU_MMA_KIND GPU_MMA_AMD_16X16X16
+#define GPU_MMA_LANES 64
+#if defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || \
+    defined(__gfx942__) || defined(__gfx950__)
+#define GPU_MMA_DEVICE 1
+GPU_DEV void gpu_mma_bf16(float *d, const uint32_t *a, const uint32_t *b)
+{
+    typedef short bf16x4 __attribute__((ext_vector_type(4)));
+    typedef float f32x4 __attribute__((ext_vector_type(4)));
+    const bf16x4 va = {(short)(a[0] & 0xFFFFu), (short)(a[0] >> 16), (short)(a[1] & 0xFFFFu),
+                       (short)(a[1] >> 16)};
+    const bf16x4 vb = {(short)(b[0] & 0xFFFFu), (short)(b[0] >> 16), (short)(b[1] & 0xFFFFu),
+                       (short)(b[1] >> 16)};
+    f32x4 vd = {d[0], d[1], d[2], d[3]};
+    vd = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(va, vb, vd, 0, 0, 0);
+    d[0] = vd[0];
+    d[1] = vd[1];
+    d[2] = vd[2];
+    d[3] = vd[3];
+}
+#endif
 
 #endif /* __HIPCC__ */
 

@@ -1,14 +1,17 @@
 /*
  * gpu/kernels.cu - every operation of a decode/prefill step, written once
  * against the neutral spelling of gpu/gpu.h and compiled by nvcc (CUDA) and
- * hipcc (HIP).  The only vendor-specific part is the tensor-core GEMM (WMMA,
- * CUDA sm_80+), guarded by GPU_HAVE_WMMA; HIP runs the portable tiled GEMM.
+ * hipcc (HIP).  The tensor-core GEMMs use the warp-wide MMA instructions of
+ * gpu/gpu.h, whose per-vendor lane layouts are spelled out once below.
  *
  * Numerics (section numbers refer to docs/quark-nvfp4-spec.md):
  *  - weights dequantize as E2M1 * (E4M3(scale) * global), §2; the GEMV
  *    factors the block scale out of each 16-element partial sum, the GEMMs
  *    form the dequantized value in float32 (portable) or round it to BF16
- *    for the tensor cores (WMMA, float32 accumulation, §8);
+ *    for the tensor cores (float32 accumulation, §8);
+ *  - W4A4 on block-scaled FP4 tensor cores (sm_120a) multiplies the §5
+ *    codes and scales of the activations with the weight's own codes and
+ *    scales, and applies weight_scale_2 * input_scale once at the end;
  *  - the W4A4 activation quantize-dequantize is bit-exact with the CPU
  *    (gpu/numerics.h, same float32 operations in the same order);
  *  - everything else accumulates in float32; reductions have a fixed shape
@@ -25,11 +28,6 @@
 
 #include "kernels.h"
 #include "numerics.h"
-
-#if defined(GPU_VENDOR_CUDA) && GPU_HAVE_WMMA
-#include <cuda_bf16.h>
-#include <mma.h>
-#endif
 
 #define GK_THREADS 256
 
@@ -389,7 +387,7 @@ static void gemv_launch(const gk_device *dev, const gk_weight *w, const float *x
         gemv_launch_r<FMT, VEC, 1>(dev, w, x, m, y, s);
 }
 
-/* ---- GEMM: prefill, portable tiled path (HIP, and CUDA without WMMA) -------
+/* ---- GEMM: prefill, portable tiled path (devices without tensor cores) -----
  * 64x64 output tile per block of 256 threads, each thread 4x4 outputs, K in
  * steps of 32 (two NVFP4 blocks).  The weight tile is dequantized to float32
  * in shared memory exactly as §2 (code * (scale * global)). */
@@ -497,97 +495,293 @@ gemm_tiled_kernel(gk_weight w, const float *__restrict__ x, int64_t m,
     tiled_tile<FMT>(w, n0, xrows, yrows);
 }
 
-/* ---- GEMM: tensor cores (CUDA sm_80+) ---------------------------------------
- * The same 64x64 tile with four warps of 32x32 (2x2 WMMA 16x16x16 BF16
- * fragments, float32 accumulators).  Activations and dequantized weights
- * are rounded to BF16 (RNE) in shared memory: each product then carries at
- * most two BF16 roundings (relative 2^-8), accumulation stays float32. */
-#if defined(GPU_VENDOR_CUDA) && GPU_HAVE_WMMA
-#define WM_THREADS 128
-#define WM_LD (PT_BK + 8) /* multiple of 8 BF16 = 16 bytes, as WMMA needs */
-#define WM_LDC (PT_BN + 4)
+/* ---- GEMM: tensor cores ------------------------------------------------------
+ * The same 64x64 tile as the portable path, four warps of 32x32 outputs,
+ * each a grid of 16 x MMA_N fragments of gpu_mma_bf16 (gpu/gpu.h).
+ * Activations and dequantized weights are rounded to BF16 (RNE) in shared
+ * memory: each product then carries at most two BF16 roundings (relative
+ * 2^-8), accumulation stays float32.  Shared memory holds words of two
+ * BF16 of consecutive k, the unit every fragment register takes. */
+#if GPU_MMA_KIND
+#define TC_WARPS 4
+#define TC_THREADS (TC_WARPS * GPU_MMA_LANES)
+#define TC_LDW (PT_BK / 2 + 4) /* words per shared row; the pad staggers banks */
+
+/* Lane layouts: register Q of a lane holds A[mma_a_row][mma_a_col ..+1],
+ * B[mma_b_k ..+1][mma_b_n]; accumulator element E is C[mma_c_row][mma_c_col]. */
+#if GPU_MMA_KIND == GPU_MMA_NV_M16N8K16
+/* PTX ISA 9.7.14.5.8 (m16n8k16, .bf16): g = lane / 4, t = lane % 4;
+ * A registers {a0a1, a2a3, a4a5, a6a7} are rows g, g+8, g, g+8 at columns
+ * 2t, 2t, 2t+8, 2t+8; B registers {b0b1, b2b3} rows 2t, 2t+8 of column g;
+ * c0..c3 are (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). */
+#define MMA_N 8
+#define MMA_AREGS 4
+GPU_DEV int mma_a_row(int l, int q) { return (l >> 2) + 8 * (q & 1); }
+GPU_DEV int mma_a_col(int l, int q) { return 2 * (l & 3) + 8 * (q >> 1); }
+GPU_DEV int mma_b_k(int l, int q) { return 2 * (l & 3) + 8 * q; }
+GPU_DEV int mma_b_n(int l, int q) { return (void)q, l >> 2; }
+GPU_DEV int mma_c_row(int l, int e) { return (l >> 2) + 8 * (e >> 1); }
+GPU_DEV int mma_c_col(int l, int e) { return 2 * (l & 3) + (e & 1); }
+#else
+/* AMD 16x16x16 BF16 MFMA (ROCm's matrix instruction calculator, CDNA2 and
+ * CDNA3 alike): lane l holds A row l % 16, k = 4 (l / 16) .. +3 in two
+ * registers; B column l % 16, the same k; D rows 4 (l / 16) .. +3 of
+ * column l % 16. */
+#define MMA_N 16
+#define MMA_AREGS 2
+GPU_DEV int mma_a_row(int l, int q) { return (void)q, l & 15; }
+GPU_DEV int mma_a_col(int l, int q) { return 4 * (l >> 4) + 2 * q; }
+GPU_DEV int mma_b_k(int l, int q) { return 4 * (l >> 4) + 2 * q; }
+GPU_DEV int mma_b_n(int l, int q) { return (void)q, l & 15; }
+GPU_DEV int mma_c_row(int l, int e) { return 4 * (l >> 4) + e; }
+GPU_DEV int mma_c_col(int l, int e) { return (void)e, l & 15; }
+#endif
+#define MMA_NJ (32 / MMA_N) /* fragments across a warp's 32 columns */
+
+GPU_DEV uint32_t bf16_pair(float lo, float hi)
+{
+    return num_bf16_encode(lo) | (num_bf16_encode(hi) << 16);
+}
 
 template <int FMT>
-__global__ void __launch_bounds__(WM_THREADS)
-gemm_wmma_kernel(gk_weight w, const float *__restrict__ x, int64_t m,
-                 float *__restrict__ y)
+__global__ void __launch_bounds__(TC_THREADS)
+gemm_mma_kernel(gk_weight w, const float *__restrict__ x, int64_t m, float *__restrict__ y)
 {
-#ifdef GPU_WMMA_DEVICE
-    using namespace nvcuda;
-    __shared__ __align__(32) __nv_bfloat16 xs[PT_BM][WM_LD];
-    __shared__ __align__(32) __nv_bfloat16 ws[PT_BN][WM_LD];
-    __shared__ __align__(32) float cs[PT_BM][WM_LDC];
+#ifdef GPU_MMA_DEVICE
+    __shared__ uint32_t xs[PT_BM][TC_LDW];
+    __shared__ uint32_t ws[PT_BN][TC_LDW];
     const int64_t m0 = (int64_t)blockIdx.y * PT_BM, n0 = (int64_t)blockIdx.x * PT_BN;
-    const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
-    const int tid = threadIdx.x;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+    const int tid = threadIdx.x, lane = tid % GPU_MMA_LANES, warp = tid / GPU_MMA_LANES;
+    const int wm = warp / 2, wn = warp % 2;
+    float acc[2][MMA_NJ][4];
 
     for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++)
-            wmma::fill_fragment(acc[i][j], 0.0f);
+        for (int j = 0; j < MMA_NJ; j++)
+            for (int e = 0; e < 4; e++)
+                acc[i][j][e] = 0.0f;
 
     for (int64_t k0 = 0; k0 < w.k; k0 += PT_BK) {
-        for (int i = tid; i < PT_BM * PT_BK; i += WM_THREADS) {
-            const int r = i / PT_BK, c = i % PT_BK;
+        for (int i = tid; i < PT_BM * PT_BK / 2; i += TC_THREADS) {
+            const int r = i / (PT_BK / 2), c = 2 * (i % (PT_BK / 2));
             const int64_t row = m0 + r, col = k0 + c;
-            xs[r][c] = __float2bfloat16_rn((row < m && col < w.k) ? x[row * w.k + col] : 0.0f);
+            const float *xr = x + row * w.k;
+            xs[r][c / 2] = bf16_pair(row < m && col < w.k ? xr[col] : 0.0f,
+                                     row < m && col + 1 < w.k ? xr[col + 1] : 0.0f);
         }
         if (FMT == GK_NVFP4) {
-            /* 128 threads = 64 rows x 2 blocks of 16 */
-            const int r = tid >> 1, bj = tid & 1;
-            const int64_t row = n0 + r, blk = k0 / NUM_BLOCK + bj;
-            const int64_t nblk = w.k / NUM_BLOCK;
-            if (row < w.n && blk < nblk) {
-                const float sc = gpu_mul_rn(num_e4m3_value(w.scales[row * nblk + blk]),
-                                            w.global);
-                uint2 q = *(const uint2 *)(w.packed + row * (w.k / 2) + blk * 8);
-                for (int j = 0; j < 8; j++) {
-                    uint32_t b = ((j < 4 ? q.x : q.y) >> (8 * (j & 3))) & 0xFFu;
-                    ws[r][bj * 16 + 2 * j] =
-                        __float2bfloat16_rn(gpu_mul_rn(num_e2m1_value(b & 15u), sc));
-                    ws[r][bj * 16 + 2 * j + 1] =
-                        __float2bfloat16_rn(gpu_mul_rn(num_e2m1_value(b >> 4), sc));
+            /* 64 rows x 2 blocks of 16; byte j of a block is k = 2j, 2j+1 */
+            for (int u = tid; u < 2 * PT_BN; u += TC_THREADS) {
+                const int r = u >> 1, bj = u & 1;
+                const int64_t row = n0 + r, blk = k0 / NUM_BLOCK + bj;
+                const int64_t nblk = w.k / NUM_BLOCK;
+                if (row < w.n && blk < nblk) {
+                    const float sc = gpu_mul_rn(num_e4m3_value(w.scales[row * nblk + blk]),
+                                                w.global);
+                    const uint2 q = *(const uint2 *)(w.packed + row * (w.k / 2) + blk * 8);
+                    for (int j = 0; j < 8; j++) {
+                        const uint32_t b = ((j < 4 ? q.x : q.y) >> (8 * (j & 3))) & 0xFFu;
+                        ws[r][bj * 8 + j] =
+                            bf16_pair(gpu_mul_rn(num_e2m1_value(b & 15u), sc),
+                                      gpu_mul_rn(num_e2m1_value(b >> 4), sc));
+                    }
+                } else {
+                    for (int j = 0; j < 8; j++)
+                        ws[r][bj * 8 + j] = 0u;
                 }
-            } else {
-                for (int j = 0; j < 16; j++)
-                    ws[r][bj * 16 + j] = __float2bfloat16_rn(0.0f);
             }
         } else {
-            for (int i = tid; i < PT_BN * PT_BK; i += WM_THREADS) {
-                const int r = i / PT_BK, c = i % PT_BK;
+            for (int i = tid; i < PT_BN * PT_BK / 2; i += TC_THREADS) {
+                const int r = i / (PT_BK / 2), c = 2 * (i % (PT_BK / 2));
                 const int64_t row = n0 + r, col = k0 + c;
-                ws[r][c] = __float2bfloat16_rn(
-                    (row < w.n && col < w.k) ? dense_at<FMT>(w.dense, row * w.k + col) : 0.0f);
+                ws[r][c / 2] = bf16_pair(
+                    row < w.n && col < w.k ? dense_at<FMT>(w.dense, row * w.k + col) : 0.0f,
+                    row < w.n && col + 1 < w.k ? dense_at<FMT>(w.dense, row * w.k + col + 1)
+                                               : 0.0f);
             }
         }
-        __syncthreads();
+        gpu_syncthreads();
         for (int kk = 0; kk < PT_BK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb[2];
+            uint32_t a[2][MMA_AREGS], b[MMA_NJ][2];
             for (int i = 0; i < 2; i++)
-                wmma::load_matrix_sync(fa[i], &xs[wm * 32 + i * 16][kk], WM_LD);
-            for (int j = 0; j < 2; j++)
-                wmma::load_matrix_sync(fb[j], &ws[wn * 32 + j * 16][kk], WM_LD);
+                for (int q = 0; q < MMA_AREGS; q++)
+                    a[i][q] = xs[wm * 32 + i * 16 + mma_a_row(lane, q)]
+                                [(kk + mma_a_col(lane, q)) / 2];
+            for (int j = 0; j < MMA_NJ; j++)
+                for (int q = 0; q < 2; q++)
+                    b[j][q] = ws[wn * 32 + j * MMA_N + mma_b_n(lane, q)]
+                                [(kk + mma_b_k(lane, q)) / 2];
             for (int i = 0; i < 2; i++)
-                for (int j = 0; j < 2; j++)
-                    wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+                for (int j = 0; j < MMA_NJ; j++)
+                    gpu_mma_bf16(acc[i][j], a[i], b[j]);
         }
-        __syncthreads();
+        gpu_syncthreads();
     }
     for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++)
-            wmma::store_matrix_sync(&cs[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j],
-                                    WM_LDC, wmma::mem_row_major);
-    __syncthreads();
-    for (int i = tid; i < PT_BM * PT_BN; i += WM_THREADS) {
-        const int r = i / PT_BN, c = i % PT_BN;
-        const int64_t row = m0 + r, col = n0 + c;
-        if (row < m && col < w.n)
-            y[row * w.n + col] = w.bias ? cs[r][c] + w.bias[col] : cs[r][c];
+        for (int j = 0; j < MMA_NJ; j++)
+            for (int e = 0; e < 4; e++) {
+                const int64_t row = m0 + wm * 32 + i * 16 + mma_c_row(lane, e);
+                const int64_t col = n0 + wn * 32 + j * MMA_N + mma_c_col(lane, e);
+                if (row < m && col < w.n)
+                    y[row * w.n + col] = w.bias ? acc[i][j][e] + w.bias[col] : acc[i][j][e];
+            }
+#else
+    (void)w, (void)x, (void)m, (void)y;
+#endif /* GPU_MMA_DEVICE */
+}
+#endif /* GPU_MMA_KIND */
+
+/* ---- W4A4 GEMM: block-scaled FP4 tensor cores (sm_120a, sm_121a) -------------
+ * The activations are quantized by §5 exactly as qdq_kernel does it (same
+ * float32 operations, so the same E2M1 codes and E4M3 block scales), but
+ * kept as codes: packed like a weight, [m, k/2] bytes then [m, k/16] scale
+ * bytes.  The instruction then forms sum_k (a_k sa)(b_k sb) from codes and
+ * scales - every product exact in float32, E2M1 x E4M3 x E2M1 x E4M3 has 12
+ * significant bits - and the epilogue multiplies by weight_scale_2 *
+ * input_scale: the reference's x' = e2m1 * (s / gs) and w = e2m1 *
+ * (scale * global) differ from that only by those few float32 roundings.
+ * Fragments are read straight from global memory (L1-cached). */
+
+/* One thread per block of 16: num_qdq_block up to the codes. */
+__global__ void act_quant_kernel(const float *__restrict__ x, int64_t nblocks, float gs,
+                                 uint8_t *__restrict__ codes, uint8_t *__restrict__ scales)
+{
+    const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const float sixth = 1.0f / 6.0f;
+    float v[NUM_BLOCK], amax = 0.0f, s, osc;
+    uint32_t sc, lo = 0, hi = 0;
+
+    if (b >= nblocks)
+        return;
+    for (int j = 0; j < NUM_BLOCK; j++) {
+        const float a = num_f32_from_bits(num_f32_bits(v[j] = x[b * NUM_BLOCK + j]) &
+                                          0x7FFFFFFFu);
+        if (a > amax)
+            amax = a;
     }
-#endif /* GPU_WMMA_DEVICE */
+    sc = num_e4m3_encode(gpu_mul_rn(gs, gpu_mul_rn(amax, sixth)));
+    s = num_e4m3_value(sc);
+    osc = s == 0.0f ? 0.0f : gpu_div_rn(gs, s);
+    for (int j = 0; j < NUM_BLOCK; j++) {
+        float t = gpu_mul_rn(v[j], osc);
+        t = t < -6.0f ? -6.0f : t > 6.0f ? 6.0f : t;
+        if (j < 8)
+            lo |= num_e2m1_encode(t) << (4 * j);
+        else
+            hi |= num_e2m1_encode(t) << (4 * (j - 8));
+    }
+    {
+        uint2 c2;
+        c2.x = lo;
+        c2.y = hi;
+        ((uint2 *)codes)[b] = c2;
+    }
+    scales[b] = (uint8_t)sc;
+}
+
+#if GPU_MMA_KIND == GPU_MMA_NV_M16N8K16
+#define F4_THREADS 128
+
+/* The activations' codes at XQ, their scales from here on. */
+static size_t fp4_scales_offset(int64_t m, int64_t k)
+{
+    return ((size_t)(m * (k / 2)) + 255) & ~(size_t)255;
+}
+
+/* Four bytes of scales for k0 .. k0+63 of a row (zero past k). */
+GPU_DEV uint32_t f4_scales(const uint8_t *row, int64_t k0, int64_t nblk)
+{
+    uint32_t v = 0;
+    for (int c = 0; c < 4; c++)
+        if (k0 / NUM_BLOCK + c < nblk)
+            v |= (uint32_t)row[k0 / NUM_BLOCK + c] << (8 * c);
+    return v;
+}
+
+/* Lane layout of mma.m16n8k64 .e2m1 (PTX ISA 9.7.14.5.11), g = lane / 4,
+ * t = lane % 4: A register q is 8 codes of row g + 8 (q & 1) at k = 8t +
+ * 32 (q >> 1) .. +7 - four consecutive bytes of a packed row, element 0 in
+ * the low nibble as in NVFP4 - and B register q 8 codes of column g at
+ * k = 8t + 32q.  Scales (PTX ISA 9.7.14.3 and its Figure 43, selectors
+ * {0, 0}): lane 4g holds the 4 scales of A row g and of B column g, lane
+ * 4g + 1 those of A row g + 8; byte c scales k = 16c .. 16c+15.  The
+ * emulator's model (gpu/emu.cc) states the same facts element by element. */
+__global__ void __launch_bounds__(F4_THREADS)
+gemm_fp4_kernel(gk_weight w, const uint8_t *__restrict__ codes,
+                const uint8_t *__restrict__ xscales, int64_t m, float post,
+                float *__restrict__ y)
+{
+#ifdef GPU_FP4_MMA_DEVICE
+    const int64_t m0 = (int64_t)blockIdx.y * PT_BM, n0 = (int64_t)blockIdx.x * PT_BN;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t nblk = w.k / NUM_BLOCK, rowb = w.k / 2;
+    float acc[2][4][4];
+
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++)
+            for (int e = 0; e < 4; e++)
+                acc[i][j][e] = 0.0f;
+    for (int64_t k0 = 0; k0 < w.k; k0 += 64) {
+        uint32_t a[2][4], b[4][2], sa[2], sb[4];
+        for (int i = 0; i < 2; i++) {
+            const int64_t rbase = m0 + (warp / 2) * 32 + i * 16;
+            for (int q = 0; q < 4; q++) {
+                const int64_t row = rbase + g + 8 * (q & 1), kc = k0 + 8 * t + 32 * (q >> 1);
+                a[i][q] = row < m && kc < w.k
+                              ? *(const uint32_t *)(codes + row * rowb + kc / 2) : 0u;
+            }
+            const int64_t srow = rbase + g + 8 * (t & 1);
+            sa[i] = t < 2 && srow < m ? f4_scales(xscales + srow * nblk, k0, nblk) : 0u;
+        }
+        for (int j = 0; j < 4; j++) {
+            const int64_t col = n0 + (warp % 2) * 32 + j * 8 + g;
+            for (int q = 0; q < 2; q++) {
+                const int64_t kc = k0 + 8 * t + 32 * q;
+                b[j][q] = col < w.n && kc < w.k
+                              ? *(const uint32_t *)(w.packed + col * rowb + kc / 2) : 0u;
+            }
+            sb[j] = t == 0 && col < w.n ? f4_scales(w.scales + col * nblk, k0, nblk) : 0u;
+        }
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 4; j++)
+                gpu_mma_fp4(acc[i][j], a[i], b[j], sa[i], sb[j]);
+    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++)
+            for (int e = 0; e < 4; e++) {
+                const int64_t row = m0 + (warp / 2) * 32 + i * 16 + g + 8 * (e >> 1);
+                const int64_t col = n0 + (warp % 2) * 32 + j * 8 + 2 * t + (e & 1);
+                if (row < m && col < w.n) {
+                    const float v = gpu_mul_rn(acc[i][j][e], post);
+                    y[row * w.n + col] = w.bias ? v + w.bias[col] : v;
+                }
+            }
+#else
+    (void)w, (void)codes, (void)xscales, (void)m, (void)post, (void)y;
+#endif /* GPU_FP4_MMA_DEVICE */
 }
 #endif
+
+/* Which tensor-core kernels this device's code image holds (GK_CAP_*). */
+__global__ void caps_kernel(int *out)
+{
+    if (threadIdx.x == 0) {
+        int c = 0;
+#ifdef GPU_MMA_DEVICE
+        c |= GK_CAP_MMA;
+#endif
+#ifdef GPU_FP4_MMA_DEVICE
+        c |= GK_CAP_FP4_MMA;
+#endif
+        *out = c;
+    }
+}
+
+extern "C" gpu_error_t gk_caps(int *dflag, gpu_stream_t s)
+{
+    caps_kernel<<<1, 64, 0, s>>>(dflag);
+    return launched();
+}
 
 /* ---- linear ------------------------------------------------------------------- */
 
@@ -614,9 +808,9 @@ static void linear_launch(const gk_device *dev, const gk_weight *w, const float 
     }
     {
         dim3 grid(grid_for(w->n, PT_BN), grid_for(m, PT_BM));
-#if defined(GPU_VENDOR_CUDA) && GPU_HAVE_WMMA
-        if (dev->wmma && force != 2) {
-            gemm_wmma_kernel<FMT><<<grid, WM_THREADS, 0, s>>>(*w, x, m, y);
+#if GPU_MMA_KIND
+        if (dev->mma && (force == 3 || (force == 0 && dev->tc_auto))) {
+            gemm_mma_kernel<FMT><<<grid, TC_THREADS, 0, s>>>(*w, x, m, y);
             return;
         }
 #endif
@@ -627,7 +821,22 @@ static void linear_launch(const gk_device *dev, const gk_weight *w, const float 
 extern "C" gpu_error_t gk_linear(const gk_device *dev, const gk_weight *w, const float *x,
                                  int64_t m, float *y, float *xq, int force, gpu_stream_t s)
 {
-    if (w->format == GK_NVFP4 && w->input_scale > 0.0f) {
+    const int w4a4 = w->format == GK_NVFP4 && w->input_scale > 0.0f;
+
+#if GPU_MMA_KIND == GPU_MMA_NV_M16N8K16
+    if (w4a4 && dev->fp4mma &&
+        (force == 4 || (force == 0 && dev->tc_auto && m > GK_GEMV_MAX_M))) {
+        uint8_t *codes = (uint8_t *)xq, *sc = codes + fp4_scales_offset(m, w->k);
+        const int64_t nblocks = m * (w->k / NUM_BLOCK);
+        dim3 grid(grid_for(w->n, PT_BN), grid_for(m, PT_BM));
+        act_quant_kernel<<<grid_for(nblocks, GK_THREADS), GK_THREADS, 0, s>>>(
+            x, nblocks, 1.0f / w->input_scale, codes, sc);
+        gemm_fp4_kernel<<<grid, F4_THREADS, 0, s>>>(*w, codes, sc, m,
+                                                     gpu_mul_rn(w->global, w->input_scale), y);
+        return launched();
+    }
+#endif
+    if (w4a4) {
         gpu_error_t e = gk_qdq(x, m, w->k, w->input_scale, xq, s);
         if (e != GPU_SUCCESS)
             return e;

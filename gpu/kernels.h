@@ -40,9 +40,18 @@ typedef struct {
 /* Device facts the launchers choose kernels by. */
 typedef struct {
     int warp_size;          /* 32 (NVIDIA, RDNA) or 64 (CDNA) */
-    int wmma;               /* tensor-core BF16 MMA usable (sm_80+) */
+    int mma;                /* tensor-core BF16 GEMM usable (GK_CAP_MMA) */
+    int fp4mma;             /* block-scaled FP4 W4A4 GEMM usable (GK_CAP_FP4_MMA) */
+    int tc_auto;            /* the automatic choice (force 0) takes them */
     int gemv_rows;          /* NVFP4 GEMV rows per warp: 1, 2, 4; 0 = default */
 } gk_device;
+
+/* What gk_caps reports: the device's code image has the tensor-core GEMM
+ * (CUDA sm_80+, HIP gfx90a/gfx94x/gfx950) and the block-scaled FP4 GEMM
+ * (CUDA sm_120a/sm_121a).  Asked of the device because the code image the
+ * runtime picks (an "a" cubin, PTX JIT of an older target) decides it. */
+#define GK_CAP_MMA 1
+#define GK_CAP_FP4_MMA 2
 
 /* Token counts up to this take the GEMV (weights read once per 8 tokens);
  * above it the tiled GEMM. */
@@ -52,13 +61,20 @@ typedef struct {
 extern "C" {
 #endif
 
+/* Writes the GK_CAP_* bits of the device's code image to the device int
+ * DFLAG. */
+gpu_error_t gk_caps(int *dflag, gpu_stream_t s);
 /* §5 on rows of k (k % 16 == 0), bit-exact with nvfp4_quant_qdq_row. */
 gpu_error_t gk_qdq(const float *x, int64_t rows, int64_t k, float input_scale, float *out,
                    gpu_stream_t s);
 /* y[m, n] = x[m, k] @ W^T (+ bias).  For W4A4 (input_scale > 0) the caller
- * passes XQ, scratch of m*k floats for the quantize-dequantized x.
- * FORCE: 0 = choose, 1 = GEMV, 2 = portable GEMM, 3 = WMMA GEMM (tests and
- * benchmarks exercise each path). */
+ * passes XQ, scratch of m*k floats for the quantize-dequantized x (or, on
+ * the FP4 path, its codes and scales).
+ * FORCE: 0 = choose, 1 = GEMV, 2 = portable GEMM, 3 = tensor-core BF16 GEMM
+ * (when dev->mma), 4 = FP4 tensor-core GEMM (W4A4 with dev->fp4mma; the
+ * caller checks); tests and benchmarks exercise each path.  Choosing, m > 8
+ * takes (with dev->tc_auto) the FP4 GEMM for W4A4 where it exists, else the
+ * BF16 tensor-core GEMM where it exists, else the portable one. */
 gpu_error_t gk_linear(const gk_device *dev, const gk_weight *w, const float *x, int64_t m,
                       float *y, float *xq, int force, gpu_stream_t s);
 /* y[m, n] = row ids[i] of W, dequantized exactly (§2) or decoded. */

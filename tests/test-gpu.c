@@ -17,7 +17,13 @@
  * per partial sum, so float32 paths get gamma_{K+8} * sum|a_i b_i|.  The
  * tensor-core GEMM rounds activations and dequantized weights to BF16
  * first (relative error 2^-9 each, so 2^-8 + 2^-18 per product) and is
- * allowed 2^-7 * sum|a_i b_i| + gamma_{K+8} * sum|a_i b_i|. */
+ * allowed 2^-7 * sum|a_i b_i| + gamma_{K+8} * sum|a_i b_i|.  The FP4
+ * tensor-core path (W4A4) multiplies E2M1 codes and E4M3 scales exactly and
+ * sums in float32; it differs from the reference's x' = e2m1 * (s / gs),
+ * w = e2m1 * (scale * global) by the roundings of s / gs (two: gs = 1 /
+ * input_scale and the quotient), of the two weight products and of the
+ * final multiplication by global * input_scale (two), at most 6u per
+ * product, so it gets the float32 bound gamma_{K+8} too. */
 #include "config.h"
 
 #include <check.h>
@@ -86,8 +92,26 @@ static nvfp4_kweight *kup(nvfp4_backend *be, const nvfp4_linear *parts, size_t n
     return w;
 }
 
-/* The linear paths of gpu/kernels.cu, pinned with $NVFP4_GPU_LINEAR. */
-static const char *const paths[] = {"", "gemv", "tiled", "wmma"};
+/* The linear paths of gpu/kernels.cu, pinned with $NVFP4_GPU_LINEAR; the
+ * last, "fp4" (block-scaled FP4 tensor cores), takes W4A4 weights only. */
+static const char *const paths[] = {"", "gemv", "tiled", "mma", "fp4"};
+#define NPATHS_ANY 4 /* the paths for any weight */
+#define NPATHS_W4A4 5
+
+/* A device without a path refuses it with UNSUPPORTED (then the path is
+ * skipped).  The CPU emulator (device arch "emu32" / "emu64") has the BF16
+ * tensor-core path at both widths and the FP4 one at warp 32, so there a
+ * refusal is a failure. */
+static int path_refused(nvfp4_status st, const nvfp4_error *err, const char *path)
+{
+    if (st != NVFP4_ERR_UNSUPPORTED)
+        return 0;
+    ck_assert_msg(!strstr(err->text, "(emu32)") &&
+                      (!strstr(err->text, "(emu64)") || !strcmp(path, "fp4")),
+                  "the emulator refused linear path %s: %s", path, err->text);
+    fprintf(stderr, "test-gpu: skipping path %s: %s\n", path, err->text);
+    return 1;
+}
 
 /* Run y = x W^T on the GPU through PATH and compare with the float64
  * reference XR (the activations the reference multiplies: x itself, or the
@@ -100,12 +124,18 @@ static void check_linear(nvfp4_backend *be, const nvfp4_kweight *w, const nvfp4_
     float *y = malloc(m * (size_t)n * 4);
     nvfp4_error err;
     nvfp4_status st;
-    /* the tensor-core path holds BF16 operands (see the header) */
-    const double bf = !strcmp(path, "wmma") || (!*path && m > 8) ? ldexp(1.0, -7) : 0.0;
+    /* the BF16 tensor-core path holds BF16 operands (see the header) */
+    const double bf = !strcmp(path, "mma") || (!*path && m > 8) ? ldexp(1.0, -7) : 0.0;
 
     setenv("NVFP4_GPU_LINEAR", path, 1);
     st = nvfp4_k_linear(be, w, dx, m, dy, &err);
     unsetenv("NVFP4_GPU_LINEAR");
+    if (path_refused(st, &err, path)) {
+        nvfp4_backend_release(be, dx);
+        nvfp4_backend_release(be, dy);
+        free(y);
+        return;
+    }
     ck_assert_msg(st == NVFP4_OK, "linear (%s, m=%zu): %s", path, m, err.text);
     ck_assert_int_eq(nvfp4_backend_sync(be, &err), NVFP4_OK);
     dget(be, y, dy, m * (size_t)n * 4);
@@ -155,7 +185,7 @@ START_TEST(test_linear_w4a16)
         w = kup(be, &s.lin, 1);
         for (size_t i = 0; i < 67 * (size_t)k; i++)
             x[i] = frand(-3, 3);
-        for (size_t p = 0; p < sizeof(paths) / sizeof(paths[0]); p++)
+        for (size_t p = 0; p < NPATHS_ANY; p++)
             for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
                 check_linear(be, w, &s.lin, x, x, ms[mi], paths[p]);
         nvfp4_kweight_free(w);
@@ -193,7 +223,7 @@ START_TEST(test_linear_w4a4_fixture)
     ck_assert_uint_eq(nin, 12 * 64 * 4);
     syn_make(&s, "w4a4", NVFP4_SCHEME_W4A4, 37, 64, 0.002f, in_scale);
     w = kup(be, &s.lin, 1);
-    for (size_t p = 0; p < sizeof(paths) / sizeof(paths[0]); p++)
+    for (size_t p = 0; p < NPATHS_W4A4; p++)
         for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
             check_linear(be, w, &s.lin, x, xq, ms[mi], paths[p]);
     nvfp4_kweight_free(w);
@@ -201,6 +231,63 @@ START_TEST(test_linear_w4a4_fixture)
     nvfp4_backend_free(be);
     free(x);
     free(xq);
+    json_decref(meta);
+}
+END_TEST
+
+/* W4A4 beyond one tile and one k-step: m, n past the 64 x 64 tiles and k
+ * with a partial 64-wide step (80) or three whole ones (192).
+ * Rows of x are the fixture's blocks of 16 laid end to end (§5 quantizes
+ * each block on its own with the one input scale), so torch's
+ * quantize-dequantized blocks are the reference activations here too. */
+START_TEST(test_linear_w4a4_tiles)
+{
+    json_t *meta = tload_json("quant/quant.json");
+    const char *hex = json_string_value(
+        json_object_get(json_object_get(json_object_get(meta, "notes"), "act_qdq"),
+                        "input_scale_2_hex"));
+    size_t nin, nout;
+    float *fx = tload_file("quant/act_qdq_in.f32", &nin);
+    float *fxq = tload_file("quant/act_qdq_out.f32", &nout);
+    const size_t nfb = 12 * 64 / 16; /* fixture blocks */
+    static const int64_t ks[] = {80, 192};
+    static const size_t ms[] = {9, 70};
+    unsigned char raw[4];
+    float in_scale;
+    nvfp4_backend *be = open_gpu();
+
+    ck_assert_ptr_nonnull(hex);
+    for (int i = 0; i < 4; i++)
+        sscanf(hex + 2 * i, "%2hhx", &raw[i]);
+    memcpy(&in_scale, raw, 4);
+    ck_assert_uint_eq(nin, nfb * 16 * 4);
+    for (size_t ki = 0; ki < 2; ki++) {
+        const int64_t n = 70, k = ks[ki];
+        const size_t mmax = 70, nb = (size_t)k / 16;
+        float *x = malloc(mmax * (size_t)k * 4), *xr = malloc(mmax * (size_t)k * 4);
+        syn_linear s;
+        nvfp4_kweight *w;
+
+        for (size_t t = 0; t < mmax; t++)
+            for (size_t b = 0; b < nb; b++) {
+                /* a stride coprime to 48 walks every fixture block */
+                const size_t src = ((t * nb + b) * 7) % nfb;
+                memcpy(x + t * (size_t)k + b * 16, fx + src * 16, 64);
+                memcpy(xr + t * (size_t)k + b * 16, fxq + src * 16, 64);
+            }
+        syn_make(&s, "w4a4", NVFP4_SCHEME_W4A4, n, k, 0.002f, in_scale);
+        w = kup(be, &s.lin, 1);
+        for (size_t p = 0; p < NPATHS_W4A4; p++)
+            for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
+                check_linear(be, w, &s.lin, x, xr, ms[mi], paths[p]);
+        nvfp4_kweight_free(w);
+        syn_free(&s);
+        free(x);
+        free(xr);
+    }
+    nvfp4_backend_free(be);
+    free(fx);
+    free(fxq);
     json_decref(meta);
 }
 END_TEST
@@ -236,15 +323,22 @@ START_TEST(test_linear_dense)
     parts[1].dense = &t2;
     parts[1].bias = &tb;
     w = kup(be, parts, 2);
-    for (size_t p = 0; p < sizeof(paths) / sizeof(paths[0]); p++)
+    for (size_t p = 0; p < NPATHS_ANY; p++)
         for (size_t mi = 0; mi < 2; mi++) {
             const size_t m = ms[mi];
             float *dx = dput(be, x, m * (size_t)k * 4), *dy = dput(be, NULL, m * (size_t)n * 4);
-            const double bf = !strcmp(paths[p], "wmma") || (!*paths[p] && m > 8)
+            const double bf = !strcmp(paths[p], "mma") || (!*paths[p] && m > 8)
                                   ? ldexp(1.0, -7) : 0.0;
+            nvfp4_status st;
             setenv("NVFP4_GPU_LINEAR", paths[p], 1);
-            ck_assert_msg(nvfp4_k_linear(be, w, dx, m, dy, &err) == NVFP4_OK, "%s", err.text);
+            st = nvfp4_k_linear(be, w, dx, m, dy, &err);
             unsetenv("NVFP4_GPU_LINEAR");
+            if (path_refused(st, &err, paths[p])) {
+                nvfp4_backend_release(be, dx);
+                nvfp4_backend_release(be, dy);
+                continue;
+            }
+            ck_assert_msg(st == NVFP4_OK, "%s", err.text);
             dget(be, y, dy, m * (size_t)n * 4);
             for (size_t t = 0; t < m; t++)
                 for (int64_t r = 0; r < n; r++) {
@@ -905,6 +999,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_linear_w4a16);
     tcase_add_test(tc, test_linear_w4a4_fixture);
+    tcase_add_test(tc, test_linear_w4a4_tiles);
     tcase_add_test(tc, test_linear_dense);
     tcase_add_test(tc, test_embed);
     tcase_add_test(tc, test_rowwise);
