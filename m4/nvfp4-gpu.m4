@@ -14,7 +14,7 @@ AC_ARG_ENABLE([hip],
   [], [enable_hip=no])
 AC_ARG_WITH([cuda-arch],
   [AS_HELP_STRING([--with-cuda-arch=LIST],
-    [comma-separated CUDA targets, e.g. sm_80,sm_90 (default: sm_80,sm_90, plus sm_100a when nvcc offers it)])],
+    [comma-separated CUDA targets, e.g. sm_80,sm_90 (default: sm_80,sm_90, plus sm_100a and sm_120a when nvcc offers them)])],
   [], [with_cuda_arch=default])
 AC_ARG_WITH([hip-arch],
   [AS_HELP_STRING([--with-hip-arch=LIST],
@@ -51,6 +51,13 @@ _NVFP4_EOF
     AS_IF([$NVCC -c -gencode arch=compute_100a,code=sm_100a conftest.cu -o conftest.$OBJEXT \
              >&AS_MESSAGE_LOG_FD 2>&1],
           [with_cuda_arch=$with_cuda_arch,sm_100a; AC_MSG_RESULT([yes])],
+          [AC_MSG_RESULT([no])])
+    # consumer Blackwell: the only targets whose mma.sync has block-scaled
+    # FP4 (gpu/kernels.cu's W4A4 FP4 GEMM)
+    AC_MSG_CHECKING([whether $NVCC can build sm_120a])
+    AS_IF([$NVCC -c -gencode arch=compute_120a,code=sm_120a conftest.cu -o conftest.$OBJEXT \
+             >&AS_MESSAGE_LOG_FD 2>&1],
+          [with_cuda_arch=$with_cuda_arch,sm_120a; AC_MSG_RESULT([yes])],
           [AC_MSG_RESULT([no])])])
   # One cubin per target, plus PTX of the newest portable one so that later
   # GPUs can JIT it ("a" targets are not forward-compatible).
