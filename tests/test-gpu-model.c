@@ -11,6 +11,9 @@
  *                                 float32), the attention decode kernels
  *   greedy continuation           the reference's, token for token
  *
+ * (the float32 prefill also against the CPU backend's logits: both lie
+ * within the tolerance of PyTorch's, so within twice it of each other),
+ *
  * and the default prefill path, which on tensor-core GPUs rounds the GEMM
  * tiles to BF16 (8 significant bits, float32 accumulation): there every
  * product carries a relative error up to 2^-8, which W4A4's activation
@@ -79,10 +82,23 @@ START_TEST(test_prefill_f32)
     char what[80];
     float *logits;
 
+    nvfp4_model *cpu;
+    nvfp4_error err;
+    float *cpu_logits;
+
     fixture_load(name, &f);
     logits = prefill(name, &f, "tiled");
     snprintf(what, sizeof(what), "%s %s prefill (tiled)", gpu_name, name);
     compare_logits(what, logits, f.logits, f.T * f.V, LOGIT_TOL);
+    /* and against the CPU backend: both lie within LOGIT_TOL of PyTorch */
+    cpu = fixture_open(name, "cpu", 0, &err);
+    ck_assert_msg(cpu != NULL, "%s on cpu: %s", name, err.text);
+    cpu_logits = malloc(f.T * f.V * sizeof(float));
+    ck_assert_int_eq(nvfp4_model_forward(cpu, f.tokens, f.T, 0, cpu_logits, 0, &err), NVFP4_OK);
+    snprintf(what, sizeof(what), "%s %s prefill vs cpu", gpu_name, name);
+    compare_logits(what, logits, cpu_logits, f.T * f.V, 2 * LOGIT_TOL);
+    free(cpu_logits);
+    nvfp4_model_free(cpu);
     free(logits);
     fixture_free(&f);
 }
