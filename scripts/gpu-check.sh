@@ -205,6 +205,23 @@ main() {
                 printf "\n" }'
         done
     done
+    # Last (it is slow, and the numbers above matter more): the GPU op tests
+    # under compute-sanitizer memcheck, where the machine has it - every
+    # device access of every kernel checked; a finding fails the check.
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+    if [ "$VENDOR" = cuda ] && [ -n "$cs" ]; then
+        echo "== $(date -u +%H:%M:%S) compute-sanitizer memcheck tests/test-gpu"
+        NVFP4_TEST_GPU_BACKEND=cuda NVFP4_BACKEND_PATH="$BUILD/gpu/.libs" timeout 240 \
+            ./libtool --mode=execute "$cs" --tool memcheck --leak-check no --error-exitcode 9 \
+            tests/test-gpu >sanitizer.log 2>&1
+        s=$?
+        tail -n 25 sanitizer.log
+        case $s in
+        0) echo "compute-sanitizer: clean" ;;
+        124) echo "compute-sanitizer: time limit reached (not a finding)" ;;
+        *) echo "compute-sanitizer: exit $s"; rc=1 ;;
+        esac
+    fi
     echo "== $(date -u +%H:%M:%S) done, status $rc"
     echo "$rc" > "$STATUS"
 }
