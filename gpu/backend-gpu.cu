@@ -198,15 +198,6 @@ static void *g_open(nvfp4_error *err)
         ctx->dev.fp4mma = ctx->dev.fp4mma && ctx->info.major == 12;
 #endif
     }
-    /* The CPU emulator runs the tensor-core paths only when a test pins
-     * them (NVFP4_GPU_LINEAR=mma, fp4): its automatic choice stays the
-     * float32 tiled GEMM that tests/test-gpu-model.c's default-path bounds
-     * were written against. */
-#ifdef GPU_VENDOR_EMU
-    ctx->dev.tc_auto = 0;
-#else
-    ctx->dev.tc_auto = 1;
-#endif
     /* tuning and comparisons: switch the tensor-core paths off */
     if (getenv("NVFP4_GPU_NO_WMMA") || getenv("NVFP4_GPU_NO_MMA"))
         ctx->dev.mma = 0;

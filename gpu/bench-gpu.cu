@@ -345,7 +345,6 @@ int main(int argc, char **argv)
         CHECK(gpu_copy_d2h(&caps, dcaps, sizeof caps, stream));
         CHECK(gpu_stream_sync(stream));
         (void)gpu_free(dcaps);
-        dev.tc_auto = 1;
         dev.mma = (caps & GK_CAP_MMA) != 0;
         dev.fp4mma = (caps & GK_CAP_FP4_MMA) != 0;
 #ifdef GPU_VENDOR_CUDA

@@ -6,9 +6,13 @@
  *
  * Numerics (section numbers refer to docs/quark-nvfp4-spec.md):
  *  - weights dequantize as E2M1 * (E4M3(scale) * global), §2; the GEMV
- *    factors the block scale out of each 16-element partial sum, the GEMMs
- *    form the dequantized value in float32 (portable) or round it to BF16
- *    for the tensor cores (float32 accumulation, §8);
+ *    factors the block scale out of each 16-element partial sum, the
+ *    portable GEMM forms the dequantized value in float32, the BF16
+ *    tensor-core GEMM takes E2M1 * E4M3 (exact in BF16) and applies the
+ *    global scale once at the end; its activations are either exact in
+ *    BF16 (W4A4: the §5 codes times their block scale, input_scale applied
+ *    at the end) or split into two BF16 halves (16 significant bits), so
+ *    it agrees with the float32 paths to float32 summation error;
  *  - W4A4 on block-scaled FP4 tensor cores (sm_120a) multiplies the §5
  *    codes and scales of the activations with the weight's own codes and
  *    scales, and applies weight_scale_2 * input_scale once at the end;
@@ -497,11 +501,19 @@ gemm_tiled_kernel(gk_weight w, const float *__restrict__ x, int64_t m,
 
 /* ---- GEMM: tensor cores ------------------------------------------------------
  * The same 64x64 tile as the portable path, four warps of 32x32 outputs,
- * each a grid of 16 x MMA_N fragments of gpu_mma_bf16 (gpu/gpu.h).
- * Activations and dequantized weights are rounded to BF16 (RNE) in shared
- * memory: each product then carries at most two BF16 roundings (relative
- * 2^-8), accumulation stays float32.  Shared memory holds words of two
- * BF16 of consecutive k, the unit every fragment register takes. */
+ * each a grid of 16 x MMA_N fragments of gpu_mma_bf16 (gpu/gpu.h).  The
+ * operands are made exact in BF16 so that the products are those of the
+ * float32 paths (each exact in float32, accumulation float32):
+ *  - NVFP4 weights enter as E2M1 * E4M3(scale), at most 6 significant
+ *    bits; the global scale multiplies the result (POST) once;
+ *  - BF16 weights are BF16; F32/F16 ones are rounded to BF16 (the
+ *    automatic choice leaves them to the portable GEMM);
+ *  - activations: with SPLIT, x = hi + lo, two BF16 (16 significant bits,
+ *    relative error 2^-17) and two MMAs; without, the caller guarantees x
+ *    exact in BF16 (W4A4: act_exact_kernel's E2M1 * E4M3, with
+ *    input_scale in POST).
+ * Shared memory holds words of two BF16 of consecutive k, the unit every
+ * fragment register takes. */
 #if GPU_MMA_KIND
 #define TC_WARPS 4
 #define TC_THREADS (TC_WARPS * GPU_MMA_LANES)
@@ -543,12 +555,20 @@ GPU_DEV uint32_t bf16_pair(float lo, float hi)
     return num_bf16_encode(lo) | (num_bf16_encode(hi) << 16);
 }
 
-template <int FMT>
+/* What BF16 leaves of V (exact: V - bf16(V) is a float32). */
+GPU_DEV float bf16_rest(float v)
+{
+    return v - num_bf16_value(num_bf16_encode(v));
+}
+
+template <int FMT, bool SPLIT>
 __global__ void __launch_bounds__(TC_THREADS)
-gemm_mma_kernel(gk_weight w, const float *__restrict__ x, int64_t m, float *__restrict__ y)
+gemm_mma_kernel(gk_weight w, const float *__restrict__ x, int64_t m, float post,
+                float *__restrict__ y)
 {
 #ifdef GPU_MMA_DEVICE
     __shared__ uint32_t xs[PT_BM][TC_LDW];
+    __shared__ uint32_t xl[SPLIT ? PT_BM : 1][TC_LDW];
     __shared__ uint32_t ws[PT_BN][TC_LDW];
     const int64_t m0 = (int64_t)blockIdx.y * PT_BM, n0 = (int64_t)blockIdx.x * PT_BN;
     const int tid = threadIdx.x, lane = tid % GPU_MMA_LANES, warp = tid / GPU_MMA_LANES;
@@ -565,8 +585,11 @@ gemm_mma_kernel(gk_weight w, const float *__restrict__ x, int64_t m, float *__re
             const int r = i / (PT_BK / 2), c = 2 * (i % (PT_BK / 2));
             const int64_t row = m0 + r, col = k0 + c;
             const float *xr = x + row * w.k;
-            xs[r][c / 2] = bf16_pair(row < m && col < w.k ? xr[col] : 0.0f,
-                                     row < m && col + 1 < w.k ? xr[col + 1] : 0.0f);
+            const float v0 = row < m && col < w.k ? xr[col] : 0.0f;
+            const float v1 = row < m && col + 1 < w.k ? xr[col + 1] : 0.0f;
+            xs[r][c / 2] = bf16_pair(v0, v1);
+            if (SPLIT)
+                xl[r][c / 2] = bf16_pair(bf16_rest(v0), bf16_rest(v1));
         }
         if (FMT == GK_NVFP4) {
             /* 64 rows x 2 blocks of 16; byte j of a block is k = 2j, 2j+1 */
@@ -575,8 +598,7 @@ gemm_mma_kernel(gk_weight w, const float *__restrict__ x, int64_t m, float *__re
                 const int64_t row = n0 + r, blk = k0 / NUM_BLOCK + bj;
                 const int64_t nblk = w.k / NUM_BLOCK;
                 if (row < w.n && blk < nblk) {
-                    const float sc = gpu_mul_rn(num_e4m3_value(w.scales[row * nblk + blk]),
-                                                w.global);
+                    const float sc = num_e4m3_value(w.scales[row * nblk + blk]);
                     const uint2 q = *(const uint2 *)(w.packed + row * (w.k / 2) + blk * 8);
                     for (int j = 0; j < 8; j++) {
                         const uint32_t b = ((j < 4 ? q.x : q.y) >> (8 * (j & 3))) & 0xFFu;
@@ -613,6 +635,15 @@ gemm_mma_kernel(gk_weight w, const float *__restrict__ x, int64_t m, float *__re
             for (int i = 0; i < 2; i++)
                 for (int j = 0; j < MMA_NJ; j++)
                     gpu_mma_bf16(acc[i][j], a[i], b[j]);
+            if (SPLIT) {
+                for (int i = 0; i < 2; i++)
+                    for (int q = 0; q < MMA_AREGS; q++)
+                        a[i][q] = xl[wm * 32 + i * 16 + mma_a_row(lane, q)]
+                                    [(kk + mma_a_col(lane, q)) / 2];
+                for (int i = 0; i < 2; i++)
+                    for (int j = 0; j < MMA_NJ; j++)
+                        gpu_mma_bf16(acc[i][j], a[i], b[j]);
+            }
         }
         gpu_syncthreads();
     }
@@ -621,11 +652,13 @@ gemm_mma_kernel(gk_weight w, const float *__restrict__ x, int64_t m, float *__re
             for (int e = 0; e < 4; e++) {
                 const int64_t row = m0 + wm * 32 + i * 16 + mma_c_row(lane, e);
                 const int64_t col = n0 + wn * 32 + j * MMA_N + mma_c_col(lane, e);
-                if (row < m && col < w.n)
-                    y[row * w.n + col] = w.bias ? acc[i][j][e] + w.bias[col] : acc[i][j][e];
+                if (row < m && col < w.n) {
+                    const float v = gpu_mul_rn(acc[i][j][e], post);
+                    y[row * w.n + col] = w.bias ? v + w.bias[col] : v;
+                }
             }
 #else
-    (void)w, (void)x, (void)m, (void)y;
+    (void)w, (void)x, (void)m, (void)post, (void)y;
 #endif /* GPU_MMA_DEVICE */
 }
 #endif /* GPU_MMA_KIND */
@@ -641,20 +674,17 @@ gemm_mma_kernel(gk_weight w, const float *__restrict__ x, int64_t m, float *__re
  * (scale * global) differ from that only by those few float32 roundings.
  * Fragments are read straight from global memory (L1-cached). */
 
-/* One thread per block of 16: num_qdq_block up to the codes. */
-__global__ void act_quant_kernel(const float *__restrict__ x, int64_t nblocks, float gs,
-                                 uint8_t *__restrict__ codes, uint8_t *__restrict__ scales)
+/* §5 for one block of 16 up to the codes: num_qdq_block's float32
+ * operations (gpu/numerics.h), the E2M1 codes into C and the E4M3 scale
+ * code returned. */
+GPU_DEV uint32_t act_block_codes(const float *v, float gs, uint32_t *c)
 {
-    const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const float sixth = 1.0f / 6.0f;
-    float v[NUM_BLOCK], amax = 0.0f, s, osc;
-    uint32_t sc, lo = 0, hi = 0;
+    float amax = 0.0f, s, osc;
+    uint32_t sc;
 
-    if (b >= nblocks)
-        return;
     for (int j = 0; j < NUM_BLOCK; j++) {
-        const float a = num_f32_from_bits(num_f32_bits(v[j] = x[b * NUM_BLOCK + j]) &
-                                          0x7FFFFFFFu);
+        const float a = num_f32_from_bits(num_f32_bits(v[j]) & 0x7FFFFFFFu);
         if (a > amax)
             amax = a;
     }
@@ -664,10 +694,28 @@ __global__ void act_quant_kernel(const float *__restrict__ x, int64_t nblocks, f
     for (int j = 0; j < NUM_BLOCK; j++) {
         float t = gpu_mul_rn(v[j], osc);
         t = t < -6.0f ? -6.0f : t > 6.0f ? 6.0f : t;
-        if (j < 8)
-            lo |= num_e2m1_encode(t) << (4 * j);
-        else
-            hi |= num_e2m1_encode(t) << (4 * (j - 8));
+        c[j] = num_e2m1_encode(t);
+    }
+    return sc;
+}
+
+/* One thread per block of 16: the codes packed like a weight's, the scales
+ * as bytes (the FP4 GEMM's operands). */
+__global__ void act_quant_kernel(const float *__restrict__ x, int64_t nblocks, float gs,
+                                 uint8_t *__restrict__ codes, uint8_t *__restrict__ scales)
+{
+    const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    float v[NUM_BLOCK];
+    uint32_t c[NUM_BLOCK], sc, lo = 0, hi = 0;
+
+    if (b >= nblocks)
+        return;
+    for (int j = 0; j < NUM_BLOCK; j++)
+        v[j] = x[b * NUM_BLOCK + j];
+    sc = act_block_codes(v, gs, c);
+    for (int j = 0; j < 8; j++) {
+        lo |= c[j] << (4 * j);
+        hi |= c[j + 8] << (4 * j);
     }
     {
         uint2 c2;
@@ -676,6 +724,26 @@ __global__ void act_quant_kernel(const float *__restrict__ x, int64_t nblocks, f
         ((uint2 *)codes)[b] = c2;
     }
     scales[b] = (uint8_t)sc;
+}
+
+/* One thread per block of 16: E2M1(code) * E4M3(scale), the §5 value
+ * before its division by gs - exact in float32 and in BF16 (at most 2 + 4
+ * significant bits) - for the BF16 tensor-core GEMM, which multiplies by
+ * input_scale once at the end. */
+__global__ void act_exact_kernel(const float *__restrict__ x, int64_t nblocks, float gs,
+                                 float *__restrict__ out)
+{
+    const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    float v[NUM_BLOCK], s;
+    uint32_t c[NUM_BLOCK];
+
+    if (b >= nblocks)
+        return;
+    for (int j = 0; j < NUM_BLOCK; j++)
+        v[j] = x[b * NUM_BLOCK + j];
+    s = num_e4m3_value(act_block_codes(v, gs, c));
+    for (int j = 0; j < NUM_BLOCK; j++)
+        out[b * NUM_BLOCK + j] = gpu_mul_rn(num_e2m1_value(c[j]), s);
 }
 
 #if GPU_MMA_KIND == GPU_MMA_NV_M16N8K16
@@ -808,24 +876,36 @@ static void linear_launch(const gk_device *dev, const gk_weight *w, const float 
     }
     {
         dim3 grid(grid_for(w->n, PT_BN), grid_for(m, PT_BM));
-#if GPU_MMA_KIND
-        if (dev->mma && (force == 3 || (force == 0 && dev->tc_auto))) {
-            gemm_mma_kernel<FMT><<<grid, TC_THREADS, 0, s>>>(*w, x, m, y);
-            return;
-        }
-#endif
         gemm_tiled_kernel<FMT><<<grid, GK_THREADS, 0, s>>>(*w, x, m, y);
     }
 }
+
+#if GPU_MMA_KIND
+/* The BF16 tensor-core GEMM: X exact in BF16 (no split) or not (split). */
+template <int FMT>
+static void mma_launch(const gk_weight *w, const float *x, int64_t m, float post, int split,
+                       float *y, gpu_stream_t s)
+{
+    dim3 grid(grid_for(w->n, PT_BN), grid_for(m, PT_BM));
+
+    if (split)
+        gemm_mma_kernel<FMT, true><<<grid, TC_THREADS, 0, s>>>(*w, x, m, post, y);
+    else
+        gemm_mma_kernel<FMT, false><<<grid, TC_THREADS, 0, s>>>(*w, x, m, post, y);
+}
+#endif
 
 extern "C" gpu_error_t gk_linear(const gk_device *dev, const gk_weight *w, const float *x,
                                  int64_t m, float *y, float *xq, int force, gpu_stream_t s)
 {
     const int w4a4 = w->format == GK_NVFP4 && w->input_scale > 0.0f;
+    /* the automatic choice takes tensor cores for more than GEMV-sized m
+     * and weights whose values BF16 holds exactly (NVFP4 codes x scales,
+     * BF16); F32/F16 weights stay on the float32 GEMM */
+    const int tc = force == 0 && m > GK_GEMV_MAX_M;
 
 #if GPU_MMA_KIND == GPU_MMA_NV_M16N8K16
-    if (w4a4 && dev->fp4mma &&
-        (force == 4 || (force == 0 && dev->tc_auto && m > GK_GEMV_MAX_M))) {
+    if (w4a4 && dev->fp4mma && (force == 4 || tc)) {
         uint8_t *codes = (uint8_t *)xq, *sc = codes + fp4_scales_offset(m, w->k);
         const int64_t nblocks = m * (w->k / NUM_BLOCK);
         dim3 grid(grid_for(w->n, PT_BN), grid_for(m, PT_BM));
@@ -833,6 +913,25 @@ extern "C" gpu_error_t gk_linear(const gk_device *dev, const gk_weight *w, const
             x, nblocks, 1.0f / w->input_scale, codes, sc);
         gemm_fp4_kernel<<<grid, F4_THREADS, 0, s>>>(*w, codes, sc, m,
                                                      gpu_mul_rn(w->global, w->input_scale), y);
+        return launched();
+    }
+#endif
+#if GPU_MMA_KIND
+    if (dev->mma && (force == 3 || (tc && (w->format == GK_NVFP4 || w->format == GK_BF16)))) {
+        if (w4a4) {
+            /* E2M1 * E4M3 of §5 (gs = 1 / input_scale as gk_qdq divides) */
+            const int64_t nblocks = m * (w->k / NUM_BLOCK);
+            act_exact_kernel<<<grid_for(nblocks, GK_THREADS), GK_THREADS, 0, s>>>(
+                x, nblocks, 1.0f / w->input_scale, xq);
+            mma_launch<GK_NVFP4>(w, xq, m, gpu_mul_rn(w->global, w->input_scale), 0, y, s);
+            return launched();
+        }
+        switch (w->format) {
+        case GK_NVFP4: mma_launch<GK_NVFP4>(w, x, m, w->global, 1, y, s); break;
+        case GK_F32: mma_launch<GK_F32>(w, x, m, 1.0f, 1, y, s); break;
+        case GK_BF16: mma_launch<GK_BF16>(w, x, m, 1.0f, 1, y, s); break;
+        default: mma_launch<GK_F16>(w, x, m, 1.0f, 1, y, s); break;
+        }
         return launched();
     }
 #endif

@@ -42,7 +42,6 @@ typedef struct {
     int warp_size;          /* 32 (NVIDIA, RDNA) or 64 (CDNA) */
     int mma;                /* tensor-core BF16 GEMM usable (GK_CAP_MMA) */
     int fp4mma;             /* block-scaled FP4 W4A4 GEMM usable (GK_CAP_FP4_MMA) */
-    int tc_auto;            /* the automatic choice (force 0) takes them */
     int gemv_rows;          /* NVFP4 GEMV rows per warp: 1, 2, 4; 0 = default */
 } gk_device;
 
@@ -73,8 +72,10 @@ gpu_error_t gk_qdq(const float *x, int64_t rows, int64_t k, float input_scale, f
  * FORCE: 0 = choose, 1 = GEMV, 2 = portable GEMM, 3 = tensor-core BF16 GEMM
  * (when dev->mma), 4 = FP4 tensor-core GEMM (W4A4 with dev->fp4mma; the
  * caller checks); tests and benchmarks exercise each path.  Choosing, m > 8
- * takes (with dev->tc_auto) the FP4 GEMM for W4A4 where it exists, else the
- * BF16 tensor-core GEMM where it exists, else the portable one. */
+ * takes the FP4 GEMM for W4A4 where it exists, else the BF16 tensor-core
+ * GEMM where it exists for NVFP4 and BF16 weights (exact in BF16, so it
+ * agrees with the float32 paths to float32 summation error; see
+ * gemm_mma_kernel), else the portable one. */
 gpu_error_t gk_linear(const gk_device *dev, const gk_weight *w, const float *x, int64_t m,
                       float *y, float *xq, int force, gpu_stream_t s);
 /* y[m, n] = row ids[i] of W, dequantized exactly (§2) or decoded. */

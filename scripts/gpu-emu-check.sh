@@ -3,11 +3,14 @@
 # gpu/backend-gpu.cu compiled by the host C++ compiler against the emulator
 # spelling gpu/gpu-emu.h (one fiber per GPU thread, see there), loaded by
 # libnvfp4-kernels as backend "cuda" from a private directory, and checked by
-# tests/test-gpu - with 32-lane warps (NVIDIA) and 64-lane wavefronts (AMD
-# CDNA).  A developer check of the kernels' logic on machines without a GPU:
-# indexing, tails, reductions, barriers, warp exchanges.  It proves nothing
-# about the vendor compilers, timing, or the tensor-core GEMM (CUDA-only,
-# not emulated).
+# tests/test-gpu and tests/test-gpu-model - with 32-lane warps (NVIDIA:
+# mma.sync m16n8k16 BF16 and the block-scaled FP4 m16n8k64) and 64-lane
+# wavefronts (AMD CDNA: the 16x16x16 BF16 MFMA), the tensor-core
+# instructions modelled from their documented lane layouts (gpu/emu.cc).  A
+# developer check of the kernels' logic on machines without a GPU: indexing,
+# tails, reductions, barriers, warp exchanges, fragment packing.  It proves
+# nothing about the vendor compilers, timing, or the hardware's own
+# accumulation order (see docs/ARCHITECTURE.md, GPU linear paths).
 #
 #   scripts/gpu-emu-check.sh        (python3, g++; about a minute)
 #
