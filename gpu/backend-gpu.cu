@@ -625,6 +625,14 @@ static nvfp4_status g_add(void *c, const float *a, const float *b, size_t n, flo
     return gerr(gk_add(a, b, (int64_t)n, y, ctx->stream), "add", err);
 }
 
+static nvfp4_status g_gate_add(void *c, const float *x, const float *gate, size_t m, size_t n,
+                               float *y, nvfp4_error *err)
+{
+    gctx *ctx = (gctx *)c;
+    (void)gpu_set_device(ctx->device);
+    return gerr(gk_gate_add(x, gate, (int64_t)m, (int64_t)n, y, ctx->stream), "gate_add", err);
+}
+
 static nvfp4_status g_argmax(void *c, const float *x, size_t m, size_t n, int32_t *out,
                              nvfp4_error *err)
 {
@@ -778,6 +786,7 @@ static const nvfp4_backend_iface g_iface = {
     g_add,
     g_logsoftmax,
     g_argmax,
+    g_gate_add,
 };
 
 extern "C" NVFP4_API const nvfp4_backend_iface *nvfp4_backend_entry(uint32_t abi_version)

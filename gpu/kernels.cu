@@ -1127,6 +1127,25 @@ extern "C" gpu_error_t gk_add(const float *a, const float *b, int64_t n, float *
     return launched();
 }
 
+/* y[t, i] += sigmoid(gate[t]) * x[t, i] (Qwen2-MoE's shared expert), the
+ * CPU's float32 formula: 1 / (1 + expf(-g)), one product, one sum. */
+__global__ void gate_add_kernel(const float *__restrict__ x, const float *__restrict__ gate,
+                                int64_t m, int64_t n, float *y)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < m * n) {
+        const float g = gpu_div_rn(1.0f, 1.0f + expf(-gate[i / n]));
+        y[i] = y[i] + gpu_mul_rn(g, x[i]);
+    }
+}
+
+extern "C" gpu_error_t gk_gate_add(const float *x, const float *gate, int64_t m, int64_t n,
+                                   float *y, gpu_stream_t s)
+{
+    gate_add_kernel<<<grid_for(m * n, GK_THREADS), GK_THREADS, 0, s>>>(x, gate, m, n, y);
+    return launched();
+}
+
 /* (value, index) with the larger value winning and the lower index on
  * ties; NaN never wins (it compares false), as on the CPU's ">" scan. */
 GPU_DEV void argmax_merge(float *v, int *i, float ov, int oi)

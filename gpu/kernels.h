@@ -104,6 +104,9 @@ gpu_error_t gk_topk(const float *logits, int64_t m, int64_t e, int64_t k, int re
                     int32_t *idx, float *weights, gpu_stream_t s);
 gpu_error_t gk_add(const float *a, const float *b, int64_t n, float *y, gpu_stream_t s);
 gpu_error_t gk_argmax(const float *x, int64_t m, int64_t n, int32_t *out, gpu_stream_t s);
+/* y[t, i] += sigmoid(gate[t]) * x[t, i] over m rows of n. */
+gpu_error_t gk_gate_add(const float *x, const float *gate, int64_t m, int64_t n, float *y,
+                        gpu_stream_t s);
 
 /* Mixture of experts (§6), tokens grouped by expert on the device.
  * D13, D2: device arrays of the experts' weights, all of format FMT13 /

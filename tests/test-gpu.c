@@ -534,6 +534,32 @@ START_TEST(test_rowwise)
         ck_assert_msg(y[i] == r, "add[%zu] = %a, expected %a", i, y[i], r);
     }
 
+    /* gate_add: y += sigmoid(gate) * x per row of N (onto the add result
+     * above; x = the last softmax output, gates = row M-1 of x): sigmoid in
+     * float32 (expf within 2 ulp, a sum, a quotient) and one multiply-add:
+     * 8 u of the larger term */
+    {
+        float *before = malloc((M - 1) * N * 4), *xin = malloc((M - 1) * N * 4);
+        float *dg = dput(be, x + (M - 1) * N, (M - 1) * 4);
+        memcpy(before, y, (M - 1) * N * 4);
+        dget(be, xin, dy, (M - 1) * N * 4);
+        ck_assert_int_eq(nvfp4_k_gate_add(be, dy, dg, M - 1, N, dx, &err), NVFP4_OK);
+        dget(be, y, dx, (M - 1) * N * 4);
+        for (size_t r = 0; r + 1 < M; r++) {
+            const double g = 1 / (1 + exp(-(double)x[(M - 1) * N + r]));
+            for (size_t i = 0; i < N; i++) {
+                const double p = g * xin[r * N + i], want = before[r * N + i] + p;
+                ck_assert_msg(fabs(y[r * N + i] - want) <=
+                                  8 * u * (fabs(before[r * N + i]) + fabs(p)) + 1e-30,
+                              "gate_add[%zu][%zu] = %.9g, reference %.9g", r, i,
+                              y[r * N + i], want);
+            }
+        }
+        nvfp4_backend_release(be, dg);
+        free(before);
+        free(xin);
+    }
+
     /* argmax, first index on ties */
     nvfp4_backend_release(be, dx);
     dx = dput(be, x, M * N * 4);
