@@ -74,7 +74,8 @@ tests_test_gpu_numerics_LDADD = $(CHECK_LIBS) $(JANSSON_LIBS) $(LIBM)
 TESTS += tests/test-gpu-numerics
 
 check_PROGRAMS += tests/test-gpu
-tests_test_gpu_SOURCES = %reldir%/test-gpu.c %reldir%/testutil.h %reldir%/kref.h
+tests_test_gpu_SOURCES = %reldir%/test-gpu.c %reldir%/testutil.h %reldir%/kref.h \
+	%reldir%/gpuselect.h
 tests_test_gpu_CPPFLAGS = $(TEST_CPPFLAGS) -DGPU_MODULE_DIR='"$(abs_top_builddir)/gpu/.libs"'
 tests_test_gpu_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_gpu_LDADD = libkernels/libnvfp4-kernels.la libquant/libnvfp4-quant.la \
@@ -83,7 +84,7 @@ TESTS += tests/test-gpu
 
 check_PROGRAMS += tests/test-gpu-model
 tests_test_gpu_model_SOURCES = %reldir%/test-gpu-model.c %reldir%/testutil.h \
-	%reldir%/modelref.h
+	%reldir%/modelref.h %reldir%/gpuselect.h
 tests_test_gpu_model_CPPFLAGS = $(TEST_CPPFLAGS) \
 	-DGPU_MODULE_DIR='"$(abs_top_builddir)/gpu/.libs"'
 tests_test_gpu_model_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)

@@ -38,6 +38,7 @@
 #include <nvfp4/model.h>
 
 #include "modelref.h"
+#include "gpuselect.h"
 #include "testutil.h"
 
 #define LOGIT_TOL 1e-4
@@ -174,21 +175,9 @@ int main(void)
     TCase *tc;
     SRunner *sr;
     int failed;
-    const char *want = getenv("NVFP4_TEST_GPU_BACKEND");
 
-#ifdef GPU_MODULE_DIR
-    setenv("NVFP4_BACKEND_PATH", GPU_MODULE_DIR, 0);
-#endif
-    if (want && *want)
-        gpu_name = nvfp4_backend_available(want) ? want : NULL;
-    else
-        gpu_name = nvfp4_backend_available("cuda") ? "cuda"
-                   : nvfp4_backend_available("hip") ? "hip" : NULL;
-    if (!gpu_name) {
-        fprintf(stderr, "test-gpu-model: SKIP: no usable GPU backend (%s)\n",
-                want && *want ? want : "cuda, hip");
+    if (!(gpu_name = gpu_select("test-gpu-model")))
         return 77;
-    }
     s = suite_create("gpu-model");
     tc = tcase_create(gpu_name);
     tcase_set_timeout(tc, 600);

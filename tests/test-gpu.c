@@ -37,6 +37,7 @@
 
 #include <nvfp4/kernels.h>
 
+#include "gpuselect.h"
 #include "testutil.h"
 
 #define KREF_SEED 0x2545F4914F6CDD1Dull
@@ -1003,25 +1004,9 @@ int main(void)
     TCase *tc;
     SRunner *sr;
     int failed;
-    const char *want = getenv("NVFP4_TEST_GPU_BACKEND");
 
-#ifdef GPU_MODULE_DIR
-    setenv("NVFP4_BACKEND_PATH", GPU_MODULE_DIR, 0);
-#endif
-    if (want && *want)
-        gpu_name = nvfp4_backend_available(want) ? want : NULL;
-    else
-        gpu_name = nvfp4_backend_available("cuda") ? "cuda"
-                   : nvfp4_backend_available("hip") ? "hip" : NULL;
-    if (!gpu_name) {
-        fprintf(stderr, "test-gpu: SKIP: no usable GPU backend (%s); registered:",
-                want && *want ? want : "cuda, hip");
-        for (size_t i = 0; i < nvfp4_backend_count(); i++)
-            fprintf(stderr, " %s%s", nvfp4_backend_name_at(i),
-                    nvfp4_backend_available(nvfp4_backend_name_at(i)) ? "" : " (no device)");
-        fprintf(stderr, "\n");
+    if (!(gpu_name = gpu_select("test-gpu")))
         return 77;
-    }
     s = suite_create("gpu");
     tc = tcase_create(gpu_name);
     tcase_set_timeout(tc, 300);
