@@ -107,6 +107,8 @@ static inline gpu_error_t gpu_event_elapsed_ms(float *ms, gpu_event_t a, gpu_eve
 
 #define GPU_HD __host__ __device__ __forceinline__
 #define GPU_DEV __device__ __forceinline__
+/* before a loop of constant trip count that indexes register arrays */
+#define GPU_UNROLL _Pragma("unroll")
 
 /* The device pass of the compiler (the host pass sees none of this). */
 #ifdef __CUDA_ARCH__

@@ -181,6 +181,8 @@ static inline gpu_error_t gpu_event_elapsed_ms(float *ms, gpu_event_t a, gpu_eve
 #define __shared__ static
 #define GPU_HD static inline
 #define GPU_DEV static inline
+/* before a loop of constant trip count that indexes register arrays */
+#define GPU_UNROLL /* the host compiler unrolls as it sees fit */
 #define GPU_WARP GPU_EMU_WARP
 /* Tensor cores: the instruction of the vendor whose warp width is emulated. */
 #if GPU_EMU_WARP == 64

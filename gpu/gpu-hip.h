@@ -104,6 +104,8 @@ static inline gpu_error_t gpu_event_elapsed_ms(float *ms, gpu_event_t a, gpu_eve
 
 #define GPU_HD __host__ __device__ inline
 #define GPU_DEV __device__ inline
+/* before a loop of constant trip count that indexes register arrays */
+#define GPU_UNROLL _Pragma("unroll")
 
 #ifdef __HIP_DEVICE_COMPILE__
 #define GPU_DEVICE_PASS 1

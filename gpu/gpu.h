@@ -12,7 +12,7 @@
  *              gpu_get_device_info, gpu_malloc, gpu_free, gpu_mem_info,
  *              gpu_stream_{create,destroy,sync}, gpu_copy_{h2d,d2h,d2d},
  *              gpu_memset, gpu_event_{create,destroy,record,sync,elapsed_ms}
- *   device     GPU_HD, GPU_DEV, GPU_WARP, GPU_DEVICE_PASS (device pass only),
+ *   device     GPU_HD, GPU_DEV, GPU_UNROLL, GPU_WARP, GPU_DEVICE_PASS (device pass only),
  *              gpu_mul_rn, gpu_div_rn, gpu_shfl_xor, gpu_shfl_xor_int,
  *              gpu_ldg, gpu_syncthreads, gpu_atomic_cas, gpu_atomic_add,
  *              GPU_DYNAMIC_SHARED(type, name)

@@ -219,6 +219,7 @@ GPU_DEV void nvfp4_row_dot(const lut_t *lut, const gk_weight &w, int64_t row0,
     const int64_t nblk = w.k / NUM_BLOCK;
     const uint8_t *prow[R], *srow[R];
 
+    GPU_UNROLL
     for (int r = 0; r < R; r++) {
         const int64_t row = row0 + r < w.n ? row0 + r : w.n - 1;
         prow[r] = w.packed + row * (w.k / 2);
@@ -229,15 +230,18 @@ GPU_DEV void nvfp4_row_dot(const lut_t *lut, const gk_weight &w, int64_t row0,
         for (int64_t b = 2 * (int64_t)lane; b < nblk; b += 2 * GPU_WARP) {
             uint4 q[R];
             float s0[R], s1[R];
+            GPU_UNROLL
             for (int r = 0; r < R; r++) {
                 q[r] = *(const uint4 *)(prow[r] + b * 8);
                 s0[r] = gpu_mul_rn(num_e4m3_value(srow[r][b]), w.global);
                 s1[r] = gpu_mul_rn(num_e4m3_value(srow[r][b + 1]), w.global);
             }
+            GPU_UNROLL
             for (int t = 0; t < MT; t++) {
                 if (t < cnt) {
                     float xv[32];
                     load_x<true, 32>(xr[t] + b * NUM_BLOCK, xv);
+                    GPU_UNROLL
                     for (int r = 0; r < R; r++) {
                         acc[r][t] = fmaf(block_dot(lt, q[r].x, q[r].y, xv), s0[r], acc[r][t]);
                         acc[r][t] =
@@ -251,14 +255,17 @@ GPU_DEV void nvfp4_row_dot(const lut_t *lut, const gk_weight &w, int64_t row0,
         for (int64_t b = lane; b < nblk; b += GPU_WARP) {
             uint2 q[R];
             float s0[R];
+            GPU_UNROLL
             for (int r = 0; r < R; r++) {
                 q[r] = *(const uint2 *)(prow[r] + b * 8);
                 s0[r] = gpu_mul_rn(num_e4m3_value(srow[r][b]), w.global);
             }
+            GPU_UNROLL
             for (int t = 0; t < MT; t++) {
                 if (t < cnt) {
                     float xv[16];
                     load_x<false, 16>(xr[t] + b * NUM_BLOCK, xv);
+                    GPU_UNROLL
                     for (int r = 0; r < R; r++)
                         acc[r][t] = fmaf(block_dot(lt, q[r].x, q[r].y, xv), s0[r], acc[r][t]);
                 }
@@ -280,6 +287,7 @@ GPU_DEV void dense_row_dot(const gk_weight &w, int64_t row, const float *const *
         for (int64_t i = 8 * (int64_t)lane; i < k; i += 8 * GPU_WARP) {
             float v[8];
             dense_load8<FMT>(w.dense, base + i, v);
+            GPU_UNROLL
             for (int t = 0; t < MT; t++) {
                 if (t < cnt) {
                     const float4 *x4 = (const float4 *)(xr[t] + i);
@@ -296,6 +304,7 @@ GPU_DEV void dense_row_dot(const gk_weight &w, int64_t row, const float *const *
     } else {
         for (int64_t i = lane; i < k; i += GPU_WARP) {
             float v = dense_at<FMT>(w.dense, base + i);
+            GPU_UNROLL
             for (int t = 0; t < MT; t++)
                 if (t < cnt)
                     acc[t] = fmaf(v, xr[t][i], acc[t]);
@@ -310,6 +319,7 @@ GPU_DEV void row_dot(const lut_t *lut, const gk_weight &w, int64_t row0,
     if (FMT == GK_NVFP4) {
         nvfp4_row_dot<MT, VEC, R>(lut, w, row0, xr, cnt, acc);
     } else {
+        GPU_UNROLL
         for (int r = 0; r < R; r++)
             dense_row_dot<MT, FMT, VEC>(w, row0 + r < w.n ? row0 + r : w.n - 1, xr, cnt,
                                         acc[r]);
@@ -322,7 +332,9 @@ GPU_DEV void row_store(const gk_weight &w, int64_t row0, float (*acc)[MT], float
                        int cnt)
 {
     const int lane = threadIdx.x % GPU_WARP;
+    GPU_UNROLL
     for (int r = 0; r < R; r++)
+        GPU_UNROLL
         for (int t = 0; t < MT; t++) {
             const float v = warp_sum(acc[r][t]);
             const int64_t row = row0 + r;
@@ -348,9 +360,11 @@ gemv_kernel(gk_weight w, const float *__restrict__ x, int m, float *__restrict__
     }
     if (row0 >= w.n)
         return;
+    GPU_UNROLL
     for (int t = 0; t < MT; t++) {
         xr[t] = x + (int64_t)(t < m ? t : 0) * w.k;
         yr[t] = y + (int64_t)(t < m ? t : 0) * w.n;
+        GPU_UNROLL
         for (int r = 0; r < R; r++)
             acc[r][t] = 0.0f;
     }
@@ -575,8 +589,11 @@ gemm_mma_kernel(gk_weight w, const float *__restrict__ x, int64_t m, float post,
     const int wm = warp / 2, wn = warp % 2;
     float acc[2][MMA_NJ][4];
 
+    GPU_UNROLL
     for (int i = 0; i < 2; i++)
+        GPU_UNROLL
         for (int j = 0; j < MMA_NJ; j++)
+            GPU_UNROLL
             for (int e = 0; e < 4; e++)
                 acc[i][j][e] = 0.0f;
 
@@ -600,6 +617,7 @@ gemm_mma_kernel(gk_weight w, const float *__restrict__ x, int64_t m, float post,
                 if (row < w.n && blk < nblk) {
                     const float sc = num_e4m3_value(w.scales[row * nblk + blk]);
                     const uint2 q = *(const uint2 *)(w.packed + row * (w.k / 2) + blk * 8);
+                    GPU_UNROLL
                     for (int j = 0; j < 8; j++) {
                         const uint32_t b = ((j < 4 ? q.x : q.y) >> (8 * (j & 3))) & 0xFFu;
                         ws[r][bj * 8 + j] =
@@ -607,6 +625,7 @@ gemm_mma_kernel(gk_weight w, const float *__restrict__ x, int64_t m, float post,
                                       gpu_mul_rn(num_e2m1_value(b >> 4), sc));
                     }
                 } else {
+                    GPU_UNROLL
                     for (int j = 0; j < 8; j++)
                         ws[r][bj * 8 + j] = 0u;
                 }
@@ -622,33 +641,47 @@ gemm_mma_kernel(gk_weight w, const float *__restrict__ x, int64_t m, float post,
             }
         }
         gpu_syncthreads();
+        GPU_UNROLL
         for (int kk = 0; kk < PT_BK; kk += 16) {
             uint32_t a[2][MMA_AREGS], b[MMA_NJ][2];
+            GPU_UNROLL
             for (int i = 0; i < 2; i++)
+                GPU_UNROLL
                 for (int q = 0; q < MMA_AREGS; q++)
                     a[i][q] = xs[wm * 32 + i * 16 + mma_a_row(lane, q)]
                                 [(kk + mma_a_col(lane, q)) / 2];
+            GPU_UNROLL
             for (int j = 0; j < MMA_NJ; j++)
+                GPU_UNROLL
                 for (int q = 0; q < 2; q++)
                     b[j][q] = ws[wn * 32 + j * MMA_N + mma_b_n(lane, q)]
                                 [(kk + mma_b_k(lane, q)) / 2];
+            GPU_UNROLL
             for (int i = 0; i < 2; i++)
+                GPU_UNROLL
                 for (int j = 0; j < MMA_NJ; j++)
                     gpu_mma_bf16(acc[i][j], a[i], b[j]);
             if (SPLIT) {
+                GPU_UNROLL
                 for (int i = 0; i < 2; i++)
+                    GPU_UNROLL
                     for (int q = 0; q < MMA_AREGS; q++)
                         a[i][q] = xl[wm * 32 + i * 16 + mma_a_row(lane, q)]
                                     [(kk + mma_a_col(lane, q)) / 2];
+                GPU_UNROLL
                 for (int i = 0; i < 2; i++)
+                    GPU_UNROLL
                     for (int j = 0; j < MMA_NJ; j++)
                         gpu_mma_bf16(acc[i][j], a[i], b[j]);
             }
         }
         gpu_syncthreads();
     }
+    GPU_UNROLL
     for (int i = 0; i < 2; i++)
+        GPU_UNROLL
         for (int j = 0; j < MMA_NJ; j++)
+            GPU_UNROLL
             for (int e = 0; e < 4; e++) {
                 const int64_t row = m0 + wm * 32 + i * 16 + mma_c_row(lane, e);
                 const int64_t col = n0 + wn * 32 + j * MMA_N + mma_c_col(lane, e);
@@ -785,14 +818,19 @@ gemm_fp4_kernel(gk_weight w, const uint8_t *__restrict__ codes,
     const int64_t nblk = w.k / NUM_BLOCK, rowb = w.k / 2;
     float acc[2][4][4];
 
+    GPU_UNROLL
     for (int i = 0; i < 2; i++)
+        GPU_UNROLL
         for (int j = 0; j < 4; j++)
+            GPU_UNROLL
             for (int e = 0; e < 4; e++)
                 acc[i][j][e] = 0.0f;
     for (int64_t k0 = 0; k0 < w.k; k0 += 64) {
         uint32_t a[2][4], b[4][2], sa[2], sb[4];
+        GPU_UNROLL
         for (int i = 0; i < 2; i++) {
             const int64_t rbase = m0 + (warp / 2) * 32 + i * 16;
+            GPU_UNROLL
             for (int q = 0; q < 4; q++) {
                 const int64_t row = rbase + g + 8 * (q & 1), kc = k0 + 8 * t + 32 * (q >> 1);
                 a[i][q] = row < m && kc < w.k
@@ -801,8 +839,10 @@ gemm_fp4_kernel(gk_weight w, const uint8_t *__restrict__ codes,
             const int64_t srow = rbase + g + 8 * (t & 1);
             sa[i] = t < 2 && srow < m ? f4_scales(xscales + srow * nblk, k0, nblk) : 0u;
         }
+        GPU_UNROLL
         for (int j = 0; j < 4; j++) {
             const int64_t col = n0 + (warp % 2) * 32 + j * 8 + g;
+            GPU_UNROLL
             for (int q = 0; q < 2; q++) {
                 const int64_t kc = k0 + 8 * t + 32 * q;
                 b[j][q] = col < w.n && kc < w.k
@@ -810,12 +850,17 @@ gemm_fp4_kernel(gk_weight w, const uint8_t *__restrict__ codes,
             }
             sb[j] = t == 0 && col < w.n ? f4_scales(w.scales + col * nblk, k0, nblk) : 0u;
         }
+        GPU_UNROLL
         for (int i = 0; i < 2; i++)
+            GPU_UNROLL
             for (int j = 0; j < 4; j++)
                 gpu_mma_fp4(acc[i][j], a[i], b[j], sa[i], sb[j]);
     }
+    GPU_UNROLL
     for (int i = 0; i < 2; i++)
+        GPU_UNROLL
         for (int j = 0; j < 4; j++)
+            GPU_UNROLL
             for (int e = 0; e < 4; e++) {
                 const int64_t row = m0 + (warp / 2) * 32 + i * 16 + g + 8 * (e >> 1);
                 const int64_t col = n0 + (warp % 2) * 32 + j * 8 + 2 * t + (e & 1);
