@@ -125,22 +125,13 @@ END_TEST
 /* §5 on the torch fixture: 12 rows of 64, input_scale_2 from quant.json. */
 START_TEST(test_qdq)
 {
-    json_t *meta = tload_json("quant/quant.json");
-    const char *hex = json_string_value(
-        json_object_get(json_object_get(json_object_get(meta, "notes"), "act_qdq"),
-                        "input_scale_2_hex"));
     size_t n, nout, ns;
     float *in = load_f32("quant/act_qdq_in.f32", &n);
     float *out = load_f32("quant/act_qdq_out.f32", &nout);
     uint8_t *sc = tload_file("quant/act_qdq_scale.u8", &ns);
-    unsigned char raw[4];
     float in_scale, gs;
 
-    ck_assert_ptr_nonnull(hex);
-    ck_assert_uint_eq(strlen(hex), 8);
-    for (int i = 0; i < 4; i++) /* little-endian bytes of the float32 */
-        sscanf(hex + 2 * i, "%2hhx", &raw[i]);
-    memcpy(&in_scale, raw, 4);
+    in_scale = tact_qdq_scale();
     gs = 1.0f / in_scale; /* "float32(1) / float32(input_scale_2)" per quant.json */
     ck_assert_uint_eq(n, 12 * 64);
     ck_assert_uint_eq(nout, n);
@@ -168,7 +159,6 @@ START_TEST(test_qdq)
     free(in);
     free(out);
     free(sc);
-    json_decref(meta);
 }
 END_TEST
 

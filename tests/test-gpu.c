@@ -205,24 +205,16 @@ END_TEST
  * a whole grid step, far outside them). */
 START_TEST(test_linear_w4a4_fixture)
 {
-    json_t *meta = tload_json("quant/quant.json");
-    const char *hex = json_string_value(
-        json_object_get(json_object_get(json_object_get(meta, "notes"), "act_qdq"),
-                        "input_scale_2_hex"));
     size_t nin, nout;
     float *x = tload_file("quant/act_qdq_in.f32", &nin);
     float *xq = tload_file("quant/act_qdq_out.f32", &nout);
-    unsigned char raw[4];
     float in_scale;
     syn_linear s;
     nvfp4_kweight *w;
     nvfp4_backend *be = open_gpu();
     static const size_t ms[] = {1, 3, 8, 12};
 
-    ck_assert_ptr_nonnull(hex);
-    for (int i = 0; i < 4; i++)
-        sscanf(hex + 2 * i, "%2hhx", &raw[i]);
-    memcpy(&in_scale, raw, 4);
+    in_scale = tact_qdq_scale();
     ck_assert_uint_eq(nin, 12 * 64 * 4);
     syn_make(&s, "w4a4", NVFP4_SCHEME_W4A4, 37, 64, 0.002f, in_scale);
     w = kup(be, &s.lin, 1);
@@ -234,7 +226,6 @@ START_TEST(test_linear_w4a4_fixture)
     nvfp4_backend_free(be);
     free(x);
     free(xq);
-    json_decref(meta);
 }
 END_TEST
 
@@ -245,24 +236,16 @@ END_TEST
  * quantize-dequantized blocks are the reference activations here too. */
 START_TEST(test_linear_w4a4_tiles)
 {
-    json_t *meta = tload_json("quant/quant.json");
-    const char *hex = json_string_value(
-        json_object_get(json_object_get(json_object_get(meta, "notes"), "act_qdq"),
-                        "input_scale_2_hex"));
     size_t nin, nout;
     float *fx = tload_file("quant/act_qdq_in.f32", &nin);
     float *fxq = tload_file("quant/act_qdq_out.f32", &nout);
     const size_t nfb = 12 * 64 / 16; /* fixture blocks */
     static const int64_t ks[] = {80, 192};
     static const size_t ms[] = {9, 70};
-    unsigned char raw[4];
     float in_scale;
     nvfp4_backend *be = open_gpu();
 
-    ck_assert_ptr_nonnull(hex);
-    for (int i = 0; i < 4; i++)
-        sscanf(hex + 2 * i, "%2hhx", &raw[i]);
-    memcpy(&in_scale, raw, 4);
+    in_scale = tact_qdq_scale();
     ck_assert_uint_eq(nin, nfb * 16 * 4);
     for (size_t ki = 0; ki < 2; ki++) {
         const int64_t n = 70, k = ks[ki];
@@ -291,7 +274,6 @@ START_TEST(test_linear_w4a4_tiles)
     nvfp4_backend_free(be);
     free(fx);
     free(fxq);
-    json_decref(meta);
 }
 END_TEST
 
@@ -882,14 +864,9 @@ END_TEST
 START_TEST(test_moe_w4a4)
 {
     enum { E = 4, H = 64, I = 32, M = 12, K = 2 };
-    json_t *meta = tload_json("quant/quant.json");
-    const char *hex = json_string_value(
-        json_object_get(json_object_get(json_object_get(meta, "notes"), "act_qdq"),
-                        "input_scale_2_hex"));
     size_t nin, nout;
     float *x = tload_file("quant/act_qdq_in.f32", &nin);
     float *xq = tload_file("quant/act_qdq_out.f32", &nout);
-    unsigned char raw[4];
     float in13, in2 = 0, rw[M * K], y[M * H], act[M * K][I];
     int32_t idx[M * K];
     syn_linear w13[E], w2[E];
@@ -900,10 +877,7 @@ START_TEST(test_moe_w4a4)
     int32_t *di;
     double amax = 0;
 
-    ck_assert_ptr_nonnull(hex);
-    for (int i = 0; i < 4; i++)
-        sscanf(hex + 2 * i, "%2hhx", &raw[i]);
-    memcpy(&in13, raw, 4);
+    in13 = tact_qdq_scale();
     ck_assert_uint_eq(nin, (size_t)M * H * 4);
     for (int i = 0; i < M * K; i++) {
         idx[i] = (int32_t)((i * 3 + i / K) % E);
@@ -975,7 +949,6 @@ START_TEST(test_moe_w4a4)
     nvfp4_backend_free(be);
     free(x);
     free(xq);
-    json_decref(meta);
 }
 END_TEST
 

@@ -646,7 +646,12 @@ START_TEST(test_synth_bench_errors)
     ck_assert_ptr_nonnull(f = fopen(cfg, "w"));
     fputs("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64}", f);
     fclose(f);
-    ck_assert_int_eq(trun_status(args), 1); /* intermediate_size missing */
+    {   /* intermediate_size missing: the message names the file and the key */
+        char *out;
+        ck_assert_int_eq(trun_tool(args, 1, &out), 1);
+        ck_assert_msg(strstr(out, cfg) && strstr(out, "intermediate_size"), "%s", out);
+        free(out);
+    }
     ck_assert_int_eq(trun_status("bench /nonexistent"), 1);
     ck_assert_int_eq(trun_status("bench"), 2);
     snprintf(args, sizeof(args), "bench '%s/models/llama' -p 0", TEST_DATA_DIR);

@@ -32,13 +32,6 @@ static uint32_t fbits(float x)
     return u;
 }
 
-static float bitsf(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 /* Same value, or both NaN.  Used where a reference is a float result. */
 static int same_float(float a, float b)
 {
@@ -286,23 +279,12 @@ END_TEST
 
 START_TEST(test_act_qdq_torch)
 {
-    json_t *j = tload_json("quant/quant.json");
-    const char *hex = json_string_value(
-        json_object_get(json_object_get(json_object_get(j, "notes"), "act_qdq"),
-                        "input_scale_2_hex"));
     size_t lin, lout;
     float *x = tload_file("quant/act_qdq_in.f32", &lin);
     float *want = tload_file("quant/act_qdq_out.f32", &lout);
     float out[64];
-    uint8_t b[4];
-    uint32_t u;
-    float scale;
+    float scale = tact_qdq_scale();
 
-    ck_assert_ptr_nonnull(hex);
-    for (int i = 0; i < 4; i++) /* little-endian hex of the float32 */
-        sscanf(hex + 2 * i, "%2hhx", &b[i]);
-    u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-    scale = bitsf(u);
     ck_assert_uint_eq(lin, 12 * 64 * 4);
     ck_assert_uint_eq(lout, lin);
     for (int r = 0; r < 12; r++) {
@@ -320,7 +302,6 @@ START_TEST(test_act_qdq_torch)
         ck_assert(want[6 * 64 + i] == 0.0f);
     free(x);
     free(want);
-    json_decref(j);
 }
 END_TEST
 

@@ -74,4 +74,30 @@ static inline void *tload_file(const char *rel, size_t *len)
     return tload_file_abs(tdata(rel), len);
 }
 
+/* The input_scale_2 of PyTorch's §5 fixture (tests/data/quant/act_qdq_*):
+ * quant.json's notes.act_qdq.input_scale_2_hex, the float32's bytes in
+ * little-endian hex, exactly. */
+static inline float tact_qdq_scale(void)
+{
+    json_t *meta = tload_json("quant/quant.json");
+    const char *hex = json_string_value(json_object_get(
+        json_object_get(json_object_get(meta, "notes"), "act_qdq"), "input_scale_2_hex"));
+    unsigned char raw[4];
+    float v;
+
+    if (!hex || strlen(hex) != 8) {
+        fprintf(stderr, "quant/quant.json: notes.act_qdq.input_scale_2_hex: expected 8 hex "
+                        "digits\n");
+        abort();
+    }
+    for (int i = 0; i < 4; i++)
+        if (sscanf(hex + 2 * i, "%2hhx", &raw[i]) != 1) {
+            fprintf(stderr, "quant/quant.json: input_scale_2_hex: not hex: %s\n", hex);
+            abort();
+        }
+    memcpy(&v, raw, 4);
+    json_decref(meta);
+    return v;
+}
+
 #endif

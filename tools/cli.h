@@ -2,6 +2,7 @@
 #ifndef NVFP4_CLI_H
 #define NVFP4_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include <nvfp4/format.h>
@@ -23,6 +24,16 @@ int cli_fail_error(const nvfp4_error *err);
 /* Report wrong usage of COMMAND; returns CLI_USAGE. */
 int cli_usage(const cli_command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* splitmix64 step: the I-th value of the sequence seeded with S is
+ * cli_splitmix64(S + I * 0x9e3779b97f4a7c15) (synth's weights, bench's ids). */
+static inline uint64_t cli_splitmix64(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
 
 extern const cli_command cli_inspect;
 extern const cli_command cli_dequant;

@@ -130,12 +130,8 @@ static int run(int argc, char **argv)
         rc = cli_fail("out of memory");
         goto out;
     }
-    for (long i = 0; i < P; i++) { /* splitmix64 ids: any token, no special meaning */
-        unsigned long long z = (seed += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        ids[i] = (int32_t)((z ^ (z >> 31)) % V);
-    }
+    for (long i = 0; i < P; i++) /* any token, no special meaning */
+        ids[i] = (int32_t)(cli_splitmix64(seed + (uint64_t)i * 0x9e3779b97f4a7c15ull) % V);
     if (!json)
         fprintf(stderr, "bench: %s, %s backend, loaded in %.2f s; prefill %ld tokens x %ld, "
                 "decode %ld tokens\n", nvfp4_model_arch(m),

@@ -191,23 +191,24 @@ typedef struct {
     int tie, qkv_bias, qk_norm, moe; /* moe: 0 dense, 1 mixtral, 2 qwen3-moe, 3 qwen2-moe */
 } shape_t;
 
-static int get_int(json_t *cfg, const char *key, int64_t def, int64_t *out)
+/* SRC names the configuration in messages: the --like file or the preset. */
+static int get_int(const char *src, json_t *cfg, const char *key, int64_t def, int64_t *out)
 {
     json_t *v = json_object_get(cfg, key);
 
     if (!v || json_is_null(v)) {
         if (def < 0)
-            return cli_fail("config: required key \"%s\" is missing", key);
+            return cli_fail("%s: required key \"%s\" is missing", src, key);
         *out = def;
         return 0;
     }
     if (!json_is_integer(v) || json_integer_value(v) <= 0)
-        return cli_fail("config: \"%s\": expected a positive integer", key);
+        return cli_fail("%s: \"%s\": expected a positive integer", src, key);
     *out = json_integer_value(v);
     return 0;
 }
 
-static int read_shape(json_t *cfg, shape_t *s)
+static int read_shape(const char *src, json_t *cfg, shape_t *s)
 {
     static const char *const dense[] = {"LlamaForCausalLM", "MistralForCausalLM",
                                         "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
@@ -216,7 +217,7 @@ static int read_shape(json_t *cfg, shape_t *s)
     memset(s, 0, sizeof(*s));
     s->arch = json_string_value(json_array_get(a, 0));
     if (!s->arch)
-        return cli_fail("config: \"architectures\": expected a list of one string");
+        return cli_fail("%s: \"architectures\": expected a list of one string", src);
     for (size_t i = 0; i < sizeof(dense) / sizeof(dense[0]); i++)
         if (!strcmp(s->arch, dense[i]))
             s->moe = -1;
@@ -229,40 +230,40 @@ static int read_shape(json_t *cfg, shape_t *s)
     else if (s->moe == -1)
         s->moe = 0;
     else
-        return cli_fail("config: architecture %s is not one synth writes (Llama, Mistral, "
-                        "Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE)", s->arch);
+        return cli_fail("%s: architecture %s is not one synth writes (Llama, Mistral, "
+                        "Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE)", src, s->arch);
     s->qkv_bias = !strcmp(s->arch, "Qwen2ForCausalLM") || s->moe == 3;
     s->qk_norm = !strcmp(s->arch, "Qwen3ForCausalLM") || s->moe == 2;
-    if (get_int(cfg, "hidden_size", -1, &s->hidden) ||
-        get_int(cfg, "intermediate_size", -1, &s->inter) ||
-        get_int(cfg, "num_hidden_layers", -1, &s->layers) ||
-        get_int(cfg, "num_attention_heads", -1, &s->heads) ||
-        get_int(cfg, "num_key_value_heads", s->heads, &s->kv) ||
-        get_int(cfg, "head_dim", s->hidden / s->heads, &s->hd) ||
-        get_int(cfg, "vocab_size", -1, &s->vocab))
+    if (get_int(src, cfg, "hidden_size", -1, &s->hidden) ||
+        get_int(src, cfg, "intermediate_size", -1, &s->inter) ||
+        get_int(src, cfg, "num_hidden_layers", -1, &s->layers) ||
+        get_int(src, cfg, "num_attention_heads", -1, &s->heads) ||
+        get_int(src, cfg, "num_key_value_heads", s->heads, &s->kv) ||
+        get_int(src, cfg, "head_dim", s->hidden / s->heads, &s->hd) ||
+        get_int(src, cfg, "vocab_size", -1, &s->vocab))
         return CLI_INVALID;
     v = json_object_get(cfg, "tie_word_embeddings");
     s->tie = v && json_is_true(v);
-    if (s->moe == 1 && (get_int(cfg, "num_local_experts", -1, &s->experts) ||
-                        get_int(cfg, "intermediate_size", -1, &s->moe_inter)))
+    if (s->moe == 1 && (get_int(src, cfg, "num_local_experts", -1, &s->experts) ||
+                        get_int(src, cfg, "intermediate_size", -1, &s->moe_inter)))
         return CLI_INVALID;
     if (s->moe >= 2) {
         int64_t step;
         /* transformers 5 spells num_experts num_local_experts */
         const char *ne = json_object_get(cfg, "num_experts") ? "num_experts" : "num_local_experts";
-        if (get_int(cfg, ne, -1, &s->experts) ||
-            get_int(cfg, "moe_intermediate_size", -1, &s->moe_inter) ||
-            get_int(cfg, "decoder_sparse_step", 1, &step) ||
+        if (get_int(src, cfg, ne, -1, &s->experts) ||
+            get_int(src, cfg, "moe_intermediate_size", -1, &s->moe_inter) ||
+            get_int(src, cfg, "decoder_sparse_step", 1, &step) ||
             (s->moe == 3 &&
-             get_int(cfg, "shared_expert_intermediate_size", -1, &s->shared_inter)))
+             get_int(src, cfg, "shared_expert_intermediate_size", -1, &s->shared_inter)))
             return CLI_INVALID;
         if (step != 1 || json_array_size(json_object_get(cfg, "mlp_only_layers")))
-            return cli_fail("config: dense layers inside a Qwen-MoE model "
-                            "(decoder_sparse_step, mlp_only_layers) are not written by synth");
+            return cli_fail("%s: dense layers inside a Qwen-MoE model "
+                            "(decoder_sparse_step, mlp_only_layers) are not written by synth", src);
     }
     if (s->hidden % 32 || s->inter % 32 || (s->heads * s->hd) % 32 || (s->kv * s->hd) % 32 ||
         (s->moe && s->moe_inter % 32) || s->shared_inter % 32)
-        return cli_fail("config: every Linear dimension must be a multiple of 32");
+        return cli_fail("%s: every Linear dimension must be a multiple of 32", src);
     return 0;
 }
 
@@ -348,15 +349,6 @@ static int make_plan(plan *p, const shape_t *s)
     return 0;
 }
 
-/* splitmix64: a seeded, stateless-per-row generator. */
-static inline uint64_t mix(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static uint64_t name_hash(const char *s)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
@@ -370,10 +362,10 @@ static uint64_t name_hash(const char *s)
 static void random_row(uint64_t seed, float sigma, float *out, int64_t k)
 {
     const float unit = 1.0f / 65536.0f, scale = sigma * 1.7320508f; /* sqrt(3) */
-    uint64_t st = mix(seed);
+    uint64_t st = cli_splitmix64(seed);
 
     for (int64_t i = 0; i < k; i++) {
-        uint64_t r = mix(st += 0x9e3779b97f4a7c15ull);
+        uint64_t r = cli_splitmix64(st += 0x9e3779b97f4a7c15ull);
         float s = 0;
         for (int j = 0; j < 4; j++)
             s += (float)((r >> (16 * j)) & 0xffff) * unit - 0.5f;
@@ -580,7 +572,7 @@ static int run(int argc, char **argv)
     json_object_del(cfg, "quantization_config");
     if (layers)
         json_object_set_new(cfg, "num_hidden_layers", json_integer(layers));
-    if (read_shape(cfg, &s))
+    if (read_shape(like ? like : preset_name, cfg, &s))
         goto out;
     if (!(qc = json_loads(qconfig_json, 0, &jerr))) {
         rc = cli_fail("internal: quantization_config template: %s", jerr.text);
