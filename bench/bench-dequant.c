@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench-dequant: NVFP4 -> float32 dequantization throughput, as a ratio to
  * a memcpy of the same output size measured in the same run (the machine's
  * bandwidth varies with its neighbours, so only a probe taken right beside

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench-kernels: the CPU backend's NVFP4 Linear, timed (not a test).
  *
  * (1) GEMV, one token: effective weight bandwidth (the NVFP4 bytes of the

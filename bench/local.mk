@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Benchmarks: built with the tree, never run by `make check` (timings on a
 # shared machine are not tests).
 noinst_PROGRAMS += bench/bench-dequant

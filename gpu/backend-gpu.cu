@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpu/backend-gpu.cu - the "cuda" / "hip" backend: the function table of
  * libkernels/backend-impl.h over the launchers of gpu/kernels.cu.  Built

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpu/bench-gpu.cu - GPU benchmarks for scripts/gpu-check.sh (not a test).
  *

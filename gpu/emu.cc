@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpu/emu.cc - the runtime of the CPU emulator of gpu/gpu-emu.h (a test
  * tool, see there): one fiber per GPU thread, blocks run in turn.

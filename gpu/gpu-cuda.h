@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpu/gpu-cuda.h - the neutral GPU spelling of gpu/gpu.h, defined for the
  * CUDA runtime.  gpu/gpu-hip.h defines exactly the same names for HIP; a

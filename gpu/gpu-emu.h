@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpu/gpu-emu.h - the neutral GPU spelling of gpu/gpu.h, defined for a CPU
  * emulator: a developer tool (scripts/gpu-emu-check.sh), never installed,

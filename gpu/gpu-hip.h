@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpu/gpu-hip.h - the neutral GPU spelling of gpu/gpu.h, defined for HIP
  * (AMD ROCm).  Mirrors gpu/gpu-cuda.h name for name: a mapping missing here

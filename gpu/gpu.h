@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpu/gpu.h - the small neutral spelling the GPU backends are written in
  * (house style: CUDA and HIP share one kernel source).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpu/kernels.cu - every operation of a decode/prefill step, written once
  * against the neutral spelling of gpu/gpu.h and compiled by nvcc (CUDA) and

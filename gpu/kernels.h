@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpu/kernels.h - the launchers of gpu/kernels.cu, one per operation of
  * nvfp4/kernels.h, shared by the CUDA and the HIP build.  Every pointer is

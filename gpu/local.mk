@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # GPU backends (house style: one kernel source for CUDA and HIP).  Each
 # vendor builds gpu/kernels.cu and gpu/backend-gpu.cu into the loadable
 # module nvfp4-backend-<vendor>.so in $(pkglibdir)/backends, which

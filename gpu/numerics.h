@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpu/numerics.h - the number formats of §1 and the activation
  * quantize-dequantize of §5 as functions that compile for the GPU (both

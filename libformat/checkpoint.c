@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A checkpoint: one safetensors file or several shards listed by
  * model.safetensors.index.json ("weight_map": tensor name -> shard file),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Hugging Face config.json: typed getters over dotted key paths. */
 #include "config.h"
 

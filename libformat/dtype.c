@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The dtypes of the safetensors format, spelled as safetensors spells them. */
 #include "config.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Status codes and the caller-owned error struct (house style: jansson). */
 #include "config.h"
 

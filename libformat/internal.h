@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Helpers shared by the files of libformat; not exported. */
 #ifndef NVFP4_FORMAT_INTERNAL_H
 #define NVFP4_FORMAT_INTERNAL_H

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 lib_LTLIBRARIES += libformat/libnvfp4-format.la
 nvfp4include_HEADERS += include/nvfp4/format.h
 pkgconfig_DATA += pkgconfig/nvfp4-format.pc

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Safetensors reader.  Layout: 8-byte little-endian header length N, N bytes
  * of JSON, then the data region.  Each JSON entry maps a tensor name to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Small file and path helpers shared inside libformat. */
 #include "config.h"
 

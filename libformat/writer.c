@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Safetensors writer: the layout the reader (safetensors.c) and the
  * reference implementation read, for files far larger than memory.

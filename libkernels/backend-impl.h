@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libkernels/backend-impl.h - the internal ABI between libnvfp4-kernels and
  * its backends (after ggml's backend interface: a table of function pointers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shared between the files of the CPU backend; not exported. */
 #ifndef NVFP4_KERNELS_CPU_INTERNAL_H
 #define NVFP4_KERNELS_CPU_INTERNAL_H

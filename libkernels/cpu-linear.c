@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The CPU backend's Linear: NVFP4 (W4A16, W4A4) and unquantized weights.
  *
  * Dequantization is fused into the matrix products: the weight is never

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The CPU backend: host memory, OpenMP threads, runtime SIMD dispatch.
  * The Linear lives in cpu-linear.c; the other transformer operations are
  * here.  Every operation partitions its outputs (rows, heads, tokens) across

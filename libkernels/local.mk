@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 lib_LTLIBRARIES += libkernels/libnvfp4-kernels.la
 nvfp4include_HEADERS += include/nvfp4/kernels.h
 pkgconfig_DATA += pkgconfig/nvfp4-kernels.pc

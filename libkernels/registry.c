@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The backend registry and the public front of every operation: argument
  * and shape checks live here, once, so that each backend (built-in CPU,
  * dlopen'ed GPU ones, see backend-impl.h) receives only consistent input. */

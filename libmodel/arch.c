@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The supported architectures and how config.json describes them. */
 #include "config.h"
 

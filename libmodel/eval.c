@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Perplexity (lm-eval's rolling windows) and sampling. */
 #include "config.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Internal structures of libmodel shared by its files; not exported. */
 #ifndef NVFP4_MODEL_INTERNAL_H
 #define NVFP4_MODEL_INTERNAL_H

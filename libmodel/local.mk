@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 lib_LTLIBRARIES += libmodel/libnvfp4-model.la
 nvfp4include_HEADERS += include/nvfp4/model.h
 pkgconfig_DATA += pkgconfig/nvfp4-model.pc

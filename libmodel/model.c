@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Weight assembly and the forward pass of every supported decoder.
  *

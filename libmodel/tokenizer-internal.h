@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Pieces of the tokenizer shared by tokenizer.c (loading, BPE, the public
  * API) and tokenizer-split.c (the pre-tokenizer: PCRE2 regex splits, added
  * token matching, UTF-8).  Not exported.

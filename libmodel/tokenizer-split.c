@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The splitting half of the tokenizer: added tokens, pre-tokenizer regexes
  * (PCRE2 standing in for the Oniguruma engine `tokenizers` uses), UTF-8. */
 #include "config.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The byte-level BPE tokenizer of a Hugging Face tokenizer.json (GPT-2,
  * Llama 3, Qwen, SmolLM): loading, the BPE model, encode and decode.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The number formats of §1 and the 16-bit float roundings, bit-exact with
  * PyTorch's casts.  Every encoder works on the float32 bit pattern with
  * integer round-to-nearest-even, so the result never depends on the FPU's

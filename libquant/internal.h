@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Helpers shared by the files of libquant; not exported. */
 #ifndef NVFP4_QUANT_INTERNAL_H
 #define NVFP4_QUANT_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A validated view of one Linear layer of a checkpoint (§2, §8), its
  * dequantization, and the global-scale rule for fused shards (§4).
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 lib_LTLIBRARIES += libquant/libnvfp4-quant.la
 nvfp4include_HEADERS += include/nvfp4/quant.h
 pkgconfig_DATA += pkgconfig/nvfp4-quant.pc

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* NVFP4 arithmetic: weight dequantization (§2), the activation
  * quantize-dequantize of vLLM's emulation (§5) and Quark's weight quantizer
  * (§7).  Every formula keeps the reference's float32 operation order; the

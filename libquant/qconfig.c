@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Quark's quantization_config (§3): which Linear layers are NVFP4, which are
  * weight-only, which stay unquantized, and a clear refusal for everything
  * else Quark can export (MXFP4, FP8, INT4, ...).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # nvfp4-gpu.m4 - configure switches for the GPU backend modules.
 #
 # NVFP4_GPU: --enable-cuda / --enable-hip (both off by default),

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """The PyTorch emulation of an NVFP4 Linear (spec sections 2 and 5, the
 way the fixtures' reference forward computes it) timed on the CPU, for the
 shapes of bench/bench-kernels: dequantize the packed weight, quantize-

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The CPU backend's NVFP4 Linear against a same-run read probe (GEMV) and
 # OpenBLAS sgemm (GEMM), 1 and 2 threads, the shapes; then, when
 # build/venv has torch, the PyTorch emulation of the same layers

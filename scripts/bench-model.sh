@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # End-to-end speed of SmolLM2-135M NVFP4, side by side in one run:
 #   nvfp4 (this project)            prefill (512-token window) and decode tokens/s
 #   llama.cpp on the original GGUF  (Q4_1; llama-bench pp512 / tg128), when

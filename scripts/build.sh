@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Configure and build nvfp4 in build/release (after scripts/setup-deps.sh).
 # Extra arguments go to configure (e.g. --enable-cuda).
 set -eu

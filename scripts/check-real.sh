@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # make check-real: the real SmolLM2-135M NVFP4 checkpoint (Quark export, cache
 # outside the repo; built on first use by scripts/fixtures/make-smollm2.sh)
 # scored by nvfp4 on the evaluation text, against the perplexity the PyTorch

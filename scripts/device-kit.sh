@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Pack what scripts/gpu-check.sh needs on a GPU machine that reaches no
 # package registry (this workplace's lent H200s: CUDA toolkit and gcc there,
 # no autotools, jansson, PCRE2 or Check):

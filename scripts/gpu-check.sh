@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # One command for a machine with a GPU: configure with the GPU backend,
 # build, run the GPU tests (every GPU op and the linear paths against
 # float64 references and PyTorch's §5 fixture, tolerances stated in

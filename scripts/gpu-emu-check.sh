@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Run the GPU backend's kernels on the CPU: gpu/kernels.cu and
 # gpu/backend-gpu.cu compiled by the host C++ compiler against the emulator
 # spelling gpu/gpu-emu.h (one fiber per GPU thread, see there), loaded by

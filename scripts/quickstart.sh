@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The main job on a fresh Debian machine: install what is needed, build, make
 # the bundled default model (SmolLM2-135M-Instruct quantized to NVFP4 by AMD
 # Quark; built once into ${NVFP4_CACHE:-~/.cache/nvfp4}, reused afterwards),

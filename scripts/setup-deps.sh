@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Install what nvfp4 needs on a fresh Debian machine (run as root, or with sudo
 # available).  Idempotent.
 #

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # GPU toolchains for --enable-cuda / --enable-hip (called by
 # scripts/setup-deps.sh --gpu; the default CI run stays without them).
 #

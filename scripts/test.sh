@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The whole test suite from a clean clone on a fresh Debian machine:
 # install dependencies, build, run `make check`, the suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer and under valgrind (memcheck),

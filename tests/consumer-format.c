@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Built against the installed libnvfp4-format with only
  * `pkg-config --cflags --libs nvfp4-format`: the format layer stands alone. */
 #include <stdio.h>

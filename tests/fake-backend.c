@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A stand-in GPU backend for test-kernels: a shared object with the plugin
  * entry point of libkernels/backend-impl.h, built twice as
  * nvfp4-backend-cuda.so (available, implements only "add") and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tests/gpuselect.h - which GPU backend the GPU tests (test-gpu,
  * test-gpu-model) run: $NVFP4_TEST_GPU_BACKEND, else the first available of

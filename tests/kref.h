@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Float64 references and synthetic NVFP4 layers shared by the kernel tests
  * (test-kernels: the CPU backend; test-gpu: the GPU backends).  Independent
  * of the code under test: plain formulas of spec sections 1 and 2. */

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Check-based tests, one program per layer, plus shell tests of the tool.
 TEST_CPPFLAGS = $(AM_CPPFLAGS) -DTEST_DATA_DIR='"$(abs_top_srcdir)/tests/data"' \
 	-DNVFP4_TOOL='"$(abs_top_builddir)/tools/nvfp4"'

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tests/modelref.h - the fixture models of tests/data/models (Quark exports
  * with PyTorch-emulation logits, scripts/fixtures/gen_models.py) as the

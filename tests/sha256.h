@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Minimal SHA-256 (FIPS 180-4) for comparing tensor bytes with the digests
  * Python's hashlib wrote into the fixtures. */
 #ifndef NVFP4_TEST_SHA256_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libformat tests.  Every expectation comes from files written by the real
  * Python safetensors package and listings Python made of them

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Whole fixture models on a GPU backend (CUDA or HIP, or the CPU emulator of
  * scripts/gpu-emu-check.sh) against the PyTorch emulation of the spec, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The GPU kernels' number formats and §5 activation quantize-dequantize
  * (gpu/numerics.h), compiled here as plain C - the very functions the CUDA
  * and HIP kernels call - and checked against PyTorch's fixtures under

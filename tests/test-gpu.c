@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests of the GPU backends ("cuda", "hip": gpu/), through the public API
  * of libnvfp4-kernels, which loads them from $NVFP4_BACKEND_PATH (set below
  * to the build tree's gpu/.libs unless given).  Without a usable device, or

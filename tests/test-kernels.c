@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests of libnvfp4-kernels (CPU backend).
  *
  * References are independent of the code under test: float64 computations

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libmodel tests: every fixture model exported by the real amd-quark package
  * against the PyTorch emulation of the spec (tests/data/models/NAME, made by

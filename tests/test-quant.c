@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libquant tests.  The references are independent of the code under test:
  *  - tests/data/quant: torch's own casts (E4M3, bf16, f16), the spec's E2M1

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Tokenizer tests (libmodel/tokenizer*.c).  The references are independent
  * of the code under test:

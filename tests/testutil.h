@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Helpers shared by the Check test programs. */
 #ifndef NVFP4_TESTUTIL_H
 #define NVFP4_TESTUTIL_H

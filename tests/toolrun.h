@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Run the built `nvfp4` command from a Check test: its output and exit
  * status, failing the test when it dies from a signal. */
 #ifndef NVFP4_TOOLRUN_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Options shared by the subcommands that run a model. */
 #include "config.h"
 

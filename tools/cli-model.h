@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Options shared by the subcommands that run a model. */
 #ifndef NVFP4_CLI_MODEL_H
 #define NVFP4_CLI_MODEL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Token id lists on the command line: "1,2,3" or "@FILE" (ids separated by
  * commas or white space). */
 #include "config.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #ifndef NVFP4_CLI_TOKENS_H
 #define NVFP4_CLI_TOKENS_H
 

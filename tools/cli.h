@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shared pieces of the nvfp4 command-line tool; each subcommand is a file. */
 #ifndef NVFP4_CLI_H
 #define NVFP4_CLI_H

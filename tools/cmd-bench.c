@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * nvfp4 bench: prefill and decode speed of a model on token ids, no
  * tokenizer involved (checkpoints from `nvfp4 synth` have none).

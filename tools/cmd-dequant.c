@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nvfp4 dequant: write one Linear layer's weight as raw float32 [N, K]. */
 #include "config.h"
 

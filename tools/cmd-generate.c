@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nvfp4 generate: stream a continuation of a prompt. */
 #include "config.h"
 

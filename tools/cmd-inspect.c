@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nvfp4 inspect: list a checkpoint's tensors, metadata and config summary. */
 #include "config.h"
 

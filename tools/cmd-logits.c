@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nvfp4 logits: raw float32 logits [tokens, vocab] for given token ids. */
 #include "config.h"
 

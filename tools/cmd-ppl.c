@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nvfp4 ppl: rolling-window perplexity, as lm-eval's wikitext task. */
 #include "config.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * nvfp4 synth: write a checkpoint in Quark's NVFP4 export format with random
  * weights, for benchmarks at the shapes of real models (Llama-3-8B, ...)

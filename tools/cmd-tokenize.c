@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nvfp4 tokenize: the ids of a text under a tokenizer.json. */
 #include "config.h"
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 bin_PROGRAMS += tools/nvfp4
 tools_nvfp4_SOURCES = \
 	%reldir%/cli.h \

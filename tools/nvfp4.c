@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* nvfp4: command-line front end.  Dispatches to one file per subcommand. */
 #include "config.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * nvfp4/format.h - the file layer of nvfp4: safetensors files, sharded
  * checkpoints (model.safetensors.index.json) and Hugging Face config.json.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * nvfp4/kernels.h - the compute layer of nvfp4: a backend interface (a small
  * table of functions per backend, a registry, a per-operation "supported?"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * nvfp4/model.h - the model layer of nvfp4: architectures, weight assembly,
  * the forward pass (prefill and decode with a KV cache), perplexity,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * nvfp4/quant.h - the numerics layer of nvfp4: FP4 E2M1 and FP8 E4M3 codecs,
  * NVFP4 (de)quantization exactly as Quark and vLLM compute it, Quark's

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # `nvfp4 inspect --json` against Python's safetensors listing the same file
 # (names, dtypes, shapes), on a checkpoint of many tensors written by the real
 # safetensors package.  Both timed in the same run, best of 5.

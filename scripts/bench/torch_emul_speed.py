@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Speed of the PyTorch (vLLM-style) emulation of a Quark NVFP4 checkpoint:
 weights dequantized once, activations quantize-dequantized per spec section 5
 in every Linear (scripts/fixtures/gen_models.py: build_emulation).  A baseline
