@@ -90,7 +90,7 @@ static size_t add_shard(nvfp4_checkpoint *ck, const char *file, nvfp4_error *err
     s = &ck->shards[ck->nshards];
     s->st = NULL;
     s->file = strdup(file);
-    s->path = fmt_path_join(ck->dir, file);
+    s->path = nvfp4f_path_join(ck->dir, file);
     if (!s->file || !s->path) {
         free(s->file);
         free(s->path);
@@ -118,7 +118,7 @@ static nvfp4_status load_index(nvfp4_checkpoint *ck, nvfp4_error *err)
     json_t *root, *map, *v;
     const char *k;
     size_t len;
-    char *text = fmt_read_file(p, MAX_INDEX_BYTES, &len, err);
+    char *text = nvfp4f_read_file(p, MAX_INDEX_BYTES, &len, err);
     nvfp4_status rc = NVFP4_OK;
 
     if (!text)
@@ -215,7 +215,7 @@ static nvfp4_status load_single(nvfp4_checkpoint *ck, const char *file,
  * *.safetensors file. */
 static char *find_single(const char *dir, nvfp4_error *err)
 {
-    char *path = fmt_path_join(dir, "model.safetensors");
+    char *path = nvfp4f_path_join(dir, "model.safetensors");
     char *found = NULL;
     struct dirent *de;
     int n = 0;
@@ -276,7 +276,7 @@ nvfp4_checkpoint *nvfp4_checkpoint_open(const char *path, nvfp4_error *err)
     }
     if (S_ISDIR(sb.st_mode)) {
         ck->dir = strdup(path);
-        ck->index_path = fmt_path_join(path, "model.safetensors.index.json");
+        ck->index_path = nvfp4f_path_join(path, "model.safetensors.index.json");
         if (!ck->dir || !ck->index_path)
             goto nomem;
         if (is_file(ck->index_path)) {
@@ -293,7 +293,7 @@ nvfp4_checkpoint *nvfp4_checkpoint_open(const char *path, nvfp4_error *err)
     } else {
         const char *base = strrchr(path, '/');
         base = base ? base + 1 : path;
-        ck->dir = fmt_dirname(path);
+        ck->dir = nvfp4f_dirname(path);
         if (!ck->dir)
             goto nomem;
         if (ends_with(path, ".json")) {
@@ -308,7 +308,7 @@ nvfp4_checkpoint *nvfp4_checkpoint_open(const char *path, nvfp4_error *err)
     if (rc)
         goto fail;
 
-    cfg_path = fmt_path_join(ck->dir, "config.json");
+    cfg_path = nvfp4f_path_join(ck->dir, "config.json");
     if (!cfg_path)
         goto nomem;
     if (is_file(cfg_path)) {
@@ -409,7 +409,7 @@ int nvfp4_checkpoint_release_pages(nvfp4_checkpoint *ck, const void *p, size_t n
     if (!ck || !p)
         return -1;
     for (size_t i = 0; i < ck->nshards; i++)
-        if (ck->shards[i].st && fmt_safetensors_release(ck->shards[i].st, p, n) == 0)
+        if (ck->shards[i].st && nvfp4f_safetensors_release(ck->shards[i].st, p, n) == 0)
             return 0;
     return -1;
 }

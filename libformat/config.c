@@ -24,7 +24,7 @@ nvfp4_config *nvfp4_config_load(const char *path, nvfp4_error *err)
     char *text;
 
     nvfp4_error_clear(err);
-    text = fmt_read_file(path, MAX_CONFIG_BYTES, &len, err);
+    text = nvfp4f_read_file(path, MAX_CONFIG_BYTES, &len, err);
     if (!text)
         return NULL;
     cfg = calloc(1, sizeof(*cfg));

@@ -16,12 +16,12 @@ static inline int mul_u64(uint64_t a, uint64_t b, uint64_t *out)
 
 /* madvise(MADV_DONTNEED) the whole pages of [p, p+n) when they lie in ST's
  * mapping; 0, or -1 when they do not. */
-int fmt_safetensors_release(const nvfp4_safetensors *st, const void *p, size_t n);
+int nvfp4f_safetensors_release(const nvfp4_safetensors *st, const void *p, size_t n);
 /* Read a whole small file into a NUL-terminated buffer. */
-char *fmt_read_file(const char *path, size_t limit, size_t *len, nvfp4_error *err);
+char *nvfp4f_read_file(const char *path, size_t limit, size_t *len, nvfp4_error *err);
 /* Join a directory and a file name. */
-char *fmt_path_join(const char *dir, const char *name);
+char *nvfp4f_path_join(const char *dir, const char *name);
 /* Directory part of a path ("." when there is none). */
-char *fmt_dirname(const char *path);
+char *nvfp4f_dirname(const char *path);
 
 #endif

@@ -103,7 +103,7 @@ const char *nvfp4_safetensors_metadata_get(const nvfp4_safetensors *st,
     return NULL;
 }
 
-int fmt_safetensors_release(const nvfp4_safetensors *st, const void *p, size_t n)
+int nvfp4f_safetensors_release(const nvfp4_safetensors *st, const void *p, size_t n)
 {
     uintptr_t a = (uintptr_t)p, lo, hi, base = (uintptr_t)st->map;
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);

@@ -10,7 +10,7 @@
 
 #include "internal.h"
 
-char *fmt_read_file(const char *path, size_t limit, size_t *len, nvfp4_error *err)
+char *nvfp4f_read_file(const char *path, size_t limit, size_t *len, nvfp4_error *err)
 {
     FILE *f = fopen(path, "rb");
     struct stat sb;
@@ -54,7 +54,7 @@ char *fmt_read_file(const char *path, size_t limit, size_t *len, nvfp4_error *er
     return buf;
 }
 
-char *fmt_path_join(const char *dir, const char *name)
+char *nvfp4f_path_join(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);
     char *s = malloc(a + b + 2);
@@ -67,7 +67,7 @@ char *fmt_path_join(const char *dir, const char *name)
     return s;
 }
 
-char *fmt_dirname(const char *path)
+char *nvfp4f_dirname(const char *path)
 {
     const char *slash = strrchr(path, '/');
 

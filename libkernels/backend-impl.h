@@ -130,7 +130,7 @@ typedef struct nvfp4_backend_iface {
 typedef const nvfp4_backend_iface *(*nvfp4_backend_entry_fn)(uint32_t abi_version);
 
 /* The built-in CPU backend (libkernels/cpu.c). */
-const nvfp4_backend_iface *kern_cpu_iface(void);
+const nvfp4_backend_iface *nvfp4k_cpu_iface(void);
 
 #ifdef __cplusplus
 }

@@ -53,16 +53,16 @@ typedef struct {
     float *bias;        /* [n] or NULL */
 } cpu_kweight;
 
-int cpu_nthreads(const cpu_ctx *c);
-void cpu_tables_init(void);
-void *cpu_aligned_alloc(size_t bytes);
+int nvfp4k_cpu_nthreads(const cpu_ctx *c);
+void nvfp4k_cpu_tables_init(void);
+void *nvfp4k_cpu_aligned_alloc(size_t bytes);
 
-void *cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t nparts,
+void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t nparts,
                          const nvfp4_kweight_desc *desc, nvfp4_error *err);
-void cpu_kweight_free(void *ctx, void *kw);
-nvfp4_status cpu_linear(void *ctx, void *kw, const nvfp4_kweight_desc *desc,
+void nvfp4k_cpu_kweight_free(void *ctx, void *kw);
+nvfp4_status nvfp4k_cpu_linear(void *ctx, void *kw, const nvfp4_kweight_desc *desc,
                         const float *x, size_t m, float *y, nvfp4_error *err);
-nvfp4_status cpu_embed(void *ctx, void *kw, const nvfp4_kweight_desc *desc,
+nvfp4_status nvfp4k_cpu_embed(void *ctx, void *kw, const nvfp4_kweight_desc *desc,
                        const int32_t *ids, size_t m, float *y, nvfp4_error *err);
 
 #endif

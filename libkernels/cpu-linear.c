@@ -111,7 +111,7 @@ static void e4m3_table_fill(void)
         e4m3_table[i] = nvfp4_fp8_e4m3_decode((uint8_t)i);
 }
 
-void cpu_tables_init(void)
+void nvfp4k_cpu_tables_init(void)
 {
     pthread_once(&e4m3_once, e4m3_table_fill);
 }
@@ -998,7 +998,7 @@ static float *bias_to_float(const nvfp4_linear *parts, size_t nparts, int64_t n,
     return b;
 }
 
-void cpu_kweight_free(void *ctx, void *kw)
+void nvfp4k_cpu_kweight_free(void *ctx, void *kw)
 {
     cpu_kweight *w = kw;
 
@@ -1013,13 +1013,13 @@ void cpu_kweight_free(void *ctx, void *kw)
     free(w);
 }
 
-void *cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t nparts,
+void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t nparts,
                          const nvfp4_kweight_desc *desc, nvfp4_error *err)
 {
     cpu_kweight *w = calloc(1, sizeof(*w));
     const size_t k = (size_t)desc->k;
 
-    cpu_tables_init();
+    nvfp4k_cpu_tables_init();
     if (!w)
         goto nomem;
     w->d = *desc;
@@ -1049,8 +1049,8 @@ void *cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t nparts,
     }
 
     /* NVFP4: repack the nibbles, gather the scales of all parts */
-    w->packed = cpu_aligned_alloc((size_t)desc->n * (k / 2));
-    w->scales = cpu_aligned_alloc((size_t)desc->n * (k / NVFP4_BLOCK));
+    w->packed = nvfp4k_cpu_aligned_alloc((size_t)desc->n * (k / 2));
+    w->scales = nvfp4k_cpu_aligned_alloc((size_t)desc->n * (k / NVFP4_BLOCK));
     if (!w->packed || !w->scales)
         goto nomem;
     {
@@ -1073,7 +1073,7 @@ void *cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t nparts,
                 }
             }
             memcpy(w->scales + r0 * (k / NVFP4_BLOCK), p->scales, nsc);
-#pragma omp parallel for schedule(static) num_threads(cpu_nthreads((cpu_ctx *)ctx))
+#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads((cpu_ctx *)ctx))
             for (int64_t r = 0; r < p->n; r++)
                 repack_row(p->weight + (size_t)r * (k / 2), desc->k, w->layout,
                            w->packed + (r0 + (size_t)r) * (k / 2));
@@ -1087,7 +1087,7 @@ nomem:
                     "out of memory uploading a [%lld, %lld] weight", (long long)desc->n,
                     (long long)desc->k);
 fail:
-    cpu_kweight_free(ctx, w);
+    nvfp4k_cpu_kweight_free(ctx, w);
     return NULL;
 }
 
@@ -1181,7 +1181,7 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
     }
 }
 
-nvfp4_status cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *desc,
+nvfp4_status nvfp4k_cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *desc,
                         const float *x, size_t m, float *y, nvfp4_error *err)
 {
     cpu_ctx *ctx = vctx;
@@ -1191,7 +1191,7 @@ nvfp4_status cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *desc,
     /* small products run on the calling thread: waking a second worker
      * costs microseconds on an idle machine and milliseconds on a busy one */
     const int nth = (double)m * (double)n * (double)k < CPU_LINEAR_PAR_MIN ? 1
-                                                                           : cpu_nthreads(ctx);
+                                                                           : nvfp4k_cpu_nthreads(ctx);
     cpu_isa isa = ctx->isa;
     float *tmp = NULL, *xp = NULL;
     int packed = 0;
@@ -1202,7 +1202,7 @@ nvfp4_status cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *desc,
     if (desc->scheme == NVFP4_SCHEME_NONE) {
         path = isa >= CPU_ISA_AVX512 ? PATH_DENSE_AVX512 : PATH_DENSE_SCALAR;
         if (path == PATH_DENSE_AVX512 && m > 1 && k % 16 == 0) {
-            xp = cpu_aligned_alloc((m + 7) / 8 * (k / 16) * 128 * sizeof(float));
+            xp = nvfp4k_cpu_aligned_alloc((m + 7) / 8 * (k / 16) * 128 * sizeof(float));
             if (!xp)
                 goto nomem;
             pack_x(x, m, k, xp);
@@ -1214,9 +1214,9 @@ nvfp4_status cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *desc,
     }
 
     if (w->layout == CPU_LAYOUT_CHUNK) {
-        a.q = cpu_aligned_alloc(m * kp);
-        a.xs = cpu_aligned_alloc(m * nch * CPU_CHUNK_BLOCKS * sizeof(float));
-        a.corr = cpu_aligned_alloc(m * nch * CPU_CHUNK_BLOCKS * sizeof(int32_t));
+        a.q = nvfp4k_cpu_aligned_alloc(m * kp);
+        a.xs = nvfp4k_cpu_aligned_alloc(m * nch * CPU_CHUNK_BLOCKS * sizeof(float));
+        a.corr = nvfp4k_cpu_aligned_alloc(m * nch * CPU_CHUNK_BLOCKS * sizeof(int32_t));
         if (!a.q || !a.xs || !a.corr)
             goto nomem;
 #ifdef CPU_X86
@@ -1231,7 +1231,7 @@ nvfp4_status cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *desc,
         if (desc->scheme == NVFP4_SCHEME_W4A4) {
             /* §5, then the float product: libquant's nvfp4_quant_qdq_row, or
              * the same arithmetic in AVX-512 (bit-identical, tested) */
-            tmp = cpu_aligned_alloc(m * k * sizeof(float));
+            tmp = nvfp4k_cpu_aligned_alloc(m * k * sizeof(float));
             if (!tmp)
                 goto nomem;
 #pragma omp parallel for schedule(static) num_threads(nth)
@@ -1249,7 +1249,7 @@ nvfp4_status cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *desc,
                : isa == CPU_ISA_AVX2 ? PATH_AVX2
                                      : PATH_SCALAR;
         if (m > 1 && path != PATH_SCALAR) {
-            xp = cpu_aligned_alloc((m + 7) / 8 * (k / 16) * 128 * sizeof(float));
+            xp = nvfp4k_cpu_aligned_alloc((m + 7) / 8 * (k / 16) * 128 * sizeof(float));
             if (!xp)
                 goto nomem;
             pack_x(xin, m, k, xp);
@@ -1285,7 +1285,7 @@ nomem:
 
 /* ---- embedding ------------------------------------------------------------- */
 
-nvfp4_status cpu_embed(void *vctx, void *kw, const nvfp4_kweight_desc *desc,
+nvfp4_status nvfp4k_cpu_embed(void *vctx, void *kw, const nvfp4_kweight_desc *desc,
                        const int32_t *ids, size_t m, float *y, nvfp4_error *err)
 {
     cpu_kweight *w = kw;

@@ -75,7 +75,7 @@ static void cpu_set_threads(void *ctx, int threads)
     ((cpu_ctx *)ctx)->threads = threads;
 }
 
-int cpu_nthreads(const cpu_ctx *c)
+int nvfp4k_cpu_nthreads(const cpu_ctx *c)
 {
     if (c->threads > 0)
         return c->threads;
@@ -88,10 +88,10 @@ int cpu_nthreads(const cpu_ctx *c)
 
 static int cpu_threads(void *ctx)
 {
-    return cpu_nthreads(ctx);
+    return nvfp4k_cpu_nthreads(ctx);
 }
 
-void *cpu_aligned_alloc(size_t bytes)
+void *nvfp4k_cpu_aligned_alloc(size_t bytes)
 {
     void *p = NULL;
     /* 64: one cache line, one zmm register */
@@ -102,7 +102,7 @@ void *cpu_aligned_alloc(size_t bytes)
 
 static void *cpu_alloc(void *ctx, size_t bytes, nvfp4_error *err)
 {
-    void *p = cpu_aligned_alloc(bytes);
+    void *p = nvfp4k_cpu_aligned_alloc(bytes);
 
     (void)ctx;
     if (!p)
@@ -140,7 +140,7 @@ static nvfp4_status cpu_rmsnorm(void *ctx, const float *x, const float *weight, 
                                 size_t d, float eps, float *y, nvfp4_error *err)
 {
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx)) \
+#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
     if (m * d >= CPU_PAR_MIN)
     for (size_t i = 0; i < m; i++) {
         const float *xi = x + i * d;
@@ -167,7 +167,7 @@ static nvfp4_status cpu_rope(void *ctx, float *x, const int32_t *positions, size
     const size_t half = rot_dim / 2;
 
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx)) \
+#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
     if (m * heads * rot_dim >= CPU_PAR_MIN)
     for (size_t i = 0; i < m; i++) {
         for (size_t j = 0; j < half; j++) {
@@ -271,7 +271,7 @@ static nvfp4_status cpu_attention(void *ctx, const float *q, const float *k, con
                                   float scale, float *out, nvfp4_error *err)
 {
     const size_t kvw = nkv * hd, group = nh / nkv, ctxlen = pos0 + m;
-    const int nth = cpu_nthreads(ctx);
+    const int nth = nvfp4k_cpu_nthreads(ctx);
     float *scores = malloc((size_t)nth * ctxlen * sizeof(float));
 #ifdef CPU_HAVE_X86
     const int wide = ((cpu_ctx *)ctx)->isa >= CPU_ISA_AVX512;
@@ -318,7 +318,7 @@ static nvfp4_status cpu_silu_mul(void *ctx, const float *gu, size_t m, size_t in
                                  float *out, nvfp4_error *err)
 {
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx)) \
+#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
     if (m * inter >= CPU_PAR_MIN)
     for (size_t i = 0; i < m; i++) {
         const float *g = gu + i * 2 * inter, *u = g + inter;
@@ -348,7 +348,7 @@ static nvfp4_status cpu_softmax(void *ctx, const float *x, size_t m, size_t n, f
                                 nvfp4_error *err)
 {
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx)) \
+#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
     if (m * n >= CPU_PAR_MIN)
     for (size_t i = 0; i < m; i++)
         softmax_row(x + i * n, n, y + i * n);
@@ -362,7 +362,7 @@ static nvfp4_status cpu_logsoftmax(void *ctx, const float *x, size_t m, size_t n
                                    nvfp4_error *err)
 {
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx)) \
+#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
     if (m * n >= CPU_PAR_MIN)
     for (size_t i = 0; i < m; i++) {
         const float *xi = x + i * n;
@@ -441,7 +441,7 @@ static nvfp4_status cpu_add(void *ctx, const float *a, const float *b, size_t n,
                             nvfp4_error *err)
 {
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx)) \
+#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
     if (n >= CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         y[i] = a[i] + b[i];
@@ -452,7 +452,7 @@ static nvfp4_status cpu_gate_add(void *ctx, const float *x, const float *gate, s
                                  size_t n, float *y, nvfp4_error *err)
 {
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(ctx)) \
+#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
     if (m * n >= CPU_PAR_MIN)
     for (size_t t = 0; t < m; t++) {
         const float g = 1.0f / (1.0f + expf(-gate[t]));
@@ -506,10 +506,10 @@ static nvfp4_status cpu_moe(void *vctx, void *const *w13, const nvfp4_kweight_de
         }
         if (cnt == 0)
             continue;
-        if ((st = cpu_linear(vctx, w13[e], d13[e], xe, cnt, gu, err)) != NVFP4_OK)
+        if ((st = nvfp4k_cpu_linear(vctx, w13[e], d13[e], xe, cnt, gu, err)) != NVFP4_OK)
             break;
         cpu_silu_mul(vctx, gu, cnt, inter, h, err);
-        if ((st = cpu_linear(vctx, w2[e], d2[e], h, cnt, o, err)) != NVFP4_OK)
+        if ((st = nvfp4k_cpu_linear(vctx, w2[e], d2[e], h, cnt, o, err)) != NVFP4_OK)
             break;
         for (size_t c = 0; c < cnt; c++)
             for (size_t d = 0; d < hidden; d++)
@@ -538,10 +538,10 @@ static const nvfp4_backend_iface cpu_iface = {
     .release = cpu_release,
     .upload = cpu_copy,
     .download = cpu_copy,
-    .kweight_upload = cpu_kweight_upload,
-    .kweight_free = cpu_kweight_free,
-    .linear = cpu_linear,
-    .embed = cpu_embed,
+    .kweight_upload = nvfp4k_cpu_kweight_upload,
+    .kweight_free = nvfp4k_cpu_kweight_free,
+    .linear = nvfp4k_cpu_linear,
+    .embed = nvfp4k_cpu_embed,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .attention = cpu_attention,
@@ -555,7 +555,7 @@ static const nvfp4_backend_iface cpu_iface = {
     .gate_add = cpu_gate_add,
 };
 
-const nvfp4_backend_iface *kern_cpu_iface(void)
+const nvfp4_backend_iface *nvfp4k_cpu_iface(void)
 {
     return &cpu_iface;
 }

@@ -68,7 +68,7 @@ static void registry_init(void)
 {
     const char *env = getenv("NVFP4_BACKEND_PATH");
 
-    registry[registry_count++] = kern_cpu_iface();
+    registry[registry_count++] = nvfp4k_cpu_iface();
     for (size_t i = 0; i < sizeof(plugin_names) / sizeof(plugin_names[0]); i++) {
         int found = 0;
         const char *p = env;
@@ -473,7 +473,7 @@ int nvfp4_kweight_holds_copy(const nvfp4_kweight *w)
         return 0;
     /* The CPU backend repacks NVFP4 weights and reads unquantized ones in
      * place (libkernels/cpu-linear.c); GPU backends copy everything. */
-    if (w->be->iface == kern_cpu_iface())
+    if (w->be->iface == nvfp4k_cpu_iface())
         return w->desc.scheme != NVFP4_SCHEME_NONE;
     return 1;
 }
@@ -532,7 +532,7 @@ nvfp4_status nvfp4_k_linear(nvfp4_backend *be, const nvfp4_kweight *w, const flo
 /* The CPU backend's memory is host memory; GPU backends' is not. */
 static int host_memory(const nvfp4_backend *be)
 {
-    return be->iface == kern_cpu_iface();
+    return be->iface == nvfp4k_cpu_iface();
 }
 
 nvfp4_status nvfp4_k_embed(nvfp4_backend *be, const nvfp4_kweight *w, const int32_t *ids,

@@ -18,7 +18,7 @@ static const arch_desc archs[] = {
     {"Qwen3MoeForCausalLM", 0, 1, MOE_QWEN, 0, "silu"},
 };
 
-const arch_desc *arch_find(const char *hf_name)
+const arch_desc *nvfp4m_arch_find(const char *hf_name)
 {
     for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
         if (hf_name && strcmp(archs[i].hf_name, hf_name) == 0)
@@ -26,7 +26,7 @@ const arch_desc *arch_find(const char *hf_name)
     return NULL;
 }
 
-const char *arch_supported_list(void)
+const char *nvfp4m_arch_supported_list(void)
 {
     return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
            "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM";
@@ -60,7 +60,7 @@ static nvfp4_status get_int_any(const nvfp4_config *cfg, const char *const *keys
     return NVFP4_OK;
 }
 
-nvfp4_status hparams_read(const nvfp4_config *cfg, const arch_desc *arch, hparams *hp,
+nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch, hparams *hp,
                           nvfp4_error *err)
 {
     const char *path = nvfp4_config_path(cfg);
@@ -173,20 +173,20 @@ nvfp4_status hparams_read(const nvfp4_config *cfg, const arch_desc *arch, hparam
                                    "shared_expert_intermediate_size", -1,
                                    "required key is missing");
     }
-    if (!hparams_layer_is_moe(hp, arch, 0) && hp->inter <= 0 && arch->moe == MOE_NONE)
+    if (!nvfp4m_hparams_layer_is_moe(hp, arch, 0) && hp->inter <= 0 && arch->moe == MOE_NONE)
         return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, path, "intermediate_size", -1,
                                "required key is missing");
 #undef TRY
     return NVFP4_OK;
 }
 
-void hparams_free(hparams *hp)
+void nvfp4m_hparams_free(hparams *hp)
 {
     free(hp->mlp_only);
     hp->mlp_only = NULL;
 }
 
-int hparams_layer_is_moe(const hparams *hp, const arch_desc *arch, int64_t l)
+int nvfp4m_hparams_layer_is_moe(const hparams *hp, const arch_desc *arch, int64_t l)
 {
     if (arch->moe == MOE_NONE || hp->experts <= 0)
         return 0;

@@ -18,9 +18,9 @@ typedef struct {
     const char *default_act;      /* "silu" for all of them */
 } arch_desc;
 
-const arch_desc *arch_find(const char *hf_name);
+const arch_desc *nvfp4m_arch_find(const char *hf_name);
 /* "A, B, C" list of supported architectures, static storage. */
-const char *arch_supported_list(void);
+const char *nvfp4m_arch_supported_list(void);
 
 /* Hyper-parameters read from config.json. */
 typedef struct {
@@ -40,10 +40,10 @@ typedef struct {
     int64_t bos, eos;
 } hparams;
 
-nvfp4_status hparams_read(const nvfp4_config *cfg, const arch_desc *arch, hparams *hp,
+nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch, hparams *hp,
                           nvfp4_error *err);
-void hparams_free(hparams *hp);
+void nvfp4m_hparams_free(hparams *hp);
 /* Does layer L use the mixture of experts? */
-int hparams_layer_is_moe(const hparams *hp, const arch_desc *arch, int64_t l);
+int nvfp4m_hparams_layer_is_moe(const hparams *hp, const arch_desc *arch, int64_t l);
 
 #endif

@@ -560,7 +560,7 @@ static nvfp4_status assemble(nvfp4_model *m, nvfp4_error *err)
                  (long long)l);
         TRY(load_vector(m, name, H, &L->ln2, err));
         TRY(load_attention(m, l, L, err));
-        L->moe = hparams_layer_is_moe(hp, m->arch, l);
+        L->moe = nvfp4m_hparams_layer_is_moe(hp, m->arch, l);
         if (L->moe) {
             TRY(load_moe(m, l, L, err));
         } else {
@@ -645,17 +645,17 @@ nvfp4_model *nvfp4_model_open(const char *path, const nvfp4_model_options *opt,
     }
     archs = nvfp4_config_json(m->cfg, "architectures");
     an = json_is_array(archs) ? json_string_value(json_array_get(archs, 0)) : NULL;
-    m->arch = arch_find(an);
+    m->arch = nvfp4m_arch_find(an);
     if (!m->arch) {
         nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, nvfp4_config_path(m->cfg),
                         "architectures", -1,
                         "architecture %s%s%s is not supported; supported: %s",
                         an ? "\"" : "", an ? an : "(none given)", an ? "\"" : "",
-                        arch_supported_list());
+                        nvfp4m_arch_supported_list());
         goto fail;
     }
     snprintf(m->arch_name, sizeof(m->arch_name), "%s", an);
-    if (hparams_read(m->cfg, m->arch, &m->hp, err))
+    if (nvfp4m_hparams_read(m->cfg, m->arch, &m->hp, err))
         goto fail;
     m->qc = nvfp4_qconfig_parse(m->cfg, err);
     if (!m->qc)
@@ -808,7 +808,7 @@ void nvfp4_model_free(nvfp4_model *m)
     nvfp4_backend_free(m->be);
     nvfp4_tokenizer_free(m->tok);
     nvfp4_qconfig_free(m->qc);
-    hparams_free(&m->hp);
+    nvfp4m_hparams_free(&m->hp);
     nvfp4_checkpoint_free(m->ck);
     free(m);
 }

@@ -30,7 +30,7 @@ typedef struct {
     size_t n, cap;
 } tk_pieces;
 
-int tk_pieces_push(tk_pieces *ps, const char *p, size_t n, int32_t id);
+int nvfp4m_tk_pieces_push(tk_pieces *ps, const char *p, size_t n, int32_t id);
 
 /* Bump allocator for strings made during one encode (prefix spaces);
  * blocks never move, so pieces may point into them. */
@@ -39,13 +39,13 @@ typedef struct {
     tk_block *head;
 } tk_arena;
 
-char *tk_arena_alloc(tk_arena *a, size_t n);
-void tk_arena_free(tk_arena *a);
+char *nvfp4m_tk_arena_alloc(tk_arena *a, size_t n);
+void nvfp4m_tk_arena_free(tk_arena *a);
 
 /* The NFC normalizer (normalizers/unicode.rs) through ICU: S itself when it
  * is already NFC, else a normalized copy in ARENA.  0, or -1 with msg set
  * (also when the library was built without ICU). */
-int tk_nfc(const char *s, size_t n, tk_arena *arena, const char **out, size_t *outn,
+int nvfp4m_tk_nfc(const char *s, size_t n, tk_arena *arena, const char **out, size_t *outn,
            char *msg, size_t msgsize);
 
 /* tokenizers' SplitDelimiterBehavior. */
@@ -73,13 +73,13 @@ typedef struct {
 
 /* Compile a tokenizers (Oniguruma syntax) pattern for PCRE2; LITERAL for
  * SplitPattern::String.  NULL with *msg set on error (msg: static or buf). */
-pcre2_code *tk_regex_compile(const char *pattern, size_t len, int literal,
+pcre2_code *nvfp4m_tk_regex_compile(const char *pattern, size_t len, int literal,
                              char *buf, size_t bufsize);
 
 /* Split every piece of IN (id < 0 only; added tokens pass through) by one
  * pre-tokenizer step, appending to OUT.  0 or -1 (out of memory, or a PCRE2
  * failure described in msg). */
-int tk_pretok_apply(const tk_pretok *pt, const tk_pieces *in, tk_pieces *out,
+int nvfp4m_tk_pretok_apply(const tk_pretok *pt, const tk_pieces *in, tk_pieces *out,
                     tk_arena *arena, pcre2_match_data *md, char *msg, size_t msgsize);
 
 /* Added tokens of one kind (normalized or not), for leftmost-longest matching
@@ -104,19 +104,19 @@ typedef struct {
 } tk_added_set;
 
 /* Takes ownership of TOKENS (malloc'ed); 0, or -1 with msg set. */
-int tk_added_set_build(tk_added_set *set, tk_added *tokens, size_t n, char *msg,
+int nvfp4m_tk_added_set_build(tk_added_set *set, tk_added *tokens, size_t n, char *msg,
                        size_t msgsize);
-void tk_added_set_free(tk_added_set *set);
+void nvfp4m_tk_added_set_free(tk_added_set *set);
 
 /* AddedVocabulary::find_matches on one piece: append token pieces (id >= 0)
  * and the text between them (id -1) to OUT. */
-int tk_added_split(const tk_added_set *set, const char *s, size_t n, tk_pieces *out,
+int nvfp4m_tk_added_split(const tk_added_set *set, const char *s, size_t n, tk_pieces *out,
                    pcre2_match_data *md);
 
 /* Offset of the first invalid UTF-8 byte (Rust str rules), or len if valid. */
-size_t tk_utf8_check(const unsigned char *s, size_t len);
+size_t nvfp4m_tk_utf8_check(const unsigned char *s, size_t len);
 /* Append the bytes of S as String::from_utf8_lossy would (U+FFFD for each
  * maximal invalid subpart).  dst must hold 3 * len bytes. Returns length. */
-size_t tk_utf8_lossy(const unsigned char *s, size_t len, char *dst);
+size_t nvfp4m_tk_utf8_lossy(const unsigned char *s, size_t len, char *dst);
 
 #endif

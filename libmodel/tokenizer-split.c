@@ -16,7 +16,7 @@
 
 /* ---- small containers ---------------------------------------------------- */
 
-int tk_pieces_push(tk_pieces *ps, const char *p, size_t n, int32_t id)
+int nvfp4m_tk_pieces_push(tk_pieces *ps, const char *p, size_t n, int32_t id)
 {
     if (ps->n == ps->cap) {
         size_t cap = ps->cap ? ps->cap * 2 : 64;
@@ -42,7 +42,7 @@ struct tk_block {
     char data[];
 };
 
-char *tk_arena_alloc(tk_arena *a, size_t n)
+char *nvfp4m_tk_arena_alloc(tk_arena *a, size_t n)
 {
     tk_block *b = a->head;
     if (!b || b->size - b->used < n) {
@@ -61,7 +61,7 @@ char *tk_arena_alloc(tk_arena *a, size_t n)
     return b->data + b->used - n;
 }
 
-void tk_arena_free(tk_arena *a)
+void nvfp4m_tk_arena_free(tk_arena *a)
 {
     while (a->head) {
         tk_block *next = a->head->next;
@@ -115,7 +115,7 @@ static size_t utf8_seq(const unsigned char *s, size_t len, int *whole)
     return need;
 }
 
-size_t tk_utf8_check(const unsigned char *s, size_t len)
+size_t nvfp4m_tk_utf8_check(const unsigned char *s, size_t len)
 {
     size_t i = 0;
     int whole;
@@ -134,7 +134,7 @@ size_t tk_utf8_check(const unsigned char *s, size_t len)
     return len;
 }
 
-size_t tk_utf8_lossy(const unsigned char *s, size_t len, char *dst)
+size_t nvfp4m_tk_utf8_lossy(const unsigned char *s, size_t len, char *dst)
 {
     size_t i = 0, o = 0;
     int whole;
@@ -175,7 +175,7 @@ static size_t char_before(const char *s, size_t i)
 /* ---- NFC -------------------------------------------------------------------- */
 
 #ifdef HAVE_ICU
-int tk_nfc(const char *s, size_t n, tk_arena *arena, const char **out, size_t *outn,
+int nvfp4m_tk_nfc(const char *s, size_t n, tk_arena *arena, const char **out, size_t *outn,
            char *msg, size_t msgsize)
 {
     UErrorCode e = U_ZERO_ERROR;
@@ -212,7 +212,7 @@ int tk_nfc(const char *s, size_t n, tk_arena *arena, const char **out, size_t *o
     if (U_FAILURE(e))
         goto fail;
     /* UTF-16 -> UTF-8: at most 3 bytes per code unit */
-    if (!(o = tk_arena_alloc(arena, (size_t)vlen * 3 + 1)))
+    if (!(o = nvfp4m_tk_arena_alloc(arena, (size_t)vlen * 3 + 1)))
         goto fail;
     u_strToUTF8(o, vlen * 3 + 1, &olen, v, vlen, &e);
     if (U_FAILURE(e))
@@ -229,7 +229,7 @@ fail:
     return -1;
 }
 #else
-int tk_nfc(const char *s, size_t n, tk_arena *arena, const char **out, size_t *outn,
+int nvfp4m_tk_nfc(const char *s, size_t n, tk_arena *arena, const char **out, size_t *outn,
            char *msg, size_t msgsize)
 {
     (void)arena;
@@ -329,7 +329,7 @@ static char *translate_onig(const char *pat, size_t len)
     return b;
 }
 
-pcre2_code *tk_regex_compile(const char *pattern, size_t len, int literal, char *buf,
+pcre2_code *nvfp4m_tk_regex_compile(const char *pattern, size_t len, int literal, char *buf,
                              size_t bufsize)
 {
     int errcode;
@@ -504,7 +504,7 @@ static void apply_behavior(spans *sp, tk_behavior b)
     sp->n = w;
 }
 
-int tk_pretok_apply(const tk_pretok *pt, const tk_pieces *in, tk_pieces *out,
+int nvfp4m_tk_pretok_apply(const tk_pretok *pt, const tk_pieces *in, tk_pieces *out,
                     tk_arena *arena, pcre2_match_data *md, char *msg, size_t msgsize)
 {
     spans sp = {0};
@@ -519,7 +519,7 @@ int tk_pretok_apply(const tk_pretok *pt, const tk_pieces *in, tk_pieces *out,
 
         /* PreTokenizedString::split leaves pieces that are tokens alone. */
         if (pc.id >= 0) {
-            if (tk_pieces_push(out, pc.p, pc.n, pc.id))
+            if (nvfp4m_tk_pieces_push(out, pc.p, pc.n, pc.id))
                 goto out;
             continue;
         }
@@ -527,7 +527,7 @@ int tk_pretok_apply(const tk_pretok *pt, const tk_pieces *in, tk_pieces *out,
             /* byte_level.rs: prefix every piece that lacks a leading space. */
             if (pt->add_prefix_space && (pc.n == 0 || pc.p[0] != ' ')) {
                 char *q;
-                if (pc.n == SIZE_MAX || !(q = tk_arena_alloc(arena, pc.n + 1)))
+                if (pc.n == SIZE_MAX || !(q = nvfp4m_tk_arena_alloc(arena, pc.n + 1)))
                     goto out;
                 q[0] = ' ';
                 memcpy(q + 1, pc.p, pc.n);
@@ -535,7 +535,7 @@ int tk_pretok_apply(const tk_pretok *pt, const tk_pieces *in, tk_pieces *out,
                 pc.n++;
             }
             if (!pt->use_regex) {
-                if (pc.n && tk_pieces_push(out, pc.p, pc.n, -1))
+                if (pc.n && nvfp4m_tk_pieces_push(out, pc.p, pc.n, -1))
                     goto out;
                 continue;
             }
@@ -552,7 +552,7 @@ int tk_pretok_apply(const tk_pretok *pt, const tk_pieces *in, tk_pieces *out,
             /* Empty splits are dropped (PreTokenizedString::split). */
             if (sp.v[k].m || sp.v[k].e <= sp.v[k].s)
                 continue;
-            if (tk_pieces_push(out, pc.p + sp.v[k].s, sp.v[k].e - sp.v[k].s, -1)) {
+            if (nvfp4m_tk_pieces_push(out, pc.p + sp.v[k].s, sp.v[k].e - sp.v[k].s, -1)) {
                 snprintf(msg, msgsize, "out of memory");
                 goto out;
             }
@@ -577,7 +577,7 @@ static int cmp_added(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-int tk_added_set_build(tk_added_set *set, tk_added *tokens, size_t n, char *msg,
+int nvfp4m_tk_added_set_build(tk_added_set *set, tk_added *tokens, size_t n, char *msg,
                        size_t msgsize)
 {
     size_t w = 0;
@@ -604,13 +604,13 @@ int tk_added_set_build(tk_added_set *set, tk_added *tokens, size_t n, char *msg,
                                "\\x{24B6}-\\x{24E9}\\x{1F130}-\\x{1F149}\\x{1F150}-\\x{1F169}"
                                "\\x{1F170}-\\x{1F189}]";
     static const char space[] = "[" WS_ITEMS "]";
-    set->word_re = tk_regex_compile(word, sizeof(word) - 1, 0, msg, msgsize);
-    set->space_re = set->word_re ? tk_regex_compile(space, sizeof(space) - 1, 0, msg, msgsize)
+    set->word_re = nvfp4m_tk_regex_compile(word, sizeof(word) - 1, 0, msg, msgsize);
+    set->space_re = set->word_re ? nvfp4m_tk_regex_compile(space, sizeof(space) - 1, 0, msg, msgsize)
                                  : NULL;
     return set->word_re && set->space_re ? 0 : -1;
 }
 
-void tk_added_set_free(tk_added_set *set)
+void nvfp4m_tk_added_set_free(tk_added_set *set)
 {
     free(set->v);
     pcre2_code_free(set->word_re);
@@ -627,13 +627,13 @@ static int char_is(const pcre2_code *re, const char *s, size_t n, size_t i,
     return rc >= 0;
 }
 
-int tk_added_split(const tk_added_set *set, const char *s, size_t n, tk_pieces *out,
+int nvfp4m_tk_added_split(const tk_added_set *set, const char *s, size_t n, tk_pieces *out,
                    pcre2_match_data *md)
 {
     size_t start_offset = 0, i = 0;
 
     if (set->n == 0 || n == 0)
-        return n ? tk_pieces_push(out, s, n, -1) : 0;
+        return n ? nvfp4m_tk_pieces_push(out, s, n, -1) : 0;
     while (i < n) {
         unsigned char b = (unsigned char)s[i];
         const tk_added *m = NULL;
@@ -673,13 +673,13 @@ int tk_added_split(const tk_added_set *set, const char *s, size_t n, tk_pieces *
             while (stop < n && char_is(set->space_re, s, n, stop, md))
                 stop += char_len(s, n, stop);
         }
-        if (start_offset < start && tk_pieces_push(out, s + start_offset, start - start_offset, -1))
+        if (start_offset < start && nvfp4m_tk_pieces_push(out, s + start_offset, start - start_offset, -1))
             return -1;
-        if (tk_pieces_push(out, s + start, stop - start, m->id))
+        if (nvfp4m_tk_pieces_push(out, s + start, stop - start, m->id))
             return -1;
         start_offset = stop;
     }
-    if (start_offset < n && tk_pieces_push(out, s + start_offset, n - start_offset, -1))
+    if (start_offset < n && nvfp4m_tk_pieces_push(out, s + start_offset, n - start_offset, -1))
         return -1;
     return 0;
 }

@@ -750,7 +750,7 @@ static nvfp4_status compile_or_fail(loader *L, const char *pat, size_t len, int 
                                     const char *key, pcre2_code **out)
 {
     char msg[400];
-    *out = tk_regex_compile(pat, len, literal, msg, sizeof(msg));
+    *out = nvfp4m_tk_regex_compile(pat, len, literal, msg, sizeof(msg));
     if (!*out)
         return nvfp4_error_set(L->err, NVFP4_ERR_INVALID, L->path, key, -1, "%s", msg);
     return NVFP4_OK;
@@ -960,7 +960,7 @@ static nvfp4_status add_decoder(loader *L, const json_t *d, const char *path, in
                      *b = json_object_get(d, "stop");
         snprintf(key, sizeof(key), "%s.content", path);
         if (!json_is_string(c) || json_string_length(c) == 0 || json_string_length(c) > 4 ||
-            tk_utf8_check((const unsigned char *)json_string_value(c), json_string_length(c)) !=
+            nvfp4m_tk_utf8_check((const unsigned char *)json_string_value(c), json_string_length(c)) !=
                 json_string_length(c) ||
             count_chars(json_string_value(c), json_string_length(c)) != 1)
             return nvfp4_error_set(L->err, NVFP4_ERR_BAD_ENTRY, L->path, key, -1,
@@ -1119,17 +1119,17 @@ static nvfp4_status build_tables(loader *L)
             tk_arena arena = {0};
             const char *s;
             size_t n;
-            if (tk_nfc(t->pool + a->off, a->len, &arena, &s, &n, msg, sizeof(msg))) {
-                tk_arena_free(&arena);
+            if (nvfp4m_tk_nfc(t->pool + a->off, a->len, &arena, &s, &n, msg, sizeof(msg))) {
+                nvfp4m_tk_arena_free(&arena);
                 return nvfp4_error_set(L->err, NVFP4_ERR_INVALID, L->path, "added_tokens", -1,
                                        "%s", msg);
             }
             if (s != t->pool + a->off && pool_add(t, s, n, &a->match_off)) {
-                tk_arena_free(&arena);
+                nvfp4m_tk_arena_free(&arena);
                 return fail_nomem(L);
             }
             a->match_len = n;
-            tk_arena_free(&arena);
+            nvfp4m_tk_arena_free(&arena);
         }
     }
 
@@ -1153,8 +1153,8 @@ static nvfp4_status build_tables(loader *L)
         else
             raw[n_raw++] = a;
     }
-    if (tk_added_set_build(&t->added_raw, raw, n_raw, msg, sizeof(msg)) ||
-        tk_added_set_build(&t->added_norm, norm, n_norm, msg, sizeof(msg))) {
+    if (nvfp4m_tk_added_set_build(&t->added_raw, raw, n_raw, msg, sizeof(msg)) ||
+        nvfp4m_tk_added_set_build(&t->added_norm, norm, n_norm, msg, sizeof(msg))) {
         if (!t->added_raw.v)
             free(raw);
         if (!t->added_norm.v)
@@ -1240,8 +1240,8 @@ void nvfp4_tokenizer_free(nvfp4_tokenizer *t)
         free(t->dec[i].content);
     }
     free(t->dec);
-    tk_added_set_free(&t->added_raw);
-    tk_added_set_free(&t->added_norm);
+    nvfp4m_tk_added_set_free(&t->added_raw);
+    nvfp4m_tk_added_set_free(&t->added_norm);
     free(t->added);
     free(t->id_str);
     free(t->id_str_len);
@@ -1487,35 +1487,35 @@ nvfp4_status nvfp4_tokenizer_encode(const nvfp4_tokenizer *t, const char *text, 
     *ids = NULL;
     *n_ids = 0;
     /* tokenizers takes a Rust str: the text must be valid UTF-8. */
-    if ((bad = tk_utf8_check((const unsigned char *)text, len)) != len)
+    if ((bad = nvfp4m_tk_utf8_check((const unsigned char *)text, len)) != len)
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, "text", (int64_t)bad,
                                "text is not valid UTF-8 at byte %zu", bad);
     snprintf(msg, sizeof(msg), "out of memory");
     if (!(md = pcre2_match_data_create(1, NULL)))
         goto fail;
     /* 1-2: added tokens, raw then (identity-)normalized */
-    if (tk_added_split(&t->added_raw, text, len, &a, md))
+    if (nvfp4m_tk_added_split(&t->added_raw, text, len, &a, md))
         goto fail;
     for (size_t i = 0; i < a.n; i++) {
         const char *p = a.v[i].p;
         size_t pn = a.v[i].n;
         if (a.v[i].id >= 0) {
-            if (tk_pieces_push(&b, p, pn, a.v[i].id))
+            if (nvfp4m_tk_pieces_push(&b, p, pn, a.v[i].id))
                 goto fail;
             continue;
         }
-        if (t->nfc && tk_nfc(p, pn, &arena, &p, &pn, msg, sizeof(msg))) {
+        if (t->nfc && nvfp4m_tk_nfc(p, pn, &arena, &p, &pn, msg, sizeof(msg))) {
             st = NVFP4_ERR_INVALID;
             goto fail;
         }
-        if (tk_added_split(&t->added_norm, p, pn, &b, md))
+        if (nvfp4m_tk_added_split(&t->added_norm, p, pn, &b, md))
             goto fail;
     }
     /* 3: pre-tokenizer steps */
     for (size_t k = 0; k < t->n_pretok; k++) {
         tk_pieces tmp;
         a.n = 0;
-        if (tk_pretok_apply(&t->pretok[k], &b, &a, &arena, md, msg, sizeof(msg))) {
+        if (nvfp4m_tk_pretok_apply(&t->pretok[k], &b, &a, &arena, md, msg, sizeof(msg))) {
             st = strcmp(msg, "out of memory") ? NVFP4_ERR_INVALID : NVFP4_ERR_NOMEM;
             goto fail;
         }
@@ -1545,7 +1545,7 @@ fail:
     free(S.mapped);
     free(a.v);
     free(b.v);
-    tk_arena_free(&arena);
+    nvfp4m_tk_arena_free(&arena);
     pcre2_match_data_free(md);
     return st;
 }
@@ -1627,7 +1627,7 @@ static int flush_bytes(dlist *out, unsigned char *bytes, size_t *nb)
 {
     if (!*nb)
         return 0;
-    if (tk_utf8_check(bytes, *nb) == *nb) {
+    if (nvfp4m_tk_utf8_check(bytes, *nb) == *nb) {
         if (dl_push(out, (const char *)bytes, *nb))
             return -1;
     } else {
@@ -1667,7 +1667,7 @@ static int dec_apply(const nvfp4_tokenizer *t, const dec_step *d, const dlist *i
             free(b);
             return -1;
         }
-        len = tk_utf8_lossy((const unsigned char *)b, o, lossy);
+        len = nvfp4m_tk_utf8_lossy((const unsigned char *)b, o, lossy);
         free(b);
         i = (size_t)dl_push(out, lossy, len);
         free(lossy);

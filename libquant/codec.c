@@ -10,7 +10,7 @@
 
 #include "internal.h"
 
-const float quant_e2m1_table[16] = {
+const float nvfp4q_e2m1_table[16] = {
     0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
     -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f,
 };
@@ -22,7 +22,7 @@ const char *nvfp4_quant_version(void)
 
 float nvfp4_fp4_decode(uint8_t nibble)
 {
-    return quant_e2m1_table[nibble & 0xF];
+    return nvfp4q_e2m1_table[nibble & 0xF];
 }
 
 /* The E2M1 table of §1: the interval ends are the ties, and each tie goes

@@ -10,7 +10,7 @@
 #include <nvfp4/quant.h>
 
 /* Decoded value of every E2M1 nibble (§1); 0x8 is -0. */
-extern const float quant_e2m1_table[16];
+extern const float nvfp4q_e2m1_table[16];
 
 static inline uint32_t f32_bits(float x)
 {

@@ -25,8 +25,8 @@ static void dequant_row_scalar(const uint8_t *packed, const uint8_t *scales,
         const uint8_t *p = packed + b * (NVFP4_BLOCK / 2);
         float *o = out + b * NVFP4_BLOCK;
         for (int j = 0; j < NVFP4_BLOCK / 2; j++) {
-            o[2 * j] = quant_e2m1_table[p[j] & 0xF] * s;
-            o[2 * j + 1] = quant_e2m1_table[p[j] >> 4] * s;
+            o[2 * j] = nvfp4q_e2m1_table[p[j] & 0xF] * s;
+            o[2 * j + 1] = nvfp4q_e2m1_table[p[j] >> 4] * s;
         }
     }
 }
@@ -39,7 +39,7 @@ __attribute__((target("avx512f"))) static void
 dequant_row_avx512(const uint8_t *packed, const uint8_t *scales, float global,
                    size_t k, float *out)
 {
-    const __m512 lut = _mm512_loadu_ps(quant_e2m1_table);
+    const __m512 lut = _mm512_loadu_ps(nvfp4q_e2m1_table);
     const __m512i low = _mm512_set1_epi32(0xF);
     /* lane 2j takes bits 0-3 of byte j, lane 2j+1 bits 4-7 */
     const __m512i shifts = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
@@ -123,7 +123,7 @@ void nvfp4_quant_qdq_row(const float *x, size_t k, float input_scale, float *out
         for (int j = 0; j < NVFP4_BLOCK; j++) {
             float y = xb[j] * osc;
             y = y < -NVFP4_E2M1_MAX ? -NVFP4_E2M1_MAX : y > NVFP4_E2M1_MAX ? NVFP4_E2M1_MAX : y;
-            ob[j] = quant_e2m1_table[nvfp4_fp4_encode(y)] * back;
+            ob[j] = nvfp4q_e2m1_table[nvfp4_fp4_encode(y)] * back;
         }
     }
 }
