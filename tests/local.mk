@@ -2,9 +2,16 @@
 # Check-based tests, one program per layer, plus shell tests of the tool.
 TEST_CPPFLAGS = $(AM_CPPFLAGS) -DTEST_DATA_DIR='"$(abs_top_srcdir)/tests/data"' \
 	-DNVFP4_TOOL='"$(abs_top_builddir)/tools/nvfp4"'
-AM_TESTS_ENVIRONMENT = top_srcdir='$(top_srcdir)' top_builddir='$(top_builddir)'; \
-	export top_srcdir top_builddir;
+AM_TESTS_ENVIRONMENT = top_srcdir='$(top_srcdir)' top_builddir='$(top_builddir)' \
+	NM='$(NM)' READELF='$(READELF)'; \
+	export top_srcdir top_builddir NM READELF;
 EXTRA_DIST += tests/data
+
+# Link hygiene, no Check needed: the exports of each .so = the NVFP4_API
+# functions of its header = the names of its version script; the globals of
+# each static archive are public names or the layer's reserved prefix.
+TESTS += tests/exports.test tests/archive-symbols.test
+EXTRA_DIST += tests/exports.test tests/archive-symbols.test tests/api-names.sh
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test-format
@@ -95,17 +102,32 @@ tests_test_gpu_model_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kern
 TESTS += tests/test-gpu-model
 endif
 
-# The format layer stands alone: a program built with only
-# `pkg-config nvfp4-format` against the installed library.
-EXTRA_DIST += %reldir%/consumer-format.c
+# Programs built against the INSTALLED libraries with pkg-config alone:
+# consumer-format with only `pkg-config nvfp4-format` (the format layer
+# stands alone, shared), consumer-model with `pkg-config --static` and our
+# four archives linked by path (the system libraries stay shared), which
+# proves the .pc files' Requires.private / Libs.private complete; it must
+# NEED no libnvfp4 at run time and match the PyTorch logits of the fixture.
+# Under DESTDIR, PKG_CONFIG_SYSROOT_DIR maps the .pc paths into it.
+EXTRA_DIST += %reldir%/consumer-format.c %reldir%/consumer-model.c
 installcheck-local:
 	PKG_CONFIG_PATH="$(DESTDIR)$(libdir)/pkgconfig:$$PKG_CONFIG_PATH" && \
 	export PKG_CONFIG_PATH && \
+	if test -n "$(DESTDIR)"; then \
+	    PKG_CONFIG_SYSROOT_DIR="$(DESTDIR)" && export PKG_CONFIG_SYSROOT_DIR; fi && \
 	$(CC) -o consumer-format $(srcdir)/tests/consumer-format.c \
 	    `$(PKG_CONFIG) --cflags --libs nvfp4-format` && \
 	LD_LIBRARY_PATH="$(DESTDIR)$(libdir)" ./consumer-format \
 	    $(abs_srcdir)/tests/data/format/all_dtypes.safetensors && \
-	rm -f consumer-format
+	libs=`$(PKG_CONFIG) --static --libs nvfp4-model` && \
+	libs=`echo " $$libs " | sed 's| -lnvfp4-\([a-z]*\) | $(DESTDIR)$(libdir)/libnvfp4-\1.a |g'` && \
+	echo "static link: $$libs" && \
+	$(CC) -o consumer-model $(srcdir)/tests/consumer-model.c \
+	    `$(PKG_CONFIG) --cflags --static nvfp4-model` $$libs && \
+	if $(READELF) -d consumer-model | grep 'NEEDED.*libnvfp4'; then \
+	    echo "consumer-model: linked a shared libnvfp4" >&2; exit 1; fi && \
+	./consumer-model $(abs_srcdir)/tests/data/models/tiny && \
+	rm -f consumer-format consumer-model
 
 # Opt-in, not in CI: the real SmolLM2 NVFP4 model against PyTorch (needs the
 # model cache, built on first use with the Python venv).
