@@ -80,10 +80,10 @@ typedef struct {
  * under a limit of TK_PROBE first, then four times more until it is done,
  * and is charged the limits it ran under (at most 4/3 of its true cost
  * above the probe). */
-#define TK_PROBE 4096u
+#define TK_PROBE 128u
 #define TK_CALL_MAX 10000000u
-#define TK_BUDGET_BASE (UINT64_C(1) << 24)
-#define TK_BUDGET_PER_BYTE UINT64_C(16384)
+#define TK_BUDGET_BASE (UINT64_C(1) << 22)
+#define TK_BUDGET_PER_BYTE UINT64_C(2048)
 typedef struct {
     pcre2_match_context *mc;
     uint64_t total, left;
