@@ -184,6 +184,11 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "num_key_value_heads", -1,
                                "%lld does not divide num_attention_heads %lld",
                                (long long)hp->kv_heads, (long long)hp->heads);
+    if (hp->head_dim <= 0 && !nvfp4_config_has(cfg, "head_dim"))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "num_attention_heads", -1,
+                               "hidden_size %lld / num_attention_heads %lld leaves no head "
+                               "size (and config.json gives no head_dim)",
+                               (long long)hp->hidden, (long long)hp->heads);
     if (hp->head_dim <= 0 || hp->head_dim % 2)
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "head_dim", -1,
                                "expected a positive even head size, found %lld",
