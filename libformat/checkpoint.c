@@ -33,7 +33,9 @@ struct nvfp4_checkpoint {
     char *index_path;        /* NULL for a single file */
     nvfp4_config *config;
     shard *shards;
-    size_t nshards;
+    size_t nshards, capshards;
+    size_t *shard_hash;      /* open addressing: shard index + 1, 0 = empty */
+    size_t hash_cap;         /* a power of two, > 2 * nshards */
     entry *entries;          /* sorted by name */
     size_t count;
 };
@@ -55,6 +57,7 @@ void nvfp4_checkpoint_free(nvfp4_checkpoint *ck)
     for (size_t i = 0; i < ck->count; i++)
         free(ck->entries[i].name);
     free(ck->shards);
+    free(ck->shard_hash);
     free(ck->entries);
     nvfp4_config_free(ck->config);
     free(ck->index_path);
@@ -74,19 +77,70 @@ static int is_file(const char *path)
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+/* FNV-1a: shard names are short and few collide. */
+static size_t hash_name(const char *s)
+{
+    uint64_t h = UINT64_C(1469598103934665603);
+
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
+    return (size_t)h;
+}
+
+/* The slot of FILE in the shard hash: its entry, or the empty slot where it
+ * would go. */
+static size_t hash_slot(const nvfp4_checkpoint *ck, const char *file)
+{
+    size_t i = hash_name(file) & (ck->hash_cap - 1);
+
+    while (ck->shard_hash[i] && strcmp(ck->shards[ck->shard_hash[i] - 1].file, file))
+        i = (i + 1) & (ck->hash_cap - 1);
+    return i;
+}
+
+static int hash_grow(nvfp4_checkpoint *ck)
+{
+    size_t cap = ck->hash_cap ? ck->hash_cap * 2 : 64;
+    size_t *old = ck->shard_hash, oldcap = ck->hash_cap;
+
+    if (!(ck->shard_hash = calloc(cap, sizeof(size_t)))) {
+        ck->shard_hash = old;
+        return -1;
+    }
+    ck->hash_cap = cap;
+    for (size_t i = 0; i < oldcap; i++)
+        if (old[i])
+            ck->shard_hash[hash_slot(ck, ck->shards[old[i] - 1].file)] = old[i];
+    free(old);
+    return 0;
+}
+
+/* The index of shard FILE, added when new: a hash, since an index may name
+ * as many shards as tensors (a linear search made 200k shards take minutes). */
 static size_t add_shard(nvfp4_checkpoint *ck, const char *file, nvfp4_error *err)
 {
     shard *s;
+    size_t slot;
 
-    for (size_t i = 0; i < ck->nshards; i++)
-        if (strcmp(ck->shards[i].file, file) == 0)
-            return i;
-    s = realloc(ck->shards, (ck->nshards + 1) * sizeof(*s));
-    if (!s) {
-        nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    if (2 * (ck->nshards + 1) >= ck->hash_cap && hash_grow(ck)) {
+        nvfp4_error_set(err, NVFP4_ERR_NOMEM, ck->index_path, file, -1,
+                        "out of memory for the table of %zu shard names", ck->nshards + 1);
         return (size_t)-1;
     }
-    ck->shards = s;
+    slot = hash_slot(ck, file);
+    if (ck->shard_hash[slot])
+        return ck->shard_hash[slot] - 1;
+    if (ck->nshards == ck->capshards) {
+        size_t cap = ck->capshards ? 2 * ck->capshards : 8;
+        s = realloc(ck->shards, cap * sizeof(*s));
+        if (!s) {
+            nvfp4_error_set(err, NVFP4_ERR_NOMEM, ck->index_path, file, -1,
+                            "out of memory for %zu shards", cap);
+            return (size_t)-1;
+        }
+        ck->shards = s;
+        ck->capshards = cap;
+    }
     s = &ck->shards[ck->nshards];
     s->st = NULL;
     s->file = strdup(file);
@@ -94,9 +148,11 @@ static size_t add_shard(nvfp4_checkpoint *ck, const char *file, nvfp4_error *err
     if (!s->file || !s->path) {
         free(s->file);
         free(s->path);
-        nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        nvfp4_error_set(err, NVFP4_ERR_NOMEM, ck->index_path, file, -1,
+                        "out of memory for the shard's name");
         return (size_t)-1;
     }
+    ck->shard_hash[slot] = ck->nshards + 1;
     return ck->nshards++;
 }
 
@@ -141,7 +197,8 @@ static nvfp4_status load_index(nvfp4_checkpoint *ck, nvfp4_error *err)
     ck->entries = calloc(json_object_size(map) + 1, sizeof(entry));
     if (!ck->entries) {
         json_decref(root);
-        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, p, NULL, -1, "out of memory");
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, p, "weight_map", -1,
+                               "out of memory for %zu index entries", json_object_size(map));
     }
     json_object_foreach(map, k, v) {
         size_t si;
@@ -167,7 +224,8 @@ static nvfp4_status load_index(nvfp4_checkpoint *ck, nvfp4_error *err)
         ck->entries[ck->count].name = strdup(k);
         ck->entries[ck->count].shard = si;
         if (!ck->entries[ck->count].name) {
-            rc = nvfp4_error_set(err, NVFP4_ERR_NOMEM, p, NULL, -1, "out of memory");
+            rc = nvfp4_error_set(err, NVFP4_ERR_NOMEM, p, key, -1,
+                                 "out of memory for the tensor name");
             break;
         }
         ck->count++;
@@ -177,11 +235,18 @@ static nvfp4_status load_index(nvfp4_checkpoint *ck, nvfp4_error *err)
         return rc;
     qsort(ck->entries, ck->count, sizeof(entry), cmp_entry);
     /* Every shard must exist now: a missing shard is reported at open. */
-    for (size_t i = 0; i < ck->nshards; i++)
-        if (!is_file(ck->shards[i].path))
-            return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, p, ck->shards[i].file, -1,
-                                   "shard %s named by the index does not exist",
-                                   ck->shards[i].path);
+    for (size_t i = 0; i < ck->nshards; i++) {
+        struct stat sb;
+        if (stat(ck->shards[i].path, &sb) != 0)
+            return nvfp4_error_set(err, errno == ENOENT ? NVFP4_ERR_NOT_FOUND : NVFP4_ERR_IO,
+                                   p, ck->shards[i].file, -1,
+                                   "shard %s named by the index %s", ck->shards[i].path,
+                                   errno == ENOENT ? "does not exist" : strerror(errno));
+        if (!S_ISREG(sb.st_mode))
+            return nvfp4_error_set(err, NVFP4_ERR_IO, p, ck->shards[i].file, -1,
+                                   "shard %s named by the index is %s, not a regular file",
+                                   ck->shards[i].path, nvfp4f_file_kind(sb.st_mode));
+    }
     return NVFP4_OK;
 }
 
@@ -199,12 +264,15 @@ static nvfp4_status load_single(nvfp4_checkpoint *ck, const char *file,
     st = ck->shards[si].st;
     ck->entries = calloc(nvfp4_safetensors_count(st) + 1, sizeof(entry));
     if (!ck->entries)
-        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, ck->shards[si].path, NULL, -1,
+                               "out of memory for %zu tensor entries", nvfp4_safetensors_count(st));
     for (size_t i = 0; i < nvfp4_safetensors_count(st); i++) {
         ck->entries[i].name = strdup(nvfp4_safetensors_tensor(st, i)->name);
         ck->entries[i].shard = si;
         if (!ck->entries[i].name)
-            return nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+            return nvfp4_error_set(err, NVFP4_ERR_NOMEM, ck->shards[si].path,
+                                   nvfp4_safetensors_tensor(st, i)->name, -1,
+                                   "out of memory for the tensor name");
         ck->count++;
     }
     qsort(ck->entries, ck->count, sizeof(entry), cmp_entry);

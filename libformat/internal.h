@@ -20,6 +20,9 @@ int nvfp4f_safetensors_release(const nvfp4_safetensors *st, const void *p, size_
 /* Read a whole small file into a NUL-terminated buffer. */
 char *nvfp4f_read_file(const char *path, size_t limit, size_t *len, nvfp4_error *err);
 /* Join a directory and a file name. */
+/* "a directory", "a FIFO", ... for a stat mode that is not a regular file. */
+const char *nvfp4f_file_kind(unsigned mode);
+
 char *nvfp4f_path_join(const char *dir, const char *name);
 /* Directory part of a path ("." when there is none). */
 char *nvfp4f_dirname(const char *path);

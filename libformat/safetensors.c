@@ -368,7 +368,7 @@ static nvfp4_status parse_header(nvfp4_safetensors *st, nvfp4_error *err)
 nvfp4_safetensors *nvfp4_safetensors_open(const char *path, nvfp4_error *err)
 {
     nvfp4_safetensors *st;
-    struct stat sb;
+    struct stat sb = {0};
     int fd;
 
     nvfp4_error_clear(err);
@@ -382,14 +382,15 @@ nvfp4_safetensors *nvfp4_safetensors_open(const char *path, nvfp4_error *err)
         nvfp4_error_set(err, NVFP4_ERR_NOMEM, path, NULL, -1, "out of memory");
         return NULL;
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block */
     if (fd < 0) {
         nvfp4_error_set(err, errno == ENOENT ? NVFP4_ERR_NOT_FOUND : NVFP4_ERR_IO,
                         path, NULL, -1, "cannot open: %s", strerror(errno));
         goto fail;
     }
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        nvfp4_error_set(err, NVFP4_ERR_IO, path, NULL, -1, "not a regular file");
+        nvfp4_error_set(err, NVFP4_ERR_IO, path, NULL, -1, "is %s, not a regular file",
+                        nvfp4f_file_kind(sb.st_mode));
         close(fd);
         goto fail;
     }

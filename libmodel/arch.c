@@ -2,6 +2,7 @@
 /* The supported architectures and how config.json describes them. */
 #include "config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,14 +50,82 @@ static nvfp4_status need_int(const nvfp4_config *cfg, const char *key, int64_t *
     return NVFP4_OK;
 }
 
-/* First present key of a list (transformers renamed several over time). */
-static nvfp4_status get_int_any(const nvfp4_config *cfg, const char *const *keys,
-                                int64_t def, int64_t *out, nvfp4_error *err)
+/* An optional count: DEF when absent, else a positive integer (a zero or
+ * negative size is a broken config.json, not a missing key). */
+static nvfp4_status opt_pos_int(const nvfp4_config *cfg, const char *key, int64_t def,
+                                int64_t *out, nvfp4_error *err)
 {
+    nvfp4_status rc;
+
+    if (!nvfp4_config_has(cfg, key)) {
+        *out = def;
+        return NVFP4_OK;
+    }
+    if ((rc = nvfp4_config_get_int(cfg, key, def, out, err)))
+        return rc;
+    if (*out <= 0)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, nvfp4_config_path(cfg), key, -1,
+                               "expected a positive integer, found %lld", (long long)*out);
+    return NVFP4_OK;
+}
+
+/* First present key of a list (transformers renamed several over time);
+ * *USED names it (the first key when none is present). */
+static nvfp4_status get_int_any(const nvfp4_config *cfg, const char *const *keys,
+                                int64_t def, int64_t *out, const char **used,
+                                nvfp4_error *err)
+{
+    *used = keys[0];
     for (; *keys; keys++)
-        if (nvfp4_config_has(cfg, *keys))
-            return nvfp4_config_get_int(cfg, *keys, def, out, err);
+        if (nvfp4_config_has(cfg, *keys)) {
+            *used = *keys;
+            return opt_pos_int(cfg, *keys, def, out, err);
+        }
     *out = def;
+    return NVFP4_OK;
+}
+
+/* A float32 parameter that must be finite and > 0 (MIN_EXCL: and above that
+ * value): a zero or negative rope_theta, eps or scaling factor turns every
+ * logit into NaN in the forward pass, so it is refused here, naming the key. */
+static nvfp4_status check_pos_real(const nvfp4_config *cfg, const char *key, double v,
+                                   const char *why, nvfp4_error *err)
+{
+    float f = (float)v;
+
+    if (!(isfinite(f) && f > 0.0f))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, nvfp4_config_path(cfg), key, -1,
+                               "expected a finite number > 0 (as float32), found %g (%s)",
+                               v, why);
+    return NVFP4_OK;
+}
+
+/* The limits of NVFP4M_DIM_MAX and NVFP4M_PRODUCT_MAX: sizes are int32
+ * (token ids, positions) and every product of two config values is an
+ * element count of one tensor, so neither can be larger than this without
+ * the checkpoint being absurd; bounding them here keeps every later size
+ * computation (times 4 bytes, times a few tokens) far from overflow. */
+static nvfp4_status check_dim(const nvfp4_config *cfg, const char *key, int64_t v,
+                              nvfp4_error *err)
+{
+    if (v > NVFP4M_DIM_MAX)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, nvfp4_config_path(cfg), key, -1,
+                               "%lld is larger than the supported %lld", (long long)v,
+                               (long long)NVFP4M_DIM_MAX);
+    return NVFP4_OK;
+}
+
+/* A * B (A from key KA, B from key KB) must stay <= NVFP4M_PRODUCT_MAX. */
+static nvfp4_status check_product(const nvfp4_config *cfg, const char *ka, int64_t a,
+                                  const char *kb, int64_t b, nvfp4_error *err)
+{
+    int64_t p;
+
+    if (__builtin_mul_overflow(a, b, &p) || p > NVFP4M_PRODUCT_MAX)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, nvfp4_config_path(cfg), ka, -1,
+                               "%s %lld times %s %lld exceeds the supported tensor size of "
+                               "%lld elements", ka, (long long)a, kb, (long long)b,
+                               (long long)NVFP4M_PRODUCT_MAX);
     return NVFP4_OK;
 }
 
@@ -79,11 +148,29 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
     TRY(need_int(cfg, "num_hidden_layers", &hp->layers, err));
     TRY(need_int(cfg, "num_attention_heads", &hp->heads, err));
     TRY(need_int(cfg, "vocab_size", &hp->vocab, err));
-    TRY(nvfp4_config_get_int(cfg, "num_key_value_heads", hp->heads, &hp->kv_heads, err));
-    TRY(nvfp4_config_get_int(cfg, "head_dim", hp->hidden / hp->heads, &hp->head_dim, err));
-    TRY(nvfp4_config_get_int(cfg, "intermediate_size", 0, &hp->inter, err));
-    TRY(nvfp4_config_get_int(cfg, "max_position_embeddings", 4096, &hp->max_pos, err));
+    TRY(opt_pos_int(cfg, "num_key_value_heads", hp->heads, &hp->kv_heads, err));
+    TRY(opt_pos_int(cfg, "head_dim", hp->hidden / hp->heads, &hp->head_dim, err));
+    TRY(opt_pos_int(cfg, "intermediate_size", 0, &hp->inter, err));
+    TRY(opt_pos_int(cfg, "max_position_embeddings", 4096, &hp->max_pos, err));
     TRY(nvfp4_config_get_double(cfg, "rms_norm_eps", 1e-6, &hp->eps, err));
+    TRY(check_pos_real(cfg, "rms_norm_eps", hp->eps, "RMSNorm divides by sqrt(mean + eps)",
+                       err));
+    TRY(check_dim(cfg, "hidden_size", hp->hidden, err));
+    TRY(check_dim(cfg, "num_attention_heads", hp->heads, err));
+    TRY(check_dim(cfg, "num_key_value_heads", hp->kv_heads, err));
+    TRY(check_dim(cfg, "head_dim", hp->head_dim, err));
+    TRY(check_dim(cfg, "intermediate_size", hp->inter, err));
+    TRY(check_dim(cfg, "vocab_size", hp->vocab, err));
+    TRY(check_dim(cfg, "max_position_embeddings", hp->max_pos, err));
+    TRY(check_dim(cfg, "num_hidden_layers", hp->layers, err));
+    TRY(check_product(cfg, "num_attention_heads", hp->heads, "head_dim", hp->head_dim, err));
+    TRY(check_product(cfg, "num_key_value_heads", hp->kv_heads, "head_dim", hp->head_dim,
+                      err));
+    TRY(check_product(cfg, "vocab_size", hp->vocab, "hidden_size", hp->hidden, err));
+    TRY(check_product(cfg, "intermediate_size", 2 * hp->inter, "hidden_size", hp->hidden,
+                      err));
+    TRY(check_product(cfg, "num_attention_heads", hp->heads * hp->head_dim, "hidden_size",
+                      hp->hidden, err));
     TRY(nvfp4_config_get_bool(cfg, "tie_word_embeddings", 0, &hp->tie, err));
     TRY(nvfp4_config_get_int(cfg, "bos_token_id", -1, &hp->bos, err));
     v = nvfp4_config_json(cfg, "eos_token_id");
@@ -97,6 +184,11 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "num_key_value_heads", -1,
                                "%lld does not divide num_attention_heads %lld",
                                (long long)hp->kv_heads, (long long)hp->heads);
+    if (hp->head_dim <= 0 && !nvfp4_config_has(cfg, "head_dim"))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "num_attention_heads", -1,
+                               "hidden_size %lld / num_attention_heads %lld leaves no head "
+                               "size (and config.json gives no head_dim)",
+                               (long long)hp->hidden, (long long)hp->heads);
     if (hp->head_dim <= 0 || hp->head_dim % 2)
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "head_dim", -1,
                                "expected a positive even head size, found %lld",
@@ -108,10 +200,10 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
     {
         char key[96];
         snprintf(key, sizeof(key), "%s.rope_theta", rp);
-        if (nvfp4_config_has(cfg, key))
-            TRY(nvfp4_config_get_double(cfg, key, 10000.0, &hp->rope_theta, err));
-        else
-            TRY(nvfp4_config_get_double(cfg, "rope_theta", 10000.0, &hp->rope_theta, err));
+        if (!nvfp4_config_has(cfg, key))
+            snprintf(key, sizeof(key), "rope_theta");
+        TRY(nvfp4_config_get_double(cfg, key, 10000.0, &hp->rope_theta, err));
+        TRY(check_pos_real(cfg, key, hp->rope_theta, "the RoPE base", err));
         snprintf(key, sizeof(key), "%s.rope_type", rp);
         TRY(nvfp4_config_get_string(cfg, key, NULL, &rope_type, err));
         if (!rope_type) {
@@ -128,6 +220,21 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
             TRY(nvfp4_config_get_double(cfg, key, 4.0, &hp->rs_high, err));
             snprintf(key, sizeof(key), "%s.original_max_position_embeddings", rp);
             TRY(nvfp4_config_get_double(cfg, key, 8192.0, &hp->rs_orig, err));
+            /* transformers' _validate_llama3_parameters: factor, both
+             * frequency factors and the original length positive, and
+             * low < high (the smoothing divides by their difference). */
+            TRY(check_pos_real(cfg, key, hp->rs_orig, "Llama 3 RoPE scaling", err));
+            snprintf(key, sizeof(key), "%s.factor", rp);
+            TRY(check_pos_real(cfg, key, hp->rs_factor, "Llama 3 RoPE scaling", err));
+            snprintf(key, sizeof(key), "%s.low_freq_factor", rp);
+            TRY(check_pos_real(cfg, key, hp->rs_low, "Llama 3 RoPE scaling", err));
+            snprintf(key, sizeof(key), "%s.high_freq_factor", rp);
+            TRY(check_pos_real(cfg, key, hp->rs_high, "Llama 3 RoPE scaling", err));
+            if (!(hp->rs_high > hp->rs_low))
+                return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, key, -1,
+                                       "expected high_freq_factor %g > low_freq_factor %g "
+                                       "(Llama 3 RoPE scaling divides by their difference)",
+                                       hp->rs_high, hp->rs_low);
         } else if (strcmp(rope_type, "default") != 0) {
             return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, key, -1,
                                    "RoPE type \"%s\" is not supported (supported: "
@@ -138,11 +245,17 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
     if (arch->moe != MOE_NONE) {
         static const char *const ek[] = {"num_experts", "num_local_experts", NULL};
         static const char *const mk[] = {"moe_intermediate_size", NULL};
-        TRY(get_int_any(cfg, ek, 0, &hp->experts, err));
+        const char *ekey, *mkey;
+        TRY(get_int_any(cfg, ek, 0, &hp->experts, &ekey, err));
         TRY(nvfp4_config_get_int(cfg, "num_experts_per_tok", 2, &hp->topk, err));
-        TRY(get_int_any(cfg, mk, hp->inter, &hp->moe_inter, err));
-        TRY(nvfp4_config_get_int(cfg, "shared_expert_intermediate_size", 0,
-                                 &hp->shared_inter, err));
+        TRY(get_int_any(cfg, mk, hp->inter, &hp->moe_inter, &mkey, err));
+        TRY(opt_pos_int(cfg, "shared_expert_intermediate_size", 0, &hp->shared_inter, err));
+        TRY(check_dim(cfg, ekey, hp->experts, err));
+        TRY(check_dim(cfg, mkey, hp->moe_inter, err));
+        TRY(check_dim(cfg, "shared_expert_intermediate_size", hp->shared_inter, err));
+        TRY(check_product(cfg, mkey, 2 * hp->moe_inter, "hidden_size", hp->hidden, err));
+        TRY(check_product(cfg, "shared_expert_intermediate_size", 2 * hp->shared_inter,
+                          "hidden_size", hp->hidden, err));
         TRY(nvfp4_config_get_int(cfg, "decoder_sparse_step", 1, &hp->sparse_step, err));
         /* Mixtral always renormalises (softmax over the chosen logits). */
         TRY(nvfp4_config_get_bool(cfg, "norm_topk_prob", arch->moe == MOE_MIXTRAL,
@@ -163,8 +276,9 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
         if (json_is_array(v) && json_array_size(v)) {
             hp->mlp_only = calloc(json_array_size(v), sizeof(int64_t));
             if (!hp->mlp_only)
-                return nvfp4_error_set(err, NVFP4_ERR_NOMEM, path, NULL, -1,
-                                       "out of memory");
+                return nvfp4_error_set(err, NVFP4_ERR_NOMEM, path, "mlp_only_layers", -1,
+                                       "out of memory for %zu layer numbers",
+                                       json_array_size(v));
             for (size_t i = 0; i < json_array_size(v); i++)
                 hp->mlp_only[hp->n_mlp_only++] = json_integer_value(json_array_get(v, i));
         }

@@ -46,4 +46,24 @@ void nvfp4m_hparams_free(hparams *hp);
 /* Does layer L use the mixture of experts? */
 int nvfp4m_hparams_layer_is_moe(const hparams *hp, const arch_desc *arch, int64_t l);
 
+/* Bounds on config.json values (arch.c): a size fits int32 (token ids and
+ * positions are int32); a product of two sizes, the element count of one
+ * tensor, is at most 2^40. */
+#define NVFP4M_DIM_MAX INT64_C(2147483647)
+#define NVFP4M_PRODUCT_MAX (INT64_C(1) << 40)
+
+/* validate.c: checks of the checkpoint against its config before anything is
+ * allocated from config values (layer and expert counts the tensor count
+ * cannot hold), of every unquantized float tensor for NaN/Inf, and of a
+ * tokenizer's ids against the model's vocabulary. */
+nvfp4_status nvfp4m_check_counts(nvfp4_checkpoint *ck, const nvfp4_config *cfg,
+                                 const arch_desc *arch, const hparams *hp, nvfp4_error *err);
+nvfp4_status nvfp4m_check_finite(nvfp4_checkpoint *ck, nvfp4_error *err);
+nvfp4_status nvfp4m_check_tokenizer(const nvfp4_tokenizer *tok, const char *path,
+                                    int64_t vocab, nvfp4_error *err);
+/* After the forward pass: the first non-finite logit is an error naming its
+ * position (ROWS rows of VOCAB logits, the first one at position POS0). */
+nvfp4_status nvfp4m_check_logits(const float *logits, size_t rows, size_t vocab,
+                                 size_t pos0, nvfp4_error *err);
+
 #endif

@@ -8,6 +8,7 @@ libmodel_libnvfp4_model_la_SOURCES = \
 	%reldir%/arch.c \
 	%reldir%/model.c \
 	%reldir%/eval.c \
+	%reldir%/validate.c \
 	%reldir%/tokenizer-internal.h \
 	%reldir%/tokenizer.c \
 	%reldir%/tokenizer-split.c

@@ -112,13 +112,18 @@ static nvfp4_status add_prefix(nvfp4_model *m, const char *prefix, nvfp4_error *
     return NVFP4_OK;
 }
 
-/* Dry run: remember NAME as missing. */
+/* Dry run: remember NAME as missing; the first MISSING_NAMED are named,
+ * the rest only counted (a config.json asking for 10^7 layers must not
+ * build a gigabyte list). */
+#define MISSING_NAMED 8
 static void note_missing(nvfp4_model *m, const char *name)
 {
     size_t n = strlen(name);
-    char *p = realloc(m->missing, m->missing_len + n + 3);
+    char *p;
 
-    m->nmissing++;
+    if (m->nmissing++ >= MISSING_NAMED)
+        return;
+    p = realloc(m->missing, m->missing_len + n + 3);
     if (!p)
         return;
     m->missing = p;
@@ -655,7 +660,8 @@ nvfp4_model *nvfp4_model_open(const char *path, const nvfp4_model_options *opt,
         goto fail;
     }
     snprintf(m->arch_name, sizeof(m->arch_name), "%s", an);
-    if (nvfp4m_hparams_read(m->cfg, m->arch, &m->hp, err))
+    if (nvfp4m_hparams_read(m->cfg, m->arch, &m->hp, err) ||
+        nvfp4m_check_counts(m->ck, m->cfg, m->arch, &m->hp, err))
         goto fail;
     m->qc = nvfp4_qconfig_parse(m->cfg, err);
     if (!m->qc)
@@ -673,10 +679,13 @@ nvfp4_model *nvfp4_model_open(const char *path, const nvfp4_model_options *opt,
     m->dry = 0;
     if (m->nmissing) {
         nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, nvfp4_checkpoint_dir(m->ck), NULL, -1,
-                        "%zu tensor(s) that %s needs are missing: %s", m->nmissing,
-                        m->arch_name, m->missing ? m->missing : "?");
+                        "%zu tensor(s) that %s needs are missing: %s%s", m->nmissing,
+                        m->arch_name, m->missing ? m->missing : "?",
+                        m->nmissing > MISSING_NAMED ? ", ..." : "");
         goto fail;
     }
+    if (nvfp4m_check_finite(m->ck, err))
+        goto fail;
     for (size_t i = 0; i < m->nprefixes; i++)
         free(m->prefixes[i]);
     m->nprefixes = 0;
@@ -728,7 +737,7 @@ nvfp4_model *nvfp4_model_open(const char *path, const nvfp4_model_options *opt,
         if (f) {
             fclose(f);
             m->tok = nvfp4_tokenizer_load(tokpath, err);
-            if (!m->tok) {
+            if (!m->tok || nvfp4m_check_tokenizer(m->tok, tokpath, m->hp.vocab, err)) {
                 free(tokpath);
                 goto fail;
             }
@@ -988,5 +997,6 @@ nvfp4_status nvfp4_model_forward(nvfp4_model *m, const int32_t *tokens, size_t n
                                    err));
     }
     /* GPU backends report errors found on the device at a sync. */
-    return nvfp4_backend_sync(m->be, err);
+    TRY(nvfp4_backend_sync(m->be, err));
+    return nvfp4m_check_logits(logits, rows, V, pos + n - rows, err);
 }

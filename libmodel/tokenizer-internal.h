@@ -69,7 +69,26 @@ typedef struct {
     int invert;
     int add_prefix_space; /* ByteLevel */
     int use_regex;        /* ByteLevel */
+    char where[160];      /* its JSON path, to name it in errors */
 } tk_pretok;
+
+/* The regex work one encode may do (tokenizer-split.c): a pattern that
+ * backtracks catastrophically stays under PCRE2's per-call limit yet can
+ * take minutes over a long text, so the calls of one encode share a total,
+ * TK_BUDGET_BASE + TK_BUDGET_PER_BYTE steps per byte of text, and each call
+ * is held to TK_CALL_MAX.  PCRE2 reports no step count, so a call runs
+ * under a limit of TK_PROBE first, then four times more until it is done,
+ * and is charged the limits it ran under (at most 4/3 of its true cost
+ * above the probe). */
+#define TK_PROBE 128u
+#define TK_CALL_MAX 10000000u
+#define TK_BUDGET_BASE (UINT64_C(1) << 22)
+#define TK_BUDGET_PER_BYTE UINT64_C(2048)
+typedef struct {
+    pcre2_match_context *mc;
+    uint64_t total, left;
+    int exhausted;
+} tk_budget;
 
 /* Compile a tokenizers (Oniguruma syntax) pattern for PCRE2; LITERAL for
  * SplitPattern::String.  NULL with *msg set on error (msg: static or buf). */
@@ -80,7 +99,8 @@ pcre2_code *nvfp4m_tk_regex_compile(const char *pattern, size_t len, int literal
  * pre-tokenizer step, appending to OUT.  0 or -1 (out of memory, or a PCRE2
  * failure described in msg). */
 int nvfp4m_tk_pretok_apply(const tk_pretok *pt, const tk_pieces *in, tk_pieces *out,
-                    tk_arena *arena, pcre2_match_data *md, char *msg, size_t msgsize);
+                    tk_arena *arena, pcre2_match_data *md, tk_budget *bud, char *msg,
+                    size_t msgsize);
 
 /* Added tokens of one kind (normalized or not), for leftmost-longest matching
  * (the daachorse MatchKind::LeftmostLongest automaton of added_vocabulary.rs). */

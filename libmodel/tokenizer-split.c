@@ -3,6 +3,7 @@
  * (PCRE2 standing in for the Oniguruma engine `tokenizers` uses), UTF-8. */
 #include "config.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -366,9 +367,31 @@ pcre2_code *nvfp4m_tk_regex_compile(const char *pattern, size_t len, int literal
 
 /* One match at or after START; 1 found, 0 none, -1 error (msg set). */
 static int re_find(const pcre2_code *re, const char *s, size_t n, size_t start,
-                   pcre2_match_data *md, size_t *ms, size_t *me, char *msg, size_t msgsize)
+                   pcre2_match_data *md, tk_budget *bud, size_t *ms, size_t *me, char *msg,
+                   size_t msgsize)
 {
-    int rc = pcre2_match(re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, NULL);
+    uint32_t lim = TK_PROBE;
+    int rc;
+
+    for (;;) {
+        uint32_t use = bud->left < lim ? (uint32_t)bud->left : lim;
+        if (use == 0) {
+            bud->exhausted = 1;
+            snprintf(msg, msgsize, "match budget exhausted");
+            return -1;
+        }
+        pcre2_set_match_limit(bud->mc, use);
+        rc = pcre2_match(re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, bud->mc);
+        bud->left -= use;
+        if (rc != PCRE2_ERROR_MATCHLIMIT)
+            break;
+        if (use < lim || lim >= TK_CALL_MAX) {
+            bud->exhausted = 1;
+            snprintf(msg, msgsize, "match budget exhausted");
+            return -1;
+        }
+        lim = lim > TK_CALL_MAX / 4 ? TK_CALL_MAX : lim * 4;
+    }
     if (rc == PCRE2_ERROR_NOMATCH)
         return 0;
     if (rc < 0) {
@@ -418,7 +441,7 @@ static int spans_push(spans *sp, size_t s, size_t e, int m)
  * with onig::FindMatches' iteration (an empty match right where the previous
  * one ended is skipped by one character). */
 static int find_matches(const pcre2_code *re, const char *s, size_t n, spans *out,
-                        pcre2_match_data *md, char *msg, size_t msgsize)
+                        pcre2_match_data *md, tk_budget *bud, char *msg, size_t msgsize)
 {
     size_t last_end = 0, prev = 0, last_match_end = 0;
     int have_last = 0;
@@ -428,7 +451,7 @@ static int find_matches(const pcre2_code *re, const char *s, size_t n, spans *ou
         return spans_push(out, 0, 0, 0);
     while (last_end <= n) {
         size_t ms, me;
-        int rc = re_find(re, s, n, last_end, md, &ms, &me, msg, msgsize);
+        int rc = re_find(re, s, n, last_end, md, bud, &ms, &me, msg, msgsize);
         if (rc < 0)
             return -1;
         if (rc == 0)
@@ -505,7 +528,8 @@ static void apply_behavior(spans *sp, tk_behavior b)
 }
 
 int nvfp4m_tk_pretok_apply(const tk_pretok *pt, const tk_pieces *in, tk_pieces *out,
-                    tk_arena *arena, pcre2_match_data *md, char *msg, size_t msgsize)
+                    tk_arena *arena, pcre2_match_data *md, tk_budget *bud, char *msg,
+                    size_t msgsize)
 {
     spans sp = {0};
     int rc = -1;
@@ -542,8 +566,15 @@ int nvfp4m_tk_pretok_apply(const tk_pretok *pt, const tk_pieces *in, tk_pieces *
             behavior = TK_ISOLATED;
             invert = 0;
         }
-        if (find_matches(re, pc.p, pc.n, &sp, md, msg, msgsize))
+        if (find_matches(re, pc.p, pc.n, &sp, md, bud, msg, msgsize)) {
+            if (bud->exhausted)
+                snprintf(msg, msgsize,
+                         "the regex of %s exhausted the match budget of %" PRIu64 " steps "
+                         "for this text (%" PRIu64 " per byte; at most %u per match): it "
+                         "backtracks without bound", pt->where, bud->total,
+                         TK_BUDGET_PER_BYTE, TK_CALL_MAX);
             goto out;
+        }
         if (invert)
             for (size_t k = 0; k < sp.n; k++)
                 sp.v[k].m = !sp.v[k].m;

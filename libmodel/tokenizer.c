@@ -764,6 +764,7 @@ static nvfp4_status add_pretok(loader *L, const json_t *pt, const char *path, in
     nvfp4_status st;
 
     memset(&p, 0, sizeof(p));
+    snprintf(p.where, sizeof(p.where), "%s", path);
     if ((st = get_type(L, pt, path, &type)))
         return st;
     if (!strcmp(type, "Sequence") && depth == 0) {
@@ -1479,6 +1480,7 @@ nvfp4_status nvfp4_tokenizer_encode(const nvfp4_tokenizer *t, const char *text, 
     nvfp4_status st = NVFP4_ERR_NOMEM;
     char msg[400];
     size_t bad;
+    tk_budget bud = {0};
 
     memset(&S, 0, sizeof(S));
     if (!t || !ids || !n_ids || (!text && len))
@@ -1491,8 +1493,16 @@ nvfp4_status nvfp4_tokenizer_encode(const nvfp4_tokenizer *t, const char *text, 
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, "text", (int64_t)bad,
                                "text is not valid UTF-8 at byte %zu", bad);
     snprintf(msg, sizeof(msg), "out of memory");
-    if (!(md = pcre2_match_data_create(1, NULL)))
+    if (!(md = pcre2_match_data_create(1, NULL)) ||
+        !(bud.mc = pcre2_match_context_create(NULL)))
         goto fail;
+    bud.total = len > (UINT64_MAX - TK_BUDGET_BASE) / TK_BUDGET_PER_BYTE
+                    ? UINT64_MAX
+                    : TK_BUDGET_BASE + TK_BUDGET_PER_BYTE * (uint64_t)len;
+    bud.left = bud.total;
+    /* Interpreter only (JIT ignores these): bounded recursion and heap. */
+    pcre2_set_depth_limit(bud.mc, 100000);
+    pcre2_set_heap_limit(bud.mc, 65536); /* KiB */
     /* 1-2: added tokens, raw then (identity-)normalized */
     if (nvfp4m_tk_added_split(&t->added_raw, text, len, &a, md))
         goto fail;
@@ -1515,7 +1525,8 @@ nvfp4_status nvfp4_tokenizer_encode(const nvfp4_tokenizer *t, const char *text, 
     for (size_t k = 0; k < t->n_pretok; k++) {
         tk_pieces tmp;
         a.n = 0;
-        if (nvfp4m_tk_pretok_apply(&t->pretok[k], &b, &a, &arena, md, msg, sizeof(msg))) {
+        if (nvfp4m_tk_pretok_apply(&t->pretok[k], &b, &a, &arena, md, &bud, msg,
+                                   sizeof(msg))) {
             st = strcmp(msg, "out of memory") ? NVFP4_ERR_INVALID : NVFP4_ERR_NOMEM;
             goto fail;
         }
@@ -1547,6 +1558,7 @@ fail:
     free(b.v);
     nvfp4m_tk_arena_free(&arena);
     pcre2_match_data_free(md);
+    pcre2_match_context_free(bud.mc);
     return st;
 }
 

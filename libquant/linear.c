@@ -8,6 +8,7 @@
  * scale bytes that are neither NaN nor negative. */
 #include "config.h"
 
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -87,6 +88,15 @@ static nvfp4_status read_global(const nvfp4_tensor *t, int inverted, float *out,
                                         : isnan(v) ? "NaN poisons every output"
                                         : isinf(v) ? "infinity poisons every output"
                                                    : "a negative scale flips every sign");
+    /* The largest dequantized value is 6 (E2M1) * 448 (E4M3) * scale, for a
+     * weight (§2) as for a quantize-dequantized activation (x' = q * s *
+     * input_scale, §5): a scale above FLT_MAX / 2688 makes it infinite and
+     * every logit NaN. */
+    if ((double)v * 6.0 * 448.0 > (double)FLT_MAX)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, t->file, t->name, (int64_t)t->offset,
+                               "per-tensor scale is %g; 6 * 448 * scale (the largest "
+                               "dequantized value, §2) overflows float32 (at most %g)",
+                               (double)v, (double)FLT_MAX / 2688.0);
     if (inverted && isinf(1.0f / v))
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, t->file, t->name, (int64_t)t->offset,
                                "activation scale is %g; its reciprocal (the global "

@@ -245,6 +245,9 @@ static nvfp4_status check_type(const nvfp4_qconfig *q, const char *key, int want
                            want_array ? "a list of module names or patterns" : "an object");
 }
 
+static nvfp4_status check_exclude_regex(const char *file, size_t i, const char *pat,
+                                        nvfp4_error *err);
+
 nvfp4_qconfig *nvfp4_qconfig_parse(const nvfp4_config *cfg, nvfp4_error *err)
 {
     nvfp4_qconfig *q = calloc(1, sizeof(*q));
@@ -305,6 +308,8 @@ nvfp4_qconfig *nvfp4_qconfig_parse(const nvfp4_config *cfg, nvfp4_error *err)
                             -1, "entry %zu is not a string", i);
             goto fail;
         }
+        if (check_exclude_regex(q->file, i, json_string_value(json_array_get(ex, i)), err))
+            goto fail;
     }
     if (classify(q, json_object_get(qc, "global_quant_config"),
                  "quantization_config.global_quant_config", NULL, &q->global, err))
@@ -317,6 +322,49 @@ fail:
 
 /* ---- resolve -------------------------------------------------------------- */
 
+/* "^" + the REGEX of a "re:REGEX" exclude entry (Python's re.match anchors
+ * at the start only); NULL when out of memory. */
+static char *anchored_regex(const char *pat)
+{
+    size_t len = strlen(pat + 3);
+    char *a = malloc(len + 2);
+
+    if (a) {
+        a[0] = '^';
+        memcpy(a + 1, pat + 3, len + 1);
+    }
+    return a;
+}
+
+/* A "re:" exclude entry that POSIX regcomp refuses would silently match
+ * nothing, quantizing a layer the export left unquantized: refuse it at
+ * parse, with regcomp's reason. */
+static nvfp4_status check_exclude_regex(const char *file, size_t i, const char *pat,
+                                        nvfp4_error *err)
+{
+    char key[64], why[160];
+    regex_t re;
+    char *a;
+    int rc;
+
+    if (strncmp(pat, "re:", 3))
+        return NVFP4_OK;
+    snprintf(key, sizeof(key), "quantization_config.exclude[%zu]", i);
+    if (!(a = anchored_regex(pat)))
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, file, key, -1,
+                               "out of memory compiling the pattern");
+    rc = regcomp(&re, a, REG_EXTENDED | REG_NOSUB);
+    free(a);
+    if (rc == 0) {
+        regfree(&re);
+        return NVFP4_OK;
+    }
+    regerror(rc, &re, why, sizeof(why));
+    return nvfp4_error_set(err, NVFP4_ERR_INVALID, file, key, -1,
+                           "pattern \"%s\" is not a valid POSIX extended regular "
+                           "expression: %s", pat + 3, why);
+}
+
 /* An exclude entry: the module name itself, an fnmatch pattern, or "re:REGEX"
  * (vLLM's convention; Python's re.match anchors at the start only). */
 static int exclude_matches(const char *pat, const char *layer)
@@ -325,11 +373,8 @@ static int exclude_matches(const char *pat, const char *layer)
         regex_t re;
         char *anchored;
         int hit = 0;
-        size_t len = strlen(pat + 3);
-        if (!(anchored = malloc(len + 2)))
+        if (!(anchored = anchored_regex(pat)))
             return 0;
-        anchored[0] = '^';
-        memcpy(anchored + 1, pat + 3, len + 1);
         if (!regcomp(&re, anchored, REG_EXTENDED | REG_NOSUB)) {
             hit = !regexec(&re, layer, 0, NULL, 0);
             regfree(&re);

@@ -8,6 +8,7 @@
 #   scripts/test.sh            everything above (about 15 minutes on 2 cores)
 #   scripts/test.sh --quick    one plain build and make check
 #   NVFP4_VALGRIND=0 scripts/test.sh   skip the valgrind pass
+#   NVFP4_FUZZ=0 scripts/test.sh       skip the fuzz regression (20 s per harness)
 #   NVFP4_GPU_COMPILE=0 scripts/test.sh  skip compiling the CUDA/HIP backends
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -77,6 +78,14 @@ fi
 run_suite sanitize CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
     LDFLAGS="-fsanitize=address,undefined"
 
+# The libFuzzer harnesses as a regression gate: each for 20 s from its
+# committed seed corpus (a crash, leak, hang or blow-up fails the suite).
+if [ "${NVFP4_FUZZ:-1}" = 1 ]; then
+    echo "== fuzz: scripts/fuzz.sh 20"
+    "$ROOT/scripts/fuzz.sh" 20 ||
+        { echo "tests: $PASSED passed, 1 failed, $SKIPPED skipped"; exit 1; }
+fi
+
 if [ "${NVFP4_VALGRIND:-1}" = 1 ]; then
     # NVFP4_NO_JIT: valgrind cannot follow PCRE2's JIT code.  A test that
     # exits 77 (a GPU test without a GPU) is a skip.
@@ -98,5 +107,5 @@ fi
 echo "== distcheck"
 (cd build/plain && make -j"$JOBS" distcheck >/dev/null 2>&1 ||
     { echo "distcheck failed; rerunning verbosely" >&2; make distcheck; })
-echo "== all tests passed (make check plain, under ASan+UBSan and under valgrind; make distcheck)"
+echo "== all tests passed (make check plain, under ASan+UBSan and under valgrind; fuzz regression; make distcheck)"
 echo "tests: $PASSED passed, $FAILED failed, $SKIPPED skipped"

@@ -60,6 +60,19 @@ tests_nvfp4_backend_hip_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tests_nvfp4_backend_hip_la_LDFLAGS = $(FAKE_BACKEND_FLAGS)
 tests_test_kernels_CPPFLAGS += -DFAKE_BACKEND_DIR='"$(abs_top_builddir)/tests/.libs"'
 
+# Hostile checkpoints (scripts/fixtures/gen_hostile.py, generated into
+# tests/hostile of the build tree at each run): exit 1 with the message, in
+# bounded time and peak RSS.
+check_PROGRAMS += tests/test-hostile
+tests_test_hostile_SOURCES = %reldir%/test-hostile.c
+tests_test_hostile_CPPFLAGS = $(TEST_CPPFLAGS) \
+	-DHOSTILE_DIR='"$(abs_top_builddir)/tests/hostile"' \
+	-DGEN_HOSTILE='"$(abs_top_srcdir)/scripts/fixtures/gen_hostile.py"'
+tests_test_hostile_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_hostile_LDADD = $(CHECK_LIBS) $(JANSSON_LIBS)
+EXTRA_tests_test_hostile_DEPENDENCIES = tools/nvfp4$(EXEEXT)
+TESTS += tests/test-hostile
+
 check_PROGRAMS += tests/test-model
 tests_test_model_SOURCES = %reldir%/test-model.c %reldir%/testutil.h %reldir%/toolrun.h \
 	%reldir%/modelref.h
@@ -134,3 +147,10 @@ installcheck-local:
 check-real: all
 	$(SHELL) $(srcdir)/scripts/check-real.sh $(abs_top_builddir)/tools/nvfp4
 .PHONY: check-real
+
+# the generated hostile corpus (a recipe-less clean-local, so that other
+# directories may hook theirs too)
+clean-local: clean-hostile
+clean-hostile:
+	-rm -rf tests/hostile
+.PHONY: clean-hostile

@@ -2,10 +2,61 @@
 /* Options shared by the subcommands that run a model. */
 #include "config.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli-model.h"
+
+int cli_parse_ctx(const char *arg, int *out)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(arg, &end, 10);
+    if (errno || end == arg || *end || v <= 0 || v > CLI_CTX_MAX)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int cli_check_positions(const char *model, size_t n, const char *what)
+{
+    struct stat sb;
+    nvfp4_config *cfg;
+    char *dir, *path;
+    int64_t max = 4096;
+    int rc = 0;
+
+    if (stat(model, &sb) != 0)
+        return 0;  /* nvfp4_model_open names the problem */
+    dir = S_ISDIR(sb.st_mode) ? strdup(model) : NULL;
+    if (!dir) {
+        const char *slash = strrchr(model, '/');
+        dir = slash ? strndup(model, (size_t)(slash - model)) : strdup(".");
+    }
+    path = dir ? malloc(strlen(dir) + sizeof("/config.json")) : NULL;
+    if (!path) {
+        free(dir);
+        return cli_fail("out of memory");
+    }
+    sprintf(path, "%s/config.json", dir);
+    free(dir);
+    cfg = nvfp4_config_load(path, NULL);
+    /* The library's default when the key is absent; a bad value is named at open. */
+    if (cfg && (nvfp4_config_get_int(cfg, "max_position_embeddings", 4096, &max, NULL) ||
+                max <= 0))
+        max = -1;
+    if (cfg && max > 0 && n > (uint64_t)max)
+        rc = cli_fail("%s: %zu tokens exceed %s's max_position_embeddings of %lld", what, n,
+                      path, (long long)max);
+    nvfp4_config_free(cfg);
+    free(path);
+    return rc;
+}
 
 int cli_model_option(cli_model_opts *o, int c, const char *arg)
 {
@@ -24,10 +75,7 @@ int cli_model_option(cli_model_opts *o, int c, const char *arg)
         o->rescale = 1;
         return 1;
     case CLI_OPT_CTX:
-        o->ctx = (int)strtol(arg, &end, 10);
-        if (*end || o->ctx <= 0)
-            return -1;
-        return 1;
+        return cli_parse_ctx(arg, &o->ctx) ? -1 : 1;
     default:
         return 0;
     }

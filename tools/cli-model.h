@@ -30,6 +30,15 @@ typedef struct {
     int ctx;
 } cli_model_opts;
 
+/* --ctx N: 1..CLI_CTX_MAX (no silent truncation through int); 0 or -1. */
+#define CLI_CTX_MAX (1L << 24)
+int cli_parse_ctx(const char *arg, int *out);
+/* N positions (WHAT: the option giving them) must fit the model's
+ * max_position_embeddings, read from its config.json before the model (and
+ * its cache of N positions) is opened; 0, or prints the error and returns
+ * CLI_INVALID. */
+int cli_check_positions(const char *model, size_t n, const char *what);
+
 /* 1 when C was one of the shared options, -1 when its argument is bad, 0 otherwise. */
 int cli_model_option(cli_model_opts *o, int c, const char *arg);
 /* Open the model or print the error; NULL on failure. */

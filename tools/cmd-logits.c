@@ -15,7 +15,8 @@ static void help(FILE *out)
             "Usage: nvfp4 logits MODEL --tokens IDS --out FILE [OPTIONS]\n"
             "Run the model on token ids (no tokenizer involved) and write the logits of\n"
             "every position as raw little-endian float32, row-major [tokens, vocab].\n\n"
-            "  --tokens IDS     comma-separated ids, or @FILE holding them\n"
+            "  --tokens IDS     comma-separated ids, or @FILE holding them (at most the\n"
+            "                   model's max_position_embeddings)\n"
             "  --out FILE       where to write the logits\n"
             "%s"
             "  -h, --help       show this help\n",
@@ -60,6 +61,10 @@ static int run(int argc, char **argv)
         return cli_usage(&cli_logits, "--tokens and --out are required");
     if (cli_parse_tokens(tokens, &ids, &n))
         return CLI_INVALID;
+    if (cli_check_positions(argv[optind], n, "--tokens")) {
+        free(ids);
+        return CLI_INVALID;
+    }
     m = cli_model_open(argv[optind], &mo, (int)n);
     if (!m) {
         free(ids);

@@ -24,7 +24,8 @@ static void help(FILE *out)
             "(words = whitespace-separated runs, as lm-eval's wikitext) and bits per byte.\n\n"
             "  --text FILE      UTF-8 text to score\n"
             "  --tokens IDS     score these token ids instead (comma list or @FILE)\n"
-            "  --ctx N          window length (default 512)\n"
+            "  --ctx N          window length (default 512; at most the model's\n"
+            "                   max_position_embeddings)\n"
             "  --prefix ID      token that starts the first window (default: BOS, else EOS)\n"
             "  --json           print one JSON object on stdout\n"
             "%s"
@@ -99,13 +100,15 @@ static int run(int argc, char **argv)
     long prefix = -1;
     char *end;
 
-    mo.ctx = 512;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         int r = cli_model_option(&mo, c, optarg);
         if (r == 1)
             continue;
+        if (r < 0 && c == CLI_OPT_CTX)
+            return cli_usage(&cli_ppl, "bad value '%s' for --ctx (expected 2..%ld)", optarg,
+                             CLI_CTX_MAX);
         if (r < 0)
             return cli_usage(&cli_ppl, "bad value '%s' for %s", optarg, argv[optind - 1]);
         if (c == OPT_TEXT)
@@ -126,6 +129,10 @@ static int run(int argc, char **argv)
         return cli_usage(&cli_ppl, optind == argc ? "missing MODEL" : "too many arguments");
     if (!textp == !tokspec)
         return cli_usage(&cli_ppl, "give exactly one of --text and --tokens");
+    if (mo.ctx == 0)
+        mo.ctx = 512;
+    else if (cli_check_positions(argv[optind], (size_t)mo.ctx, "--ctx"))
+        return CLI_INVALID;
     if (mo.ctx < 2)
         return cli_usage(&cli_ppl, "--ctx must be at least 2");
 

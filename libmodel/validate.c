@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Checks of a checkpoint against hostile or broken input, done at open so
+ * that a bad checkpoint fails in bounded time with a message naming the key
+ * or tensor, never by silent NaN logits or by work proportional to a number
+ * someone wrote into config.json.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* The fewest tensors one decoder layer can have: two norms, four attention
+ * projections and at least one MLP or MoE tensor; plus the embeddings and
+ * the final norm once. */
+#define MIN_TENSORS_PER_LAYER 7
+/* A per-expert (unstacked) MoE layer holds at least gate, up and down of
+ * every expert. */
+#define MIN_TENSORS_PER_EXPERT 3
+
+static int64_t moe_layer_count(const hparams *hp, const arch_desc *arch, int64_t *first)
+{
+    int64_t n = 0;
+
+    *first = -1;
+    for (int64_t l = 0; l < hp->layers; l++)
+        if (nvfp4m_hparams_layer_is_moe(hp, arch, l)) {
+            if (*first < 0)
+                *first = l;
+            n++;
+        }
+    return n;
+}
+
+nvfp4_status nvfp4m_check_counts(nvfp4_checkpoint *ck, const nvfp4_config *cfg,
+                                 const arch_desc *arch, const hparams *hp, nvfp4_error *err)
+{
+    const char *path = nvfp4_config_path(cfg);
+    uint64_t count = nvfp4_checkpoint_count(ck);
+    int64_t first, nmoe;
+    char name[160];
+
+    /* hp->layers <= NVFP4M_DIM_MAX (arch.c): no overflow in uint64. */
+    if ((uint64_t)hp->layers * MIN_TENSORS_PER_LAYER + 2 > count)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "num_hidden_layers", -1,
+                               "%lld layers need at least %" PRIu64 " tensors (%d per "
+                               "layer, embeddings, final norm); %s holds %" PRIu64,
+                               (long long)hp->layers,
+                               (uint64_t)hp->layers * MIN_TENSORS_PER_LAYER + 2,
+                               MIN_TENSORS_PER_LAYER, nvfp4_checkpoint_dir(ck), count);
+    if (arch->moe == MOE_NONE || hp->experts <= 0)
+        return NVFP4_OK;
+    nmoe = moe_layer_count(hp, arch, &first);
+    if (nmoe == 0)
+        return NVFP4_OK;
+    /* Stacked experts (transformers >= 5): one [E, 2I, H] tensor per layer,
+     * whose first dimension is the expert count. */
+    for (int b = 0; b < 2; b++) {
+        const nvfp4_tensor *t;
+        snprintf(name, sizeof(name), "model.layers.%lld.%s.experts.gate_up_proj",
+                 (long long)first, b ? "block_sparse_moe" : "mlp");
+        if (!nvfp4_checkpoint_has(ck, name))
+            continue;
+        if (nvfp4_checkpoint_get(ck, name, &t, err))
+            return err ? err->status : NVFP4_ERR_IO;
+        if (t->ndim != 3 || t->shape[0] != hp->experts) {
+            char shp[128];
+            nvfp4_tensor_shape_text(t, shp, sizeof(shp));
+            return nvfp4_error_set(err, NVFP4_ERR_BAD_SHAPE, t->file, name, -1,
+                                   "stacked experts have shape %s; config.json's %lld "
+                                   "experts need [%lld, 2 * moe_intermediate_size, "
+                                   "hidden_size]", shp, (long long)hp->experts,
+                                   (long long)hp->experts);
+        }
+        return NVFP4_OK;
+    }
+    /* experts <= NVFP4M_DIM_MAX, nmoe <= layers <= count / 7. */
+    if ((uint64_t)hp->experts > count / MIN_TENSORS_PER_EXPERT / (uint64_t)nmoe)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, path,
+                               /* arch.c's order of the two names */
+                               nvfp4_config_has(cfg, "num_experts") ? "num_experts"
+                                                                    : "num_local_experts",
+                               -1,
+                               "%lld experts in %lld MoE layer(s) need at least %d "
+                               "tensors each; %s holds %" PRIu64 " tensors",
+                               (long long)hp->experts, (long long)nmoe,
+                               MIN_TENSORS_PER_EXPERT, nvfp4_checkpoint_dir(ck), count);
+    return NVFP4_OK;
+}
+
+/* Scalars the Linear loader checks itself (finite and > 0, §8, with a
+ * message about scales). */
+static int is_global_scale(const char *name)
+{
+    static const char *const sfx[] = {".weight_scale_2", ".input_scale", ".input_scale_2",
+                                      ".output_scale"};
+    size_t n = strlen(name);
+
+    for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
+        size_t k = strlen(sfx[i]);
+        if (n >= k && !strcmp(name + n - k, sfx[i]))
+            return 1;
+    }
+    return 0;
+}
+
+/* Index of the first NaN or Inf element, or UINT64_MAX.  The exponent field
+ * all ones is both; data need not be aligned, hence memcpy. */
+static uint64_t first_nonfinite(const nvfp4_tensor *t)
+{
+    const unsigned char *p = t->data;
+
+    switch (t->dtype) {
+    case NVFP4_DTYPE_F32:
+        for (uint64_t i = 0; i < t->numel; i++) {
+            uint32_t v;
+            memcpy(&v, p + 4 * i, 4);
+            if ((v & 0x7F800000u) == 0x7F800000u)
+                return i;
+        }
+        break;
+    case NVFP4_DTYPE_BF16:
+    case NVFP4_DTYPE_F16: {
+        uint16_t mask = t->dtype == NVFP4_DTYPE_BF16 ? 0x7F80u : 0x7C00u;
+        for (uint64_t i = 0; i < t->numel; i++) {
+            uint16_t v;
+            memcpy(&v, p + 2 * i, 2);
+            if ((v & mask) == mask)
+                return i;
+        }
+        break;
+    }
+    case NVFP4_DTYPE_F64:
+        for (uint64_t i = 0; i < t->numel; i++) {
+            uint64_t v;
+            memcpy(&v, p + 8 * i, 8);
+            if ((v & UINT64_C(0x7FF0000000000000)) == UINT64_C(0x7FF0000000000000))
+                return i;
+        }
+        break;
+    default:
+        break;
+    }
+    return UINT64_MAX;
+}
+
+nvfp4_status nvfp4m_check_finite(nvfp4_checkpoint *ck, nvfp4_error *err)
+{
+    for (size_t i = 0; i < nvfp4_checkpoint_count(ck); i++) {
+        const char *name = nvfp4_checkpoint_name(ck, i);
+        const nvfp4_tensor *t;
+        uint64_t bad;
+
+        if (is_global_scale(name))
+            continue;
+        if (nvfp4_checkpoint_get(ck, name, &t, err))
+            return err ? err->status : NVFP4_ERR_IO;
+        bad = first_nonfinite(t);
+        if (bad != UINT64_MAX) {
+            size_t es = nvfp4_dtype_size(t->dtype);
+            float v = 0;
+            nvfp4_quant_read_float(t, bad, &v);
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, t->file, name,
+                                   (int64_t)(t->offset + bad * es),
+                                   "element %" PRIu64 " of this unquantized %s tensor is %g; "
+                                   "expected finite weights (a NaN or infinity here turns "
+                                   "every logit into NaN)",
+                                   bad, nvfp4_dtype_name(t->dtype), (double)v);
+        }
+    }
+    return NVFP4_OK;
+}
+
+nvfp4_status nvfp4m_check_tokenizer(const nvfp4_tokenizer *tok, const char *path,
+                                    int64_t vocab, nvfp4_error *err)
+{
+    size_t n = nvfp4_tokenizer_vocab_size(tok);
+
+    if (n > (uint64_t)vocab)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, NULL, -1,
+                               "token id %zu does not fit the model's vocabulary of %lld "
+                               "(config.json vocab_size): its tokens would be dropped",
+                               n - 1, (long long)vocab);
+    return NVFP4_OK;
+}
+
+nvfp4_status nvfp4m_check_logits(const float *logits, size_t rows, size_t vocab,
+                                 size_t pos0, nvfp4_error *err)
+{
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < vocab; j++) {
+            uint32_t v;
+            memcpy(&v, &logits[r * vocab + j], 4);
+            if ((v & 0x7F800000u) == 0x7F800000u)
+                return nvfp4_error_set(err, NVFP4_ERR_NONFINITE, NULL, NULL, -1,
+                                       "the logit of token %zu at position %zu is %s: the "
+                                       "forward pass overflowed float32 (check the "
+                                       "checkpoint's scales and weights)",
+                                       j, pos0 + r, (v & 0x7FFFFFu) ? "NaN" : "infinite");
+        }
+    return NVFP4_OK;
+}
