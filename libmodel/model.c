@@ -21,55 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-
-typedef struct {
-    nvfp4_kweight *q, *k, *v, *o;
-    float *ln1, *ln2, *q_norm, *k_norm;      /* backend buffers */
-    nvfp4_kweight *gu, *down;                /* dense MLP */
-    int moe;
-    nvfp4_kweight *router;
-    nvfp4_kweight **w13, **w2;               /* [experts] */
-    nvfp4_kweight *sh_gu, *sh_down, *sh_gate;
-    float *k_cache, *v_cache;
-} layer_t;
-
-struct nvfp4_model {
-    nvfp4_checkpoint *ck;
-    const nvfp4_config *cfg;
-    const arch_desc *arch;
-    char arch_name[96];
-    hparams hp;
-    nvfp4_qconfig *qc;
-    nvfp4_backend *be;
-    nvfp4_tokenizer *tok;
-    nvfp4_model_options opt;
-    int64_t max_ctx;
-
-    nvfp4_linear **lins;                     /* every view, for release */
-    size_t nlins, caplins;
-    nvfp4_tensor **slices;                   /* per-expert views of 3-D tensors */
-    size_t nslices, capslices;
-    char **prefixes;                         /* consumed tensor prefixes */
-    size_t nprefixes, capprefixes;
-
-    /* dry run: collect missing tensor names instead of loading */
-    int dry;
-    char *missing;
-    size_t nmissing, missing_len;
-
-    nvfp4_kweight *embed, *lm_head;
-    float *final_norm, *inv_freq;
-    layer_t *layers;
-
-    /* scratch for up to scratch_n tokens */
-    size_t scratch_n;
-    void *sbuf[24];
-    size_t nsbuf;
-    float *x, *h, *q, *k, *v, *att, *o, *gu, *act, *mlp, *router, *topw, *sh, *shg, *logits;
-    int32_t *ids, *pos, *topi;
-    float *host_a, *host_b, *host_g;
-};
+#include "model-internal.h"
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -632,6 +584,7 @@ nvfp4_model *nvfp4_model_open(const char *path, const nvfp4_model_options *opt,
         nomem(err);
         return NULL;
     }
+    pthread_mutex_init(&m->lock, NULL);
     if (opt)
         m->opt = *opt;
     m->ck = nvfp4_checkpoint_open(path, err);
@@ -709,13 +662,6 @@ nvfp4_model *nvfp4_model_open(const char *path, const nvfp4_model_options *opt,
         if (!m->inv_freq)
             goto fail;
     }
-    for (int64_t l = 0; l < m->hp.layers; l++) {
-        size_t n = (size_t)m->max_ctx * (size_t)m->hp.kv_heads * (size_t)m->hp.head_dim;
-        m->layers[l].k_cache = nvfp4_backend_alloc(m->be, n * sizeof(float), err);
-        m->layers[l].v_cache = nvfp4_backend_alloc(m->be, n * sizeof(float), err);
-        if (!m->layers[l].k_cache || !m->layers[l].v_cache)
-            goto fail;
-    }
 
     tokpath = malloc(strlen(nvfp4_checkpoint_dir(m->ck)) + 32);
     if (!tokpath) {
@@ -741,24 +687,12 @@ fail:
     return NULL;
 }
 
-static void free_scratch(nvfp4_model *m)
-{
-    for (size_t i = 0; i < m->nsbuf; i++)
-        nvfp4_backend_release(m->be, m->sbuf[i]);
-    m->nsbuf = 0;
-    m->scratch_n = 0;
-    free(m->host_a);
-    free(m->host_b);
-    free(m->host_g);
-    m->host_a = m->host_b = m->host_g = NULL;
-}
-
 void nvfp4_model_free(nvfp4_model *m)
 {
     if (!m)
         return;
+    nvfp4m_default_free(m);
     if (m->be) {
-        free_scratch(m);
         for (int64_t l = 0; m->layers && l < m->hp.layers; l++) {
             layer_t *L = &m->layers[l];
             nvfp4_kweight_free(L->q);
@@ -779,8 +713,6 @@ void nvfp4_model_free(nvfp4_model *m)
             nvfp4_backend_release(m->be, L->ln2);
             nvfp4_backend_release(m->be, L->q_norm);
             nvfp4_backend_release(m->be, L->k_norm);
-            nvfp4_backend_release(m->be, L->k_cache);
-            nvfp4_backend_release(m->be, L->v_cache);
         }
         if (m->lm_head != m->embed)
             nvfp4_kweight_free(m->lm_head);
@@ -810,6 +742,7 @@ void nvfp4_model_free(nvfp4_model *m)
     nvfp4_qconfig_free(m->qc);
     nvfp4m_hparams_free(&m->hp);
     nvfp4_checkpoint_free(m->ck);
+    pthread_mutex_destroy(&m->lock);
     free(m);
 }
 
@@ -821,172 +754,3 @@ const nvfp4_tokenizer *nvfp4_model_tokenizer(const nvfp4_model *m) { return m->t
 int32_t nvfp4_model_bos(const nvfp4_model *m) { return (int32_t)m->hp.bos; }
 int32_t nvfp4_model_eos(const nvfp4_model *m) { return (int32_t)m->hp.eos; }
 
-void nvfp4_model_reset(nvfp4_model *m)
-{
-    /* Positions restart at 0; stale cache entries are never read (the
-     * attention op only reads positions < pos0 + m). */
-    (void)m;
-}
-
-/* ---- forward ---------------------------------------------------------------- */
-
-/* The lm_head runs over at most this many rows at a time, so the backend
- * never holds [n, vocab] logits beside the caller's buffer (100 MB each for
- * 512 tokens of a 49k vocabulary). */
-#define LOGIT_ROWS 64
-
-static void *salloc(nvfp4_model *m, size_t bytes, nvfp4_error *err)
-{
-    void *p;
-
-    if (m->nsbuf >= sizeof(m->sbuf) / sizeof(m->sbuf[0]))
-        return NULL;
-    p = nvfp4_backend_alloc(m->be, bytes ? bytes : 4, err);
-    if (p)
-        m->sbuf[m->nsbuf++] = p;
-    return p;
-}
-
-static nvfp4_status ensure_scratch(nvfp4_model *m, size_t n, nvfp4_error *err)
-{
-    const hparams *hp = &m->hp;
-    size_t H = (size_t)hp->hidden, qd = (size_t)(hp->heads * hp->head_dim);
-    size_t kd = (size_t)(hp->kv_heads * hp->head_dim);
-    size_t inter = (size_t)hp->inter, E = (size_t)hp->experts, K = (size_t)hp->topk;
-
-    if (n <= m->scratch_n)
-        return NVFP4_OK;
-    free_scratch(m);
-    if ((size_t)hp->shared_inter > inter)
-        inter = (size_t)hp->shared_inter;
-    if (!(m->x = salloc(m, n * H * 4, err)) || !(m->h = salloc(m, n * H * 4, err)) ||
-        !(m->q = salloc(m, n * qd * 4, err)) || !(m->k = salloc(m, n * kd * 4, err)) ||
-        !(m->v = salloc(m, n * kd * 4, err)) || !(m->att = salloc(m, n * qd * 4, err)) ||
-        !(m->o = salloc(m, n * H * 4, err)) || !(m->gu = salloc(m, n * 2 * inter * 4, err)) ||
-        !(m->act = salloc(m, n * inter * 4, err)) || !(m->mlp = salloc(m, n * H * 4, err)) ||
-        !(m->router = salloc(m, n * (E ? E : 1) * 4, err)) ||
-        !(m->topw = salloc(m, n * (K ? K : 1) * 4, err)) ||
-        !(m->topi = salloc(m, n * (K ? K : 1) * 4, err)) ||
-        !(m->sh = salloc(m, n * H * 4, err)) || !(m->shg = salloc(m, n * 4, err)) ||
-        !(m->logits = salloc(m, (n < LOGIT_ROWS ? n : LOGIT_ROWS) * (size_t)hp->vocab * 4,
-                             err)) ||
-        !(m->ids = salloc(m, n * 4, err)) || !(m->pos = salloc(m, n * 4, err)))
-        return err && err->status ? err->status : NVFP4_ERR_NOMEM;
-    if (m->arch->shared_expert) {
-        m->host_a = malloc(n * H * 4);
-        m->host_b = malloc(n * H * 4);
-        m->host_g = malloc(n * 4);
-        if (!m->host_a || !m->host_b || !m->host_g)
-            return nomem(err);
-    }
-    m->scratch_n = n;
-    return NVFP4_OK;
-}
-
-/* Qwen2-MoE: y += sigmoid(gate(x)) * shared_expert(x), on the device; on the
- * host (same float32 formula) for a backend without the gate_add op. */
-static nvfp4_status shared_expert(nvfp4_model *m, layer_t *L, size_t n, nvfp4_error *err)
-{
-    size_t H = (size_t)m->hp.hidden, I = (size_t)m->hp.shared_inter;
-
-    TRY(nvfp4_k_linear(m->be, L->sh_gu, m->h, n, m->gu, err));
-    TRY(nvfp4_k_silu_mul(m->be, m->gu, n, I, m->act, err));
-    TRY(nvfp4_k_linear(m->be, L->sh_down, m->act, n, m->sh, err));
-    TRY(nvfp4_k_linear(m->be, L->sh_gate, m->h, n, m->shg, err));
-    if (nvfp4_backend_supports(m->be, NVFP4_OP_GATE_ADD))
-        return nvfp4_k_gate_add(m->be, m->sh, m->shg, n, H, m->mlp, err);
-    TRY(nvfp4_backend_download(m->be, m->host_a, m->mlp, n * H * 4, err));
-    TRY(nvfp4_backend_download(m->be, m->host_b, m->sh, n * H * 4, err));
-    TRY(nvfp4_backend_download(m->be, m->host_g, m->shg, n * 4, err));
-    for (size_t t = 0; t < n; t++) {
-        float g = 1.0f / (1.0f + expf(-m->host_g[t]));
-        for (size_t i = 0; i < H; i++)
-            m->host_a[t * H + i] += g * m->host_b[t * H + i];
-    }
-    return nvfp4_backend_upload(m->be, m->mlp, m->host_a, n * H * 4, err);
-}
-
-nvfp4_status nvfp4_model_forward(nvfp4_model *m, const int32_t *tokens, size_t n,
-                                 size_t pos, float *logits, int last_only,
-                                 nvfp4_error *err)
-{
-    const hparams *hp = &m->hp;
-    size_t H = (size_t)hp->hidden, nh = (size_t)hp->heads, nkv = (size_t)hp->kv_heads;
-    size_t hd = (size_t)hp->head_dim, V = (size_t)hp->vocab, rows;
-    int32_t *posv;
-    float eps = (float)hp->eps, scale = 1.0f / sqrtf((float)hd);
-
-    if (n == 0)
-        return NVFP4_OK;
-    if (pos + n > (size_t)m->max_ctx)
-        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
-                               "context of %zu tokens exceeds the model's cache of %lld "
-                               "(max_ctx)", pos + n, (long long)m->max_ctx);
-    for (size_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= (int32_t)V)
-            return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
-                                   "token id %d at index %zu is outside the vocabulary "
-                                   "of %zu", tokens[i], i, V);
-    TRY(ensure_scratch(m, n, err));
-    posv = malloc(n * sizeof(int32_t));
-    if (!posv)
-        return nomem(err);
-    for (size_t i = 0; i < n; i++)
-        posv[i] = (int32_t)(pos + i);
-    if (nvfp4_backend_upload(m->be, m->pos, posv, n * 4, err)) {
-        free(posv);
-        return err->status;
-    }
-    free(posv);
-    TRY(nvfp4_backend_upload(m->be, m->ids, tokens, n * 4, err));
-    TRY(nvfp4_k_embed(m->be, m->embed, m->ids, n, m->x, err));
-
-    for (int64_t l = 0; l < hp->layers; l++) {
-        layer_t *L = &m->layers[l];
-
-        TRY(nvfp4_k_rmsnorm(m->be, m->x, L->ln1, n, H, eps, m->h, err));
-        TRY(nvfp4_k_linear(m->be, L->q, m->h, n, m->q, err));
-        TRY(nvfp4_k_linear(m->be, L->k, m->h, n, m->k, err));
-        TRY(nvfp4_k_linear(m->be, L->v, m->h, n, m->v, err));
-        if (m->arch->qk_norm) {
-            TRY(nvfp4_k_rmsnorm(m->be, m->q, L->q_norm, n * nh, hd, eps, m->q, err));
-            TRY(nvfp4_k_rmsnorm(m->be, m->k, L->k_norm, n * nkv, hd, eps, m->k, err));
-        }
-        TRY(nvfp4_k_rope(m->be, m->q, m->pos, n, nh, hd, hd, m->inv_freq, 1.0f, err));
-        TRY(nvfp4_k_rope(m->be, m->k, m->pos, n, nkv, hd, hd, m->inv_freq, 1.0f, err));
-        TRY(nvfp4_k_attention(m->be, m->q, m->k, m->v, L->k_cache, L->v_cache,
-                              (size_t)m->max_ctx, pos, n, nh, nkv, hd, scale, m->att, err));
-        TRY(nvfp4_k_linear(m->be, L->o, m->att, n, m->o, err));
-        TRY(nvfp4_k_add(m->be, m->x, m->o, n * H, m->x, err));
-
-        TRY(nvfp4_k_rmsnorm(m->be, m->x, L->ln2, n, H, eps, m->h, err));
-        if (L->moe) {
-            size_t E = (size_t)hp->experts, K = (size_t)hp->topk;
-            TRY(nvfp4_k_linear(m->be, L->router, m->h, n, m->router, err));
-            TRY(nvfp4_k_topk(m->be, m->router, n, E, K, hp->norm_topk, m->topi, m->topw,
-                             err));
-            TRY(nvfp4_k_moe(m->be, L->w13, L->w2, E, m->h, n, m->topi, m->topw, K, m->mlp,
-                            err));
-            if (m->arch->shared_expert)
-                TRY(shared_expert(m, L, n, err));
-        } else {
-            TRY(nvfp4_k_linear(m->be, L->gu, m->h, n, m->gu, err));
-            TRY(nvfp4_k_silu_mul(m->be, m->gu, n, (size_t)hp->inter, m->act, err));
-            TRY(nvfp4_k_linear(m->be, L->down, m->act, n, m->mlp, err));
-        }
-        TRY(nvfp4_k_add(m->be, m->x, m->mlp, n * H, m->x, err));
-    }
-    if (!logits)
-        return nvfp4_backend_sync(m->be, err);
-    rows = last_only ? 1 : n;
-    TRY(nvfp4_k_rmsnorm(m->be, m->x + (n - rows) * H, m->final_norm, rows, H, eps, m->h,
-                        err));
-    for (size_t r = 0; r < rows; r += LOGIT_ROWS) {
-        size_t c = rows - r < LOGIT_ROWS ? rows - r : LOGIT_ROWS;
-        TRY(nvfp4_k_linear(m->be, m->lm_head, m->h + r * H, c, m->logits, err));
-        TRY(nvfp4_backend_download(m->be, logits + r * V, m->logits, c * V * sizeof(float),
-                                   err));
-    }
-    /* GPU backends report errors found on the device at a sync. */
-    return nvfp4_backend_sync(m->be, err);
-}
