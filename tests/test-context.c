@@ -12,6 +12,8 @@
  *   truncate     truncate then re-feed equals never having fed
  *   kv full      a batch the pool cannot hold is NVFP4_ERR_KV_FULL, changes
  *                nothing, and the context stays usable
+ *   tools        nvfp4 bench --batch (JSON, aggregate decode rate, usage
+ *                errors), nvfp4 logits against the reference
  *   threads      two threads with a context each on one shared model equal
  *                the sequential run (also under ThreadSanitizer in
  *                scripts/test.sh: CK_RUN_CASE=threads)
@@ -24,11 +26,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <nvfp4/model.h>
 
 #include "modelref.h"
 #include "testutil.h"
+#include "toolrun.h"
 
 #define LOGIT_TOL 1e-4
 
@@ -414,6 +418,70 @@ START_TEST(test_kv_full)
 }
 END_TEST
 
+/* nvfp4 bench --batch: B sequences prefilled and decoded together; JSON
+ * with the batch and an aggregate rate; bad counts are usage errors. */
+START_TEST(test_bench_batch)
+{
+    char args[1024], *out;
+    json_t *j;
+    json_error_t je;
+
+    snprintf(args, sizeof(args), "bench '%s/models/qwen3' -p 9 -n 5 -r 1 --batch 3 --json",
+             TEST_DATA_DIR);
+    ck_assert_int_eq(trun_tool(args, 0, &out), 0);
+    j = json_loads(out, 0, &je);
+    ck_assert_msg(j != NULL, "bench --json: %s: %s", je.text, out);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "batch")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "decode_tokens")), 5);
+    ck_assert(json_real_value(json_object_get(j, "decode_tok_s")) > 0);
+    ck_assert(json_real_value(json_object_get(j, "prefill_tok_s")) > 0);
+    json_decref(j);
+    free(out);
+    snprintf(args, sizeof(args), "bench '%s/models/qwen3' -p 9 -n 5 -r 1 -b 2", TEST_DATA_DIR);
+    ck_assert_int_eq(trun_tool(args, 0, &out), 0);
+    ck_assert_msg(strstr(out, "decode  2 x 5 tokens"), "%s", out);
+    free(out);
+    snprintf(args, sizeof(args), "bench '%s/models/qwen3' --batch 0", TEST_DATA_DIR);
+    ck_assert_int_eq(trun_status(args), 2);
+    snprintf(args, sizeof(args), "bench '%s/models/qwen3' --batch x", TEST_DATA_DIR);
+    ck_assert_int_eq(trun_status(args), 2);
+    ck_assert_int_eq(trun_status("bench --help"), 0);
+    ck_assert_int_eq(trun_tool("bench --help", 0, &out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "--batch"));
+    free(out);
+}
+END_TEST
+
+/* nvfp4 logits (now on a context) writes the fixture's logits. */
+START_TEST(test_logits_tool)
+{
+    fixture f;
+    char args[4096], path[128], *out;
+    size_t len = 0;
+    float *got;
+    FILE *fp;
+    int n = 0;
+
+    fixture_load("llama", &f);
+    snprintf(path, sizeof(path), "/tmp/nvfp4-test-context-%d.f32", (int)getpid());
+    n = snprintf(args, sizeof(args), "logits '%s/models/llama' --out '%s' --tokens ",
+                 TEST_DATA_DIR, path);
+    for (size_t i = 0; i < f.T; i++)
+        n += snprintf(args + n, sizeof(args) - (size_t)n, "%s%d", i ? "," : "", f.tokens[i]);
+    ck_assert_int_eq(trun_tool(args, 1, &out), 0);
+    free(out);
+    got = malloc(f.T * f.V * sizeof(float));
+    ck_assert_ptr_nonnull(fp = fopen(path, "rb"));
+    len = fread(got, sizeof(float), f.T * f.V, fp);
+    fclose(fp);
+    unlink(path);
+    ck_assert_uint_eq(len, f.T * f.V);
+    compare_logits("nvfp4 logits", got, f.logits, f.T * f.V, LOGIT_TOL);
+    free(got);
+    fixture_free(&f);
+}
+END_TEST
+
 /* ---- threads ------------------------------------------------------------------- */
 
 typedef struct {
@@ -496,6 +564,8 @@ int main(void)
     tcase_add_loop_test(tc, test_fork, 0, NOK);
     tcase_add_loop_test(tc, test_truncate, 0, NOK);
     tcase_add_test(tc, test_kv_full);
+    tcase_add_test(tc, test_bench_batch);
+    tcase_add_test(tc, test_logits_tool);
     suite_add_tcase(s, tc);
     tcase_set_timeout(tt, 300);
     tcase_add_test(tt, test_threads);
