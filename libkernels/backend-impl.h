@@ -52,7 +52,7 @@ extern "C" {
 #endif
 
 /* Bump on any incompatible change of the structs below. */
-#define NVFP4_BACKEND_ABI_VERSION 2u
+#define NVFP4_BACKEND_ABI_VERSION 3u
 
 /* The fused geometry of a weight, computed by the registry. */
 typedef struct {
@@ -123,6 +123,13 @@ typedef struct nvfp4_backend_iface {
     /* ABI 2 */
     nvfp4_status (*gate_add)(void *ctx, const float *x, const float *gate, size_t m,
                              size_t n, float *y, nvfp4_error *err);
+    /* ABI 3: the registry checked the shapes; on the CPU backend also every
+     * pos (< max_len, pos / block < max_blocks), seq (< ntables) and the
+     * table entries the rows reach (< nblocks).  A GPU backend checks them on
+     * the device, skips a bad row and reports it at the next sync. */
+    nvfp4_status (*attention_paged)(void *ctx, const float *q, const float *k, const float *v,
+                                    const nvfp4_kv_pages *kv, size_t m, size_t nh, size_t nkv,
+                                    size_t hd, float scale, float *out, nvfp4_error *err);
 } nvfp4_backend_iface;
 
 /* The symbol a backend shared object exports (see above). */

@@ -314,6 +314,120 @@ static nvfp4_status cpu_attention(void *ctx, const float *q, const float *k, con
     return NVFP4_OK;
 }
 
+/* ---- paged attention ------------------------------------------------------- */
+
+/* Address of position P of a sequence: slot P % block of block TAB[P / block]. */
+static inline const float *page_row(const float *pool, const int32_t *tab, size_t block,
+                                    size_t kvw, size_t p)
+{
+    return pool + ((size_t)tab[p / block] * block + p % block) * kvw;
+}
+
+static void pwsum_scalar(float *out, const float *w, float inv, const float *pool,
+                         const int32_t *tab, size_t block, size_t kvw, size_t off, size_t len,
+                         size_t n)
+{
+    memset(out, 0, n * sizeof(float));
+    for (size_t p = 0; p < len; p++) {
+        const float wgt = w[p] * inv;
+        const float *vp = page_row(pool, tab, block, kvw, p) + off;
+        for (size_t d = 0; d < n; d++)
+            out[d] += wgt * vp[d];
+    }
+}
+
+#ifdef CPU_HAVE_X86
+/* wsum_avx512 over the rows of a block table: the same operations in the same
+ * (position) order. */
+__attribute__((target("avx512f"))) static void
+pwsum_avx512(float *out, const float *w, float inv, const float *pool, const int32_t *tab,
+             size_t block, size_t kvw, size_t off, size_t len, size_t n)
+{
+    for (size_t d0 = 0; d0 < n; d0 += 64) {
+        const size_t nd = n - d0 < 64 ? n - d0 : 64;
+        const __mmask16 m0 = lanes16(nd), m1 = lanes16(nd > 16 ? nd - 16 : 0),
+                        m2 = lanes16(nd > 32 ? nd - 32 : 0), m3 = lanes16(nd > 48 ? nd - 48 : 0);
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+
+        for (size_t p = 0; p < len; p++) {
+            const float *vp = page_row(pool, tab, block, kvw, p) + off + d0;
+            const __m512 wv = _mm512_set1_ps(w[p] * inv);
+            a0 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m0, vp), a0);
+            if (nd > 16)
+                a1 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m1, vp + 16), a1);
+            if (nd > 32)
+                a2 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m2, vp + 32), a2);
+            if (nd > 48)
+                a3 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m3, vp + 48), a3);
+        }
+        _mm512_mask_storeu_ps(out + d0, m0, a0);
+        _mm512_mask_storeu_ps(out + d0 + 16, m1, a1);
+        _mm512_mask_storeu_ps(out + d0 + 32, m2, a2);
+        _mm512_mask_storeu_ps(out + d0 + 48, m3, a3);
+    }
+}
+#else
+#define pwsum_avx512 pwsum_scalar
+#endif
+
+/* cpu_attention through block tables: the rows' k and v are stored in their
+ * slots first, then each (row, head) runs exactly cpu_attention's arithmetic
+ * over its own sequence's positions 0 .. pos[i], so a row's output does not
+ * depend on the other rows of the call (batch invariance). */
+static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *k,
+                                        const float *v, const nvfp4_kv_pages *kv, size_t m,
+                                        size_t nh, size_t nkv, size_t hd, float scale,
+                                        float *out, nvfp4_error *err)
+{
+    const size_t kvw = nkv * hd, group = nh / nkv, bs = kv->block, maxlen = kv->max_len;
+    const int nth = nvfp4k_cpu_nthreads(ctx);
+    float *scores = malloc((size_t)nth * maxlen * sizeof(float));
+#ifdef CPU_HAVE_X86
+    const int wide = ((cpu_ctx *)ctx)->isa >= CPU_ISA_AVX512;
+#else
+    const int wide = 0;
+#endif
+
+    if (!scores)
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
+                               "out of memory for %zu scores", maxlen);
+    for (size_t i = 0; i < m; i++) {
+        const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+        const size_t p = (size_t)kv->pos[i];
+        memcpy((float *)page_row(kv->k_pool, tab, bs, kvw, p), k + i * kvw,
+               kvw * sizeof(float));
+        memcpy((float *)page_row(kv->v_pool, tab, bs, kvw, p), v + i * kvw,
+               kvw * sizeof(float));
+    }
+#pragma omp parallel for schedule(static) num_threads(nth)
+    for (size_t it = 0; it < m * nh; it++) {
+        size_t i = it / nh, h = it % nh, kvh = h / group, len = (size_t)kv->pos[i] + 1;
+        const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+        const float *qi = q + it * hd;
+        float *o = out + it * hd;
+        float *sc = scores;
+        float mx = -INFINITY, sum = 0.0f, inv;
+#ifdef _OPENMP
+        sc += (size_t)omp_get_thread_num() * maxlen;
+#endif
+        for (size_t p = 0; p < len; p++) {
+            const float *kr = page_row(kv->k_pool, tab, bs, kvw, p) + kvh * hd;
+            sc[p] = (wide ? dot_avx512 : dot_scalar)(qi, kr, hd) * scale;
+            if (sc[p] > mx)
+                mx = sc[p];
+        }
+        for (size_t p = 0; p < len; p++) {
+            sc[p] = expf(sc[p] - mx);
+            sum += sc[p];
+        }
+        inv = 1.0f / sum;
+        (wide ? pwsum_avx512 : pwsum_scalar)(o, sc, inv, kv->v_pool, tab, bs, kvw, kvh * hd,
+                                             len, hd);
+    }
+    free(scores);
+    return NVFP4_OK;
+}
+
 static nvfp4_status cpu_silu_mul(void *ctx, const float *gu, size_t m, size_t inter,
                                  float *out, nvfp4_error *err)
 {
@@ -553,6 +667,7 @@ static const nvfp4_backend_iface cpu_iface = {
     .logsoftmax = cpu_logsoftmax,
     .argmax = cpu_argmax,
     .gate_add = cpu_gate_add,
+    .attention_paged = cpu_attention_paged,
 };
 
 const nvfp4_backend_iface *nvfp4k_cpu_iface(void)

@@ -101,6 +101,7 @@ const char *nvfp4_op_name(nvfp4_op op)
         "linear_w4a4", "linear_w4a16", "linear_dense", "embed",   "rmsnorm",
         "rope",        "attention",    "silu_mul",     "softmax", "topk",
         "moe",         "add",          "logsoftmax",   "argmax",  "gate_add",
+        "attention_paged",
     };
     return (unsigned)op < NVFP4_OP_COUNT ? names[op] : "unknown";
 }
@@ -223,6 +224,7 @@ static int iface_has(const nvfp4_backend_iface *f, nvfp4_op op)
     case NVFP4_OP_LOGSOFTMAX: return f->logsoftmax != NULL;
     case NVFP4_OP_ARGMAX: return f->argmax != NULL;
     case NVFP4_OP_GATE_ADD: return f->gate_add != NULL;
+    case NVFP4_OP_ATTENTION_PAGED: return f->attention_paged != NULL;
     default: return 0;
     }
 }
@@ -635,6 +637,66 @@ nvfp4_status nvfp4_k_attention(nvfp4_backend *be, const float *q, const float *k
         return unsupported(be, NVFP4_OP_ATTENTION, err);
     return be->iface->attention(be->ctx, q, k, v, k_cache, v_cache, max_ctx, pos0, m, nh,
                                 nkv, hd, scale, out, err);
+}
+
+nvfp4_status nvfp4_k_attention_paged(nvfp4_backend *be, const float *q, const float *k,
+                                     const float *v, const nvfp4_kv_pages *kv, size_t m,
+                                     size_t nh, size_t nkv, size_t hd, float scale,
+                                     float *out, nvfp4_error *err)
+{
+    CHECK_BE(be, err, "attention_paged");
+    if (m == 0)
+        return NVFP4_OK;
+    NEED(q, "attention_paged", err);
+    NEED(k, "attention_paged", err);
+    NEED(v, "attention_paged", err);
+    NEED(kv, "attention_paged", err);
+    NEED(kv->k_pool, "attention_paged", err);
+    NEED(kv->v_pool, "attention_paged", err);
+    NEED(kv->tables, "attention_paged", err);
+    NEED(kv->pos, "attention_paged", err);
+    NEED(kv->seq, "attention_paged", err);
+    NEED(out, "attention_paged", err);
+    if (nh == 0 || nkv == 0 || hd == 0 || nh % nkv != 0)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "attention_paged", -1,
+                               "need nh a positive multiple of nkv > 0 and hd > 0; found "
+                               "nh %zu, nkv %zu, hd %zu",
+                               nh, nkv, hd);
+    if (kv->nblocks == 0 || kv->block == 0 || kv->ntables == 0 || kv->max_blocks == 0 ||
+        kv->max_len == 0 || kv->nblocks > INT32_MAX || kv->ntables > INT32_MAX ||
+        kv->max_len > INT32_MAX)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "attention_paged", -1,
+                               "need a non-empty pool, tables and max_len below 2^31; found "
+                               "%zu blocks of %zu, %zu tables of %zu, max_len %zu",
+                               kv->nblocks, kv->block, kv->ntables, kv->max_blocks,
+                               kv->max_len);
+    if (!count_ok(kv->nblocks, kv->block, nkv) || !count_ok(kv->nblocks * kv->block, nkv, hd) ||
+        !count_ok(kv->ntables, kv->max_blocks, 1) || !count_ok(m, nh, hd) ||
+        !count_ok(kv->max_blocks, kv->block, 1))
+        return too_big("attention_paged", err);
+    if (kv->max_len > kv->max_blocks * kv->block)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "attention_paged", -1,
+                               "max_len %zu exceeds the %zu blocks of %zu of a table",
+                               kv->max_len, kv->max_blocks, kv->block);
+    for (size_t i = 0; host_memory(be) && i < m; i++) {
+        int32_t p = kv->pos[i], s = kv->seq[i];
+        if (p < 0 || (size_t)p >= kv->max_len || s < 0 || (size_t)s >= kv->ntables)
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "attention_paged", -1,
+                                   "row %zu: position %d (max_len %zu) or table %d (of %zu) "
+                                   "out of range",
+                                   i, p, kv->max_len, s, kv->ntables);
+        for (size_t b = 0; b <= (size_t)p / kv->block; b++) {
+            int32_t id = kv->tables[(size_t)s * kv->max_blocks + b];
+            if (id < 0 || (size_t)id >= kv->nblocks)
+                return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "attention_paged", -1,
+                                       "row %zu: block %zu of table %d is %d; the pool has "
+                                       "%zu blocks",
+                                       i, b, s, id, kv->nblocks);
+        }
+    }
+    if (!be->iface->attention_paged)
+        return unsupported(be, NVFP4_OP_ATTENTION_PAGED, err);
+    return be->iface->attention_paged(be->ctx, q, k, v, kv, m, nh, nkv, hd, scale, out, err);
 }
 
 nvfp4_status nvfp4_k_silu_mul(nvfp4_backend *be, const float *gu, size_t m, size_t inter,

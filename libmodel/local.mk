@@ -6,7 +6,9 @@ pkgconfig_DATA += pkgconfig/nvfp4-model.pc
 libmodel_libnvfp4_model_la_SOURCES = \
 	%reldir%/internal.h \
 	%reldir%/arch.c \
+	%reldir%/model-internal.h \
 	%reldir%/model.c \
+	%reldir%/context.c \
 	%reldir%/eval.c \
 	%reldir%/validate.c \
 	%reldir%/tokenizer-internal.h \

@@ -21,55 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-
-typedef struct {
-    nvfp4_kweight *q, *k, *v, *o;
-    float *ln1, *ln2, *q_norm, *k_norm;      /* backend buffers */
-    nvfp4_kweight *gu, *down;                /* dense MLP */
-    int moe;
-    nvfp4_kweight *router;
-    nvfp4_kweight **w13, **w2;               /* [experts] */
-    nvfp4_kweight *sh_gu, *sh_down, *sh_gate;
-    float *k_cache, *v_cache;
-} layer_t;
-
-struct nvfp4_model {
-    nvfp4_checkpoint *ck;
-    const nvfp4_config *cfg;
-    const arch_desc *arch;
-    char arch_name[96];
-    hparams hp;
-    nvfp4_qconfig *qc;
-    nvfp4_backend *be;
-    nvfp4_tokenizer *tok;
-    nvfp4_model_options opt;
-    int64_t max_ctx;
-
-    nvfp4_linear **lins;                     /* every view, for release */
-    size_t nlins, caplins;
-    nvfp4_tensor **slices;                   /* per-expert views of 3-D tensors */
-    size_t nslices, capslices;
-    char **prefixes;                         /* consumed tensor prefixes */
-    size_t nprefixes, capprefixes;
-
-    /* dry run: collect missing tensor names instead of loading */
-    int dry;
-    char *missing;
-    size_t nmissing, missing_len;
-
-    nvfp4_kweight *embed, *lm_head;
-    float *final_norm, *inv_freq;
-    layer_t *layers;
-
-    /* scratch for up to scratch_n tokens */
-    size_t scratch_n;
-    void *sbuf[24];
-    size_t nsbuf;
-    float *x, *h, *q, *k, *v, *att, *o, *gu, *act, *mlp, *router, *topw, *sh, *shg, *logits;
-    int32_t *ids, *pos, *topi;
-    float *host_a, *host_b, *host_g;
-};
+#include "model-internal.h"
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -637,6 +589,7 @@ nvfp4_model *nvfp4_model_open(const char *path, const nvfp4_model_options *opt,
         nomem(err);
         return NULL;
     }
+    pthread_mutex_init(&m->lock, NULL);
     if (opt)
         m->opt = *opt;
     m->ck = nvfp4_checkpoint_open(path, err);
@@ -718,13 +671,6 @@ nvfp4_model *nvfp4_model_open(const char *path, const nvfp4_model_options *opt,
         if (!m->inv_freq)
             goto fail;
     }
-    for (int64_t l = 0; l < m->hp.layers; l++) {
-        size_t n = (size_t)m->max_ctx * (size_t)m->hp.kv_heads * (size_t)m->hp.head_dim;
-        m->layers[l].k_cache = nvfp4_backend_alloc(m->be, n * sizeof(float), err);
-        m->layers[l].v_cache = nvfp4_backend_alloc(m->be, n * sizeof(float), err);
-        if (!m->layers[l].k_cache || !m->layers[l].v_cache)
-            goto fail;
-    }
 
     tokpath = malloc(strlen(nvfp4_checkpoint_dir(m->ck)) + 32);
     if (!tokpath) {
@@ -750,24 +696,12 @@ fail:
     return NULL;
 }
 
-static void free_scratch(nvfp4_model *m)
-{
-    for (size_t i = 0; i < m->nsbuf; i++)
-        nvfp4_backend_release(m->be, m->sbuf[i]);
-    m->nsbuf = 0;
-    m->scratch_n = 0;
-    free(m->host_a);
-    free(m->host_b);
-    free(m->host_g);
-    m->host_a = m->host_b = m->host_g = NULL;
-}
-
 void nvfp4_model_free(nvfp4_model *m)
 {
     if (!m)
         return;
+    nvfp4m_default_free(m);
     if (m->be) {
-        free_scratch(m);
         for (int64_t l = 0; m->layers && l < m->hp.layers; l++) {
             layer_t *L = &m->layers[l];
             nvfp4_kweight_free(L->q);
@@ -788,8 +722,6 @@ void nvfp4_model_free(nvfp4_model *m)
             nvfp4_backend_release(m->be, L->ln2);
             nvfp4_backend_release(m->be, L->q_norm);
             nvfp4_backend_release(m->be, L->k_norm);
-            nvfp4_backend_release(m->be, L->k_cache);
-            nvfp4_backend_release(m->be, L->v_cache);
         }
         if (m->lm_head != m->embed)
             nvfp4_kweight_free(m->lm_head);
@@ -819,6 +751,7 @@ void nvfp4_model_free(nvfp4_model *m)
     nvfp4_qconfig_free(m->qc);
     nvfp4m_hparams_free(&m->hp);
     nvfp4_checkpoint_free(m->ck);
+    pthread_mutex_destroy(&m->lock);
     free(m);
 }
 
@@ -830,6 +763,7 @@ const nvfp4_tokenizer *nvfp4_model_tokenizer(const nvfp4_model *m) { return m->t
 int32_t nvfp4_model_bos(const nvfp4_model *m) { return (int32_t)m->hp.bos; }
 int32_t nvfp4_model_eos(const nvfp4_model *m) { return (int32_t)m->hp.eos; }
 
+<<<<<<< ours
 void nvfp4_model_reset(nvfp4_model *m)
 {
     /* Positions restart at 0; stale cache entries are never read (the
@@ -1000,3 +934,5 @@ nvfp4_status nvfp4_model_forward(nvfp4_model *m, const int32_t *tokens, size_t n
     TRY(nvfp4_backend_sync(m->be, err));
     return nvfp4m_check_logits(logits, rows, V, pos + n - rows, err);
 }
+=======
+>>>>>>> theirs

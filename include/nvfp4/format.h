@@ -60,6 +60,7 @@ typedef enum {
     NVFP4_ERR_BACKEND,         /* a compute backend failed or is unavailable */
     NVFP4_ERR_DEVICE_OOM,      /* a device ran out of memory */
     NVFP4_ERR_NONFINITE,       /* a result (logit) is NaN or infinite */
+    NVFP4_ERR_KV_FULL,         /* a context's KV cache has too few free blocks */
     NVFP4_STATUS_COUNT
 } nvfp4_status;
 

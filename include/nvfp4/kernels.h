@@ -13,8 +13,12 @@
  *
  * Reproducibility: for a given backend, input and m, results are the same
  * bits whatever the number of threads (outputs are partitioned, never one
- * reduction).  Float32 summation order may differ from PyTorch's and, in
- * the last bits, between calls with different m (tiles of tokens).
+ * reduction).  Float32 summation order may differ from PyTorch's.  On the
+ * CPU backend every row-wise operation (linear, MoE, norms, attention) is
+ * also batch-invariant: a row's result is the same bits whatever the other
+ * rows of the call and whatever m.  GPU backends pick kernels by m (GEMV for
+ * few rows, tiled or tensor-core GEMM for more) and agree across m only to
+ * float32 summation error (docs/ARCHITECTURE.md).
  *
  * Environment: NVFP4_BACKEND picks the backend when none is named;
  * NVFP4_BACKEND_PATH (colon-separated) is searched for GPU backend modules
@@ -51,6 +55,7 @@ typedef enum {
     NVFP4_OP_LOGSOFTMAX,
     NVFP4_OP_ARGMAX,
     NVFP4_OP_GATE_ADD,         /* y += sigmoid(gate) * x, per row (Qwen2-MoE) */
+    NVFP4_OP_ATTENTION_PAGED,  /* attention over per-sequence block tables */
     NVFP4_OP_COUNT
 } nvfp4_op;
 
@@ -146,6 +151,35 @@ NVFP4_API nvfp4_status nvfp4_k_attention(nvfp4_backend *be, const float *q,
                                          size_t max_ctx, size_t pos0, size_t m,
                                          size_t nh, size_t nkv, size_t hd,
                                          float scale, float *out, nvfp4_error *err);
+/* A paged KV cache (after vLLM's PagedAttention): K and V of every
+ * sequence live in fixed-size blocks of a shared pool, found through the
+ * sequence's block table.  Everything but max_len is backend memory. */
+typedef struct {
+    float *k_pool, *v_pool;     /* [nblocks, block, nkv, hd] each */
+    size_t nblocks;             /* blocks in the pool */
+    size_t block;               /* tokens per block */
+    const int32_t *tables;      /* [ntables, max_blocks] block ids */
+    size_t ntables, max_blocks;
+    const int32_t *pos;         /* [m] position of each row in its sequence */
+    const int32_t *seq;         /* [m] table row of each row's sequence */
+    size_t max_len;             /* host value: >= pos[i] + 1 for every row */
+} nvfp4_kv_pages;
+
+/* Causal attention for rows of several sequences at once (a batch of
+ * prefill chunks and decode tokens).  Row i (q[i], k[i], v[i]) is position
+ * pos[i] of the sequence whose block table is row seq[i] of kv->tables: that
+ * position lives in block tables[seq[i] * max_blocks + pos[i] / block], slot
+ * pos[i] % block.  The k and v rows of every row are stored first; row i then
+ * attends to positions 0 .. pos[i] of its own sequence, whose earlier
+ * positions must have been stored by earlier calls or this one.  No two rows
+ * may name the same slot.  q[m, nh, hd], k, v[m, nkv, hd], out[m, nh, hd].
+ * Each row's result depends only on its own q and its sequence's cache,
+ * never on the other rows of the call. */
+NVFP4_API nvfp4_status nvfp4_k_attention_paged(nvfp4_backend *be, const float *q,
+                                               const float *k, const float *v,
+                                               const nvfp4_kv_pages *kv, size_t m,
+                                               size_t nh, size_t nkv, size_t hd,
+                                               float scale, float *out, nvfp4_error *err);
 /* out[m, inter] = silu(gu[m, 0:inter]) * gu[m, inter:2*inter]. */
 NVFP4_API nvfp4_status nvfp4_k_silu_mul(nvfp4_backend *be, const float *gu, size_t m,
                                         size_t inter, float *out, nvfp4_error *err);

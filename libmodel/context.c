@@ -1,0 +1,735 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Contexts: many sequences on one loaded model.
+ *
+ * A context owns a paged KV cache (after vLLM's PagedAttention): per layer
+ * one K and one V pool of nblocks blocks of NVFP4_KV_BLOCK tokens; each
+ * sequence is a table of block ids.  Blocks carry reference counts so that
+ * a fork shares its parent's blocks; a block is copied before a sequence
+ * writes into it while another holds it too (copy-on-write).  The forward
+ * pass runs one batch of rows from any sequences: every operation but
+ * attention is row-wise, so the rows can be put in any order; the rows
+ * whose logits are asked for go last, so that the final norm and the
+ * lm_head run over one contiguous stretch.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model-internal.h"
+
+#define TRY(x)                                                                           \
+    do {                                                                                 \
+        nvfp4_status rc_ = (x);                                                          \
+        if (rc_ != NVFP4_OK)                                                             \
+            return rc_;                                                                  \
+    } while (0)
+
+/* The lm_head runs over at most this many rows at a time, so the backend
+ * never holds [n, vocab] logits beside the caller's buffer (100 MB each for
+ * 512 tokens of a 49k vocabulary). */
+#define LOGIT_ROWS 64
+
+typedef struct {
+    int live;
+    size_t len;             /* tokens cached */
+    size_t nblk;            /* blocks held (>= ceil(len / block)) */
+    int32_t *blocks;        /* [max_blocks] */
+} seq_t;
+
+struct nvfp4_context {
+    nvfp4_model *m;
+    nvfp4_backend *be;
+    int locked_backend;     /* GPU backend: serialise on m->lock */
+    size_t block, nblocks, max_blocks, max_batch;
+    float **k_pool, **v_pool;             /* [layers] backend buffers */
+    int32_t *refs;                        /* [nblocks] holders per block */
+    int32_t *free_ids;                    /* stack of free block ids */
+    size_t nfree;
+    seq_t *seqs;
+    size_t max_seqs;
+
+    /* scratch for max_batch rows */
+    void *sbuf[32];
+    size_t nsbuf;
+    float *x, *h, *q, *k, *v, *att, *o, *gu, *act, *mlp, *router, *topw, *sh, *shg, *logits;
+    int32_t *ids, *pos, *rseq, *topi, *tables;
+    float *host_a, *host_b, *host_g;
+    /* host staging of one batch */
+    int32_t *h_ids, *h_pos, *h_rseq, *h_tables;
+    float *h_block;                       /* one block of one pool, for copies */
+};
+
+static nvfp4_status nomem(nvfp4_error *err)
+{
+    return nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+}
+
+static void lock(nvfp4_context *c)
+{
+    if (c->locked_backend)
+        pthread_mutex_lock(&c->m->lock);
+}
+
+static void unlock(nvfp4_context *c)
+{
+    if (c->locked_backend)
+        pthread_mutex_unlock(&c->m->lock);
+}
+
+static size_t kv_row(const nvfp4_model *m)
+{
+    return (size_t)m->hp.kv_heads * (size_t)m->hp.head_dim;
+}
+
+/* ---- create / free ---------------------------------------------------------- */
+
+void nvfp4_context_options_init(nvfp4_context_options *opt)
+{
+    memset(opt, 0, sizeof(*opt));
+}
+
+static void *salloc(nvfp4_context *c, size_t bytes, nvfp4_error *err)
+{
+    void *p;
+
+    if (c->nsbuf >= sizeof(c->sbuf) / sizeof(c->sbuf[0]))
+        return NULL;
+    p = nvfp4_backend_alloc(c->be, bytes ? bytes : 4, err);
+    if (p)
+        c->sbuf[c->nsbuf++] = p;
+    return p;
+}
+
+static nvfp4_status alloc_scratch(nvfp4_context *c, nvfp4_error *err)
+{
+    const hparams *hp = &c->m->hp;
+    const size_t n = c->max_batch;
+    size_t H = (size_t)hp->hidden, qd = (size_t)(hp->heads * hp->head_dim);
+    size_t kd = kv_row(c->m), V = (size_t)hp->vocab;
+    size_t inter = (size_t)hp->inter, E = (size_t)hp->experts, K = (size_t)hp->topk;
+    size_t ntab = n < c->max_seqs ? n : c->max_seqs;
+
+    if ((size_t)hp->shared_inter > inter)
+        inter = (size_t)hp->shared_inter;
+    if ((size_t)hp->moe_inter > inter)
+        inter = (size_t)hp->moe_inter;
+    if (!(c->x = salloc(c, n * H * 4, err)) || !(c->h = salloc(c, n * H * 4, err)) ||
+        !(c->q = salloc(c, n * qd * 4, err)) || !(c->k = salloc(c, n * kd * 4, err)) ||
+        !(c->v = salloc(c, n * kd * 4, err)) || !(c->att = salloc(c, n * qd * 4, err)) ||
+        !(c->o = salloc(c, n * H * 4, err)) || !(c->gu = salloc(c, n * 2 * inter * 4, err)) ||
+        !(c->act = salloc(c, n * inter * 4, err)) || !(c->mlp = salloc(c, n * H * 4, err)) ||
+        !(c->router = salloc(c, n * (E ? E : 1) * 4, err)) ||
+        !(c->topw = salloc(c, n * (K ? K : 1) * 4, err)) ||
+        !(c->topi = salloc(c, n * (K ? K : 1) * 4, err)) ||
+        !(c->sh = salloc(c, n * H * 4, err)) || !(c->shg = salloc(c, n * 4, err)) ||
+        !(c->logits = salloc(c, (n < LOGIT_ROWS ? n : LOGIT_ROWS) * V * 4, err)) ||
+        !(c->ids = salloc(c, n * 4, err)) || !(c->pos = salloc(c, n * 4, err)) ||
+        !(c->rseq = salloc(c, n * 4, err)) ||
+        !(c->tables = salloc(c, ntab * c->max_blocks * 4, err)))
+        return err && err->status ? err->status : NVFP4_ERR_NOMEM;
+    if (c->m->arch->shared_expert) {
+        c->host_a = malloc(n * H * 4);
+        c->host_b = malloc(n * H * 4);
+        c->host_g = malloc(n * 4);
+        if (!c->host_a || !c->host_b || !c->host_g)
+            return nomem(err);
+    }
+    c->h_ids = malloc(n * 4);
+    c->h_pos = malloc(n * 4);
+    c->h_rseq = malloc(n * 4);
+    c->h_tables = malloc(ntab * c->max_blocks * 4);
+    c->h_block = malloc(c->block * kd * 4);
+    if (!c->h_ids || !c->h_pos || !c->h_rseq || !c->h_tables || !c->h_block)
+        return nomem(err);
+    return NVFP4_OK;
+}
+
+static void context_free_locked(nvfp4_context *c)
+{
+    for (size_t i = 0; i < c->nsbuf; i++)
+        nvfp4_backend_release(c->be, c->sbuf[i]);
+    for (int64_t l = 0; l < c->m->hp.layers; l++) {
+        if (c->k_pool)
+            nvfp4_backend_release(c->be, c->k_pool[l]);
+        if (c->v_pool)
+            nvfp4_backend_release(c->be, c->v_pool[l]);
+    }
+}
+
+void nvfp4_context_free(nvfp4_context *c)
+{
+    if (!c)
+        return;
+    lock(c);
+    context_free_locked(c);
+    unlock(c);
+    free(c->k_pool);
+    free(c->v_pool);
+    free(c->refs);
+    free(c->free_ids);
+    for (size_t i = 0; c->seqs && i < c->max_seqs; i++)
+        free(c->seqs[i].blocks);
+    free(c->seqs);
+    free(c->host_a);
+    free(c->host_b);
+    free(c->host_g);
+    free(c->h_ids);
+    free(c->h_pos);
+    free(c->h_rseq);
+    free(c->h_tables);
+    free(c->h_block);
+    free(c);
+}
+
+nvfp4_context *nvfp4_context_create(nvfp4_model *m, const nvfp4_context_options *opt,
+                                    nvfp4_error *err)
+{
+    nvfp4_context_options o;
+    nvfp4_context *c;
+    size_t L, kd, block_bytes;
+    nvfp4_status st;
+
+    nvfp4_error_clear(err);
+    if (!m) {
+        nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1, "no model given");
+        return NULL;
+    }
+    nvfp4_context_options_init(&o);
+    if (opt)
+        o = *opt;
+    L = (size_t)m->hp.layers;
+    kd = kv_row(m);
+    block_bytes = 2 * L * NVFP4_KV_BLOCK * kd * sizeof(float);
+    if (o.max_seqs < 0) {
+        nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, "max_seqs", -1,
+                        "max_seqs must be >= 0, found %d", o.max_seqs);
+        return NULL;
+    }
+    c = calloc(1, sizeof(*c));
+    if (!c) {
+        nomem(err);
+        return NULL;
+    }
+    c->m = m;
+    c->be = m->be;
+    c->locked_backend = strcmp(nvfp4_backend_name(m->be), "cpu") != 0;
+    c->block = NVFP4_KV_BLOCK;
+    c->max_blocks = ((size_t)m->max_ctx + c->block - 1) / c->block;
+    c->max_batch = o.max_batch_tokens ? o.max_batch_tokens : 512;
+    c->max_seqs = o.max_seqs ? (size_t)o.max_seqs : 256;
+    if (o.kv_tokens)
+        c->nblocks = (o.kv_tokens + c->block - 1) / c->block;
+    else if (o.kv_bytes)
+        c->nblocks = o.kv_bytes / block_bytes;
+    else
+        c->nblocks = c->max_blocks;
+    if (c->nblocks == 0 || c->nblocks > INT32_MAX || c->max_batch > INT32_MAX ||
+        c->max_seqs > INT32_MAX || c->nblocks > SIZE_MAX / block_bytes) {
+        nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, o.kv_tokens ? "kv_tokens" : "kv_bytes",
+                        -1,
+                        "a KV pool of %zu blocks of %d tokens (%zu bytes each) with "
+                        "batches of %zu tokens is out of range",
+                        c->nblocks, NVFP4_KV_BLOCK, block_bytes, c->max_batch);
+        free(c);
+        return NULL;
+    }
+    c->k_pool = calloc(L, sizeof(float *));
+    c->v_pool = calloc(L, sizeof(float *));
+    c->refs = calloc(c->nblocks, sizeof(int32_t));
+    c->free_ids = malloc(c->nblocks * sizeof(int32_t));
+    c->seqs = calloc(c->max_seqs, sizeof(seq_t));
+    if (!c->k_pool || !c->v_pool || !c->refs || !c->free_ids || !c->seqs) {
+        nomem(err);
+        nvfp4_context_free(c);
+        return NULL;
+    }
+    /* lowest ids first off the stack */
+    for (size_t i = 0; i < c->nblocks; i++)
+        c->free_ids[i] = (int32_t)(c->nblocks - 1 - i);
+    c->nfree = c->nblocks;
+    lock(c);
+    st = NVFP4_OK;
+    for (size_t l = 0; l < L && st == NVFP4_OK; l++) {
+        size_t bytes = c->nblocks * c->block * kd * sizeof(float);
+        if (!(c->k_pool[l] = nvfp4_backend_alloc(c->be, bytes, err)) ||
+            !(c->v_pool[l] = nvfp4_backend_alloc(c->be, bytes, err)))
+            st = err && err->status ? err->status : NVFP4_ERR_NOMEM;
+    }
+    if (st == NVFP4_OK)
+        st = alloc_scratch(c, err);
+    unlock(c);
+    if (st != NVFP4_OK) {
+        nvfp4_context_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+const nvfp4_model *nvfp4_context_model(const nvfp4_context *c)
+{
+    return c ? c->m : NULL;
+}
+
+size_t nvfp4_context_kv_blocks(const nvfp4_context *c)
+{
+    return c ? c->nblocks : 0;
+}
+
+size_t nvfp4_context_kv_free_blocks(const nvfp4_context *c)
+{
+    return c ? c->nfree : 0;
+}
+
+/* ---- sequences ---------------------------------------------------------------- */
+
+static seq_t *get_seq(const nvfp4_context *c, nvfp4_seq id)
+{
+    if (!c || id < 0 || (size_t)id >= c->max_seqs || !c->seqs[id].live)
+        return NULL;
+    return &c->seqs[id];
+}
+
+static nvfp4_status bad_seq(nvfp4_seq id, nvfp4_error *err)
+{
+    return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                           "sequence %d is not a live sequence of this context", (int)id);
+}
+
+static void block_unref(nvfp4_context *c, int32_t b)
+{
+    if (--c->refs[b] == 0)
+        c->free_ids[c->nfree++] = b;
+}
+
+static int32_t block_take(nvfp4_context *c)
+{
+    int32_t b = c->free_ids[--c->nfree];
+    c->refs[b] = 1;
+    return b;
+}
+
+static nvfp4_status seq_new(nvfp4_context *c, nvfp4_seq *out, nvfp4_error *err)
+{
+    for (size_t i = 0; i < c->max_seqs; i++) {
+        seq_t *s = &c->seqs[i];
+        if (s->live)
+            continue;
+        if (!s->blocks && !(s->blocks = malloc(c->max_blocks * sizeof(int32_t))))
+            return nomem(err);
+        s->live = 1;
+        s->len = 0;
+        s->nblk = 0;
+        *out = (nvfp4_seq)i;
+        return NVFP4_OK;
+    }
+    return nvfp4_error_set(err, NVFP4_ERR_KV_FULL, NULL, "max_seqs", -1,
+                           "all %zu sequences of the context are in use", c->max_seqs);
+}
+
+nvfp4_status nvfp4_seq_create(nvfp4_context *c, nvfp4_seq *seq, nvfp4_error *err)
+{
+    nvfp4_error_clear(err);
+    if (!c || !seq)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                               "nvfp4_seq_create needs a context and an id to fill");
+    *seq = -1;
+    return seq_new(c, seq, err);
+}
+
+static void seq_drop_blocks(nvfp4_context *c, seq_t *s, size_t keep)
+{
+    while (s->nblk > keep)
+        block_unref(c, s->blocks[--s->nblk]);
+}
+
+void nvfp4_seq_free(nvfp4_context *c, nvfp4_seq id)
+{
+    seq_t *s = get_seq(c, id);
+
+    if (!s)
+        return;
+    seq_drop_blocks(c, s, 0);
+    s->live = 0;
+    s->len = 0;
+}
+
+nvfp4_status nvfp4_seq_truncate(nvfp4_context *c, nvfp4_seq id, size_t len, nvfp4_error *err)
+{
+    seq_t *s = get_seq(c, id);
+
+    nvfp4_error_clear(err);
+    if (!s)
+        return bad_seq(id, err);
+    if (len > s->len)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                               "cannot truncate sequence %d of %zu tokens to %zu", (int)id,
+                               s->len, len);
+    s->len = len;
+    seq_drop_blocks(c, s, (len + c->block - 1) / c->block);
+    return NVFP4_OK;
+}
+
+nvfp4_status nvfp4_seq_fork(nvfp4_context *c, nvfp4_seq parent, nvfp4_seq *child,
+                            nvfp4_error *err)
+{
+    seq_t *p = get_seq(c, parent), *s;
+    size_t used;
+    nvfp4_seq id;
+
+    nvfp4_error_clear(err);
+    if (!p)
+        return bad_seq(parent, err);
+    if (!child)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                               "nvfp4_seq_fork needs an id to fill");
+    TRY(seq_new(c, &id, err));
+    p = &c->seqs[parent];
+    s = &c->seqs[id];
+    used = (p->len + c->block - 1) / c->block;
+    for (size_t i = 0; i < used; i++) {
+        s->blocks[i] = p->blocks[i];
+        c->refs[p->blocks[i]]++;
+    }
+    s->nblk = used;
+    s->len = p->len;
+    *child = id;
+    return NVFP4_OK;
+}
+
+size_t nvfp4_seq_length(const nvfp4_context *c, nvfp4_seq id)
+{
+    const seq_t *s = get_seq(c, id);
+    return s ? s->len : (size_t)-1;
+}
+
+/* Copy block SRC to DST in every layer's pools (through the host, so that
+ * it needs no device-to-device op of the backend). */
+static nvfp4_status copy_block(nvfp4_context *c, int32_t src, int32_t dst, nvfp4_error *err)
+{
+    const size_t bytes = c->block * kv_row(c->m) * sizeof(float);
+
+    for (int64_t l = 0; l < c->m->hp.layers; l++) {
+        float *pools[2] = {c->k_pool[l], c->v_pool[l]};
+        for (int i = 0; i < 2; i++) {
+            TRY(nvfp4_backend_download(c->be, c->h_block,
+                                       (char *)pools[i] + (size_t)src * bytes, bytes, err));
+            TRY(nvfp4_backend_upload(c->be, (char *)pools[i] + (size_t)dst * bytes,
+                                     c->h_block, bytes, err));
+        }
+    }
+    return NVFP4_OK;
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+
+/* Qwen2-MoE: y += sigmoid(gate(x)) * shared_expert(x), on the device; on the
+ * host (same float32 formula) for a backend without the gate_add op. */
+static nvfp4_status shared_expert(nvfp4_context *c, layer_t *L, size_t n, nvfp4_error *err)
+{
+    const nvfp4_model *m = c->m;
+    size_t H = (size_t)m->hp.hidden, I = (size_t)m->hp.shared_inter;
+
+    TRY(nvfp4_k_linear(c->be, L->sh_gu, c->h, n, c->gu, err));
+    TRY(nvfp4_k_silu_mul(c->be, c->gu, n, I, c->act, err));
+    TRY(nvfp4_k_linear(c->be, L->sh_down, c->act, n, c->sh, err));
+    TRY(nvfp4_k_linear(c->be, L->sh_gate, c->h, n, c->shg, err));
+    if (nvfp4_backend_supports(c->be, NVFP4_OP_GATE_ADD))
+        return nvfp4_k_gate_add(c->be, c->sh, c->shg, n, H, c->mlp, err);
+    TRY(nvfp4_backend_download(c->be, c->host_a, c->mlp, n * H * 4, err));
+    TRY(nvfp4_backend_download(c->be, c->host_b, c->sh, n * H * 4, err));
+    TRY(nvfp4_backend_download(c->be, c->host_g, c->shg, n * 4, err));
+    for (size_t t = 0; t < n; t++) {
+        float g = 1.0f / (1.0f + expf(-c->host_g[t]));
+        for (size_t i = 0; i < H; i++)
+            c->host_a[t * H + i] += g * c->host_b[t * H + i];
+    }
+    return nvfp4_backend_upload(c->be, c->mlp, c->host_a, n * H * 4, err);
+}
+
+/* The layers over the N rows staged in c->ids / pos / rseq / tables, then
+ * the logits of the last R rows into the entries' buffers. */
+static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_len,
+                            size_t r_rows, const nvfp4_batch_entry *ent, size_t nent,
+                            nvfp4_error *err)
+{
+    const nvfp4_model *m = c->m;
+    const hparams *hp = &m->hp;
+    nvfp4_backend *be = c->be;
+    size_t H = (size_t)hp->hidden, nh = (size_t)hp->heads, nkv = (size_t)hp->kv_heads;
+    size_t hd = (size_t)hp->head_dim, V = (size_t)hp->vocab;
+    float eps = (float)hp->eps, scale = 1.0f / sqrtf((float)hd);
+    nvfp4_kv_pages kv;
+
+    TRY(nvfp4_backend_upload(be, c->ids, c->h_ids, n * 4, err));
+    TRY(nvfp4_backend_upload(be, c->pos, c->h_pos, n * 4, err));
+    TRY(nvfp4_backend_upload(be, c->rseq, c->h_rseq, n * 4, err));
+    TRY(nvfp4_backend_upload(be, c->tables, c->h_tables, ntab * c->max_blocks * 4, err));
+    memset(&kv, 0, sizeof(kv));
+    kv.nblocks = c->nblocks;
+    kv.block = c->block;
+    kv.tables = c->tables;
+    kv.ntables = ntab;
+    kv.max_blocks = c->max_blocks;
+    kv.pos = c->pos;
+    kv.seq = c->rseq;
+    kv.max_len = max_len;
+    TRY(nvfp4_k_embed(be, m->embed, c->ids, n, c->x, err));
+
+    for (int64_t l = 0; l < hp->layers; l++) {
+        layer_t *L = &m->layers[l];
+
+        TRY(nvfp4_k_rmsnorm(be, c->x, L->ln1, n, H, eps, c->h, err));
+        TRY(nvfp4_k_linear(be, L->q, c->h, n, c->q, err));
+        TRY(nvfp4_k_linear(be, L->k, c->h, n, c->k, err));
+        TRY(nvfp4_k_linear(be, L->v, c->h, n, c->v, err));
+        if (m->arch->qk_norm) {
+            TRY(nvfp4_k_rmsnorm(be, c->q, L->q_norm, n * nh, hd, eps, c->q, err));
+            TRY(nvfp4_k_rmsnorm(be, c->k, L->k_norm, n * nkv, hd, eps, c->k, err));
+        }
+        TRY(nvfp4_k_rope(be, c->q, c->pos, n, nh, hd, hd, m->inv_freq, 1.0f, err));
+        TRY(nvfp4_k_rope(be, c->k, c->pos, n, nkv, hd, hd, m->inv_freq, 1.0f, err));
+        kv.k_pool = c->k_pool[l];
+        kv.v_pool = c->v_pool[l];
+        TRY(nvfp4_k_attention_paged(be, c->q, c->k, c->v, &kv, n, nh, nkv, hd, scale, c->att,
+                                    err));
+        TRY(nvfp4_k_linear(be, L->o, c->att, n, c->o, err));
+        TRY(nvfp4_k_add(be, c->x, c->o, n * H, c->x, err));
+
+        TRY(nvfp4_k_rmsnorm(be, c->x, L->ln2, n, H, eps, c->h, err));
+        if (L->moe) {
+            size_t E = (size_t)hp->experts, K = (size_t)hp->topk;
+            TRY(nvfp4_k_linear(be, L->router, c->h, n, c->router, err));
+            TRY(nvfp4_k_topk(be, c->router, n, E, K, hp->norm_topk, c->topi, c->topw, err));
+            TRY(nvfp4_k_moe(be, L->w13, L->w2, E, c->h, n, c->topi, c->topw, K, c->mlp, err));
+            if (m->arch->shared_expert)
+                TRY(shared_expert(c, L, n, err));
+        } else {
+            TRY(nvfp4_k_linear(be, L->gu, c->h, n, c->gu, err));
+            TRY(nvfp4_k_silu_mul(be, c->gu, n, (size_t)hp->inter, c->act, err));
+            TRY(nvfp4_k_linear(be, L->down, c->act, n, c->mlp, err));
+        }
+        TRY(nvfp4_k_add(be, c->x, c->mlp, n * H, c->x, err));
+    }
+    if (r_rows > 0) {
+        /* logit rows are the last r_rows, entry by entry */
+        size_t e = 0, done_in_e = 0;
+
+        TRY(nvfp4_k_rmsnorm(be, c->x + (n - r_rows) * H, m->final_norm, r_rows, H, eps, c->h,
+                            err));
+        for (size_t r = 0; r < r_rows; r += LOGIT_ROWS) {
+            size_t cnt = r_rows - r < LOGIT_ROWS ? r_rows - r : LOGIT_ROWS, got = 0;
+            TRY(nvfp4_k_linear(be, m->lm_head, c->h + r * H, cnt, c->logits, err));
+            while (got < cnt) {
+                size_t want, take;
+                while (e < nent && (ent[e].logits == NVFP4_LOGITS_NONE ||
+                                    ent[e].n_tokens == 0 ||
+                                    done_in_e == (ent[e].logits == NVFP4_LOGITS_ALL
+                                                      ? ent[e].n_tokens
+                                                      : 1))) {
+                    e++;
+                    done_in_e = 0;
+                }
+                want = ent[e].logits == NVFP4_LOGITS_ALL ? ent[e].n_tokens : 1;
+                take = want - done_in_e < cnt - got ? want - done_in_e : cnt - got;
+                TRY(nvfp4_backend_download(be, ent[e].out + done_in_e * V,
+                                           c->logits + got * V, take * V * sizeof(float),
+                                           err));
+                got += take;
+                done_in_e += take;
+            }
+        }
+    }
+    /* GPU backends report errors found on the device at a sync. */
+    return nvfp4_backend_sync(be, err);
+}
+
+nvfp4_status nvfp4_context_run(nvfp4_context *c, const nvfp4_batch_entry *ent, size_t nent,
+                               nvfp4_error *err)
+{
+    const size_t V = c ? (size_t)c->m->hp.vocab : 0;
+    size_t total = 0, need = 0, r_rows = 0, max_len = 0, row, lrow, ntab;
+    nvfp4_status st = NVFP4_OK;
+
+    nvfp4_error_clear(err);
+    if (!c || (nent && !ent))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                               "nvfp4_context_run needs a context and entries");
+    /* 1. check the whole batch; nothing changes before it passes */
+    for (size_t e = 0; e < nent; e++) {
+        const nvfp4_batch_entry *b = &ent[e];
+        seq_t *s = get_seq(c, b->seq);
+        size_t first, last;
+
+        if (!s)
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                                   "entry %zu: sequence %d is not a live sequence of this "
+                                   "context", e, (int)b->seq);
+        for (size_t f = 0; f < e; f++)
+            if (ent[f].seq == b->seq)
+                return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                                       "entries %zu and %zu both name sequence %d", f, e,
+                                       (int)b->seq);
+        if (b->n_tokens == 0)
+            continue;
+        if (!b->tokens)
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                                   "entry %zu: %zu tokens but no token array", e,
+                                   b->n_tokens);
+        if ((unsigned)b->logits > NVFP4_LOGITS_ALL ||
+            (b->logits != NVFP4_LOGITS_NONE && !b->out))
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                                   "entry %zu: logits mode %d needs an output buffer", e,
+                                   (int)b->logits);
+        if (b->n_tokens > (size_t)c->m->max_ctx - s->len)
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                                   "entry %zu: context of %zu tokens exceeds the model's "
+                                   "max_ctx of %lld", e, s->len + b->n_tokens,
+                                   (long long)c->m->max_ctx);
+        for (size_t i = 0; i < b->n_tokens; i++)
+            if (b->tokens[i] < 0 || (size_t)b->tokens[i] >= V)
+                return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                                       "entry %zu: token id %d at index %zu is outside the "
+                                       "vocabulary of %zu", e, b->tokens[i], i, V);
+        total += b->n_tokens;
+        if (total > c->max_batch)
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, "max_batch_tokens", -1,
+                                   "the batch has more than the context's %zu tokens per "
+                                   "run", c->max_batch);
+        r_rows += b->logits == NVFP4_LOGITS_ALL ? b->n_tokens
+                  : b->logits == NVFP4_LOGITS_LAST ? 1 : 0;
+        /* blocks this entry writes: new ones, and shared ones to copy */
+        first = s->len / c->block;
+        last = (s->len + b->n_tokens - 1) / c->block;
+        for (size_t j = first; j <= last; j++)
+            if (j >= s->nblk || c->refs[s->blocks[j]] > 1)
+                need++;
+        if (s->len + b->n_tokens > max_len)
+            max_len = s->len + b->n_tokens;
+    }
+    if (total == 0)
+        return NVFP4_OK;
+    if (need > c->nfree)
+        return nvfp4_error_set(err, NVFP4_ERR_KV_FULL, NULL, NULL, -1,
+                               "the batch needs %zu free KV blocks of %zu tokens and the "
+                               "context has %zu of %zu; free, truncate or wait for "
+                               "sequences", need, c->block, c->nfree, c->nblocks);
+
+    lock(c);
+    /* 2. give every entry the blocks it writes (copy-on-write of shared ones) */
+    for (size_t e = 0; e < nent && st == NVFP4_OK; e++) {
+        seq_t *s = &c->seqs[ent[e].seq];
+        size_t first, last;
+
+        if (ent[e].n_tokens == 0)
+            continue;
+        first = s->len / c->block;
+        last = (s->len + ent[e].n_tokens - 1) / c->block;
+        for (size_t j = first; j <= last && st == NVFP4_OK; j++) {
+            if (j >= s->nblk) {
+                s->blocks[s->nblk++] = block_take(c);
+            } else if (c->refs[s->blocks[j]] > 1) {
+                int32_t nb = block_take(c);
+                st = copy_block(c, s->blocks[j], nb, err);
+                block_unref(c, s->blocks[j]);
+                s->blocks[j] = nb;
+            }
+        }
+    }
+    if (st != NVFP4_OK)
+        goto out;
+
+    /* 3. stage the rows: those without logits first, then the logit rows in
+     * entry order; each entry's table as row e of the tables */
+    row = 0;
+    lrow = total - r_rows;
+    ntab = 0;
+    for (size_t e = 0; e < nent; e++) {
+        const nvfp4_batch_entry *b = &ent[e];
+        const seq_t *s = &c->seqs[b->seq];
+
+        if (b->n_tokens == 0)
+            continue;
+        memset(c->h_tables + ntab * c->max_blocks, 0, c->max_blocks * sizeof(int32_t));
+        memcpy(c->h_tables + ntab * c->max_blocks, s->blocks, s->nblk * sizeof(int32_t));
+        for (size_t i = 0; i < b->n_tokens; i++) {
+            int logit = b->logits == NVFP4_LOGITS_ALL ||
+                        (b->logits == NVFP4_LOGITS_LAST && i + 1 == b->n_tokens);
+            size_t r = logit ? lrow++ : row++;
+            c->h_ids[r] = b->tokens[i];
+            c->h_pos[r] = (int32_t)(s->len + i);
+            c->h_rseq[r] = (int32_t)ntab;
+        }
+        ntab++;
+    }
+    st = forward(c, total, ntab, max_len, r_rows, ent, nent, err);
+    /* Non-finite logits are an error, never a result (a damaged checkpoint
+     * that passed the checks at open); the sequences keep their lengths. */
+    for (size_t e = 0; st == NVFP4_OK && e < nent; e++) {
+        size_t rows = ent[e].logits == NVFP4_LOGITS_ALL ? ent[e].n_tokens
+                      : ent[e].logits == NVFP4_LOGITS_LAST && ent[e].n_tokens ? 1 : 0;
+        size_t pos0 = c->seqs[ent[e].seq].len + ent[e].n_tokens - rows;
+        st = nvfp4m_check_logits(ent[e].out, rows, V, pos0, err);
+    }
+    if (st == NVFP4_OK)
+        for (size_t e = 0; e < nent; e++)
+            c->seqs[ent[e].seq].len += ent[e].n_tokens;
+out:
+    unlock(c);
+    return st;
+}
+
+/* ---- the single-sequence wrappers ------------------------------------------------- */
+
+void nvfp4m_default_free(nvfp4_model *m)
+{
+    nvfp4_context_free(m->dflt);
+    m->dflt = NULL;
+}
+
+void nvfp4_model_reset(nvfp4_model *m)
+{
+    if (m && m->dflt)
+        nvfp4_seq_truncate(m->dflt, m->dflt_seq, 0, NULL);
+}
+
+nvfp4_status nvfp4_model_forward(nvfp4_model *m, const int32_t *tokens, size_t n,
+                                 size_t pos, float *logits, int last_only,
+                                 nvfp4_error *err)
+{
+    nvfp4_batch_entry b;
+    size_t len;
+
+    nvfp4_error_clear(err);
+    if (!m)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1, "no model given");
+    if (n == 0)
+        return NVFP4_OK;
+    if (!m->dflt) {
+        nvfp4_context_options o;
+        nvfp4_context_options_init(&o);
+        o.kv_tokens = (size_t)m->max_ctx;
+        o.max_batch_tokens = (size_t)m->max_ctx;
+        o.max_seqs = 1;
+        if (!(m->dflt = nvfp4_context_create(m, &o, err)))
+            return err ? err->status : NVFP4_ERR_NOMEM;
+        TRY(nvfp4_seq_create(m->dflt, &m->dflt_seq, err));
+    }
+    len = nvfp4_seq_length(m->dflt, m->dflt_seq);
+    if (pos > len)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                               "position %zu is past the %zu tokens cached", pos, len);
+    if (n > (size_t)m->max_ctx || pos > (size_t)m->max_ctx - n)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                               "context of %zu tokens exceeds the model's cache of %lld "
+                               "(max_ctx)", pos + n, (long long)m->max_ctx);
+    TRY(nvfp4_seq_truncate(m->dflt, m->dflt_seq, pos, err));
+    b.seq = m->dflt_seq;
+    b.tokens = tokens;
+    b.n_tokens = n;
+    b.logits = !logits ? NVFP4_LOGITS_NONE : last_only ? NVFP4_LOGITS_LAST : NVFP4_LOGITS_ALL;
+    b.out = logits;
+    return nvfp4_context_run(m->dflt, &b, 1, err);
+}
