@@ -216,7 +216,10 @@ static nvfp4_status load_linear(nvfp4_model *m, const char *prefix, int64_t n, i
 
     *out = NULL;
     if (m->dry) {
-        check_present(m, prefix, "weight");
+        char packed[512]; /* compressed-tensors names a quantized weight weight_packed */
+        snprintf(packed, sizeof(packed), "%s.weight_packed", prefix);
+        if (!nvfp4_checkpoint_has(m->ck, packed))
+            check_present(m, prefix, "weight");
         return NVFP4_OK;
     }
     if (!force_none)
@@ -226,7 +229,8 @@ static nvfp4_status load_linear(nvfp4_model *m, const char *prefix, int64_t n, i
     lin = calloc(1, sizeof(*lin));
     if (!lin)
         return nomem(err);
-    rc = nvfp4_linear_load(m->ck, prefix, scheme, n, k, lin, err);
+    rc = nvfp4_linear_load_dialect(m->ck, prefix, scheme, nvfp4_qconfig_dialect(m->qc), n, k,
+                                   lin, err);
     if (rc) {
         free(lin);
         return rc;
@@ -369,8 +373,8 @@ static nvfp4_status fuse_gate_up(nvfp4_model *m, const char *layer, nvfp4_linear
     TRY(nvfp4_linear_fuse_check(layer, pair, 2, m->opt.rescale_fused, &in_scale, err));
     *g = pair[0];
     *u = pair[1];
-    if (force_input > 0 && pair[0].scheme == NVFP4_SCHEME_W4A4)
-        pair[0].input_scale = pair[1].input_scale = force_input;
+    if (pair[0].scheme == NVFP4_SCHEME_W4A4) /* the group's scale (§4, DIALECTS.md) */
+        pair[0].input_scale = pair[1].input_scale = force_input > 0 ? force_input : in_scale;
     return upload(m, pair, 2, out, err);
 }
 
