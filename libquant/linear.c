@@ -357,6 +357,8 @@ nvfp4_status nvfp4_linear_fuse_check(const char *layer, nvfp4_linear *shards, si
     /* compressed-tensors: vLLM takes the max of the divisors (DIALECTS.md) */
     if (gsmax > 0.0f)
         imax = gsmax_scale;
+    if (differ && rescale == NVFP4_FUSE_KEEP_SCALES)
+        differ = 0; /* each shard keeps its own weight_scale_2: the caller runs them apart */
     if (differ && !rescale) {
         char msg[NVFP4_ERROR_TEXT_LENGTH];
         size_t used = 0;

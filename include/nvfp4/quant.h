@@ -170,9 +170,14 @@ NVFP4_API nvfp4_status nvfp4_linear_dequant(const nvfp4_linear *lin, float *out,
 /* Fused groups (§4): SHARDS (q/k/v, gate/up, an expert's w1/w3) must carry
  * identical weight_scale_2.  When they differ: with rescale == 0, fail with
  * NVFP4_ERR_SCALE_MISMATCH naming LAYER, each shard and its scale; with
+ * rescale == NVFP4_FUSE_KEEP_SCALES, leave every shard's own scale (exact:
+ * for callers that then run the shards as separate layers); with any other
  * rescale != 0, rescale each shard's block scales by own/max (re-rounded to
- * E4M3, lossy) so all share the maximum.  *input_scale receives the max of
- * the shards' input scales (0 when weight-only). */
+ * E4M3, lossy) so all share the maximum.  *input_scale receives the group's
+ * activation scale: the max of the shards' input scales, or for
+ * compressed-tensors shards the one whose input_gs is the largest (vLLM;
+ * DIALECTS.md); 0 when weight-only. */
+#define NVFP4_FUSE_KEEP_SCALES 2
 NVFP4_API nvfp4_status nvfp4_linear_fuse_check(const char *layer, nvfp4_linear *shards,
                                                size_t count, int rescale,
                                                float *input_scale, nvfp4_error *err);
