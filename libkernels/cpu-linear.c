@@ -1229,15 +1229,26 @@ nvfp4_status nvfp4k_cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *d
 
     if (desc->scheme == NVFP4_SCHEME_NONE) {
         path = isa >= CPU_ISA_AVX512 ? PATH_DENSE_AVX512 : PATH_DENSE_SCALAR;
+        if (desc->input_scale > 0.0f) {
+            /* dequantized W4A4 shards (registry.c): §5 first, as below */
+            tmp = nvfp4k_cpu_aligned_alloc(m * k * sizeof(float));
+            if (!tmp)
+                goto nomem;
+#pragma omp parallel for schedule(static) num_threads(nth)
+            for (size_t t = 0; t < m; t++)
+                nvfp4_quant_qdq_row(x + t * k, k, desc->input_scale, tmp + t * k);
+            xin = tmp;
+        }
         if (path == PATH_DENSE_AVX512 && m > 1 && k % 16 == 0) {
             xp = nvfp4k_cpu_aligned_alloc((m + 7) / 8 * (k / 16) * 128 * sizeof(float));
             if (!xp)
                 goto nomem;
-            pack_x(x, m, k, xp);
+            pack_x(xin, m, k, xp);
             packed = 1;
         }
-        run_tiles(path, w, packed ? xp : x, packed, NULL, 0, m, nth, y);
+        run_tiles(path, w, packed ? xp : xin, packed, NULL, 0, m, nth, y);
         free(xp);
+        free(tmp);
         goto bias;
     }
 

@@ -400,6 +400,32 @@ nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be, const nvfp4_linear *parts
             if (check_float_tensor(p->prefix, "weight", p->dense,
                                    (uint64_t)p->n * (uint64_t)p->k, err) != NVFP4_OK)
                 return NULL;
+            /* dequantized NVFP4 shards of an exact fused group (libmodel,
+             * DIALECTS.md) keep their W4A4 activation scale: §5 runs before
+             * the float product.  All parts or none; the CPU backend only. */
+            if ((p->input_scale > 0.0f) != (parts[0].input_scale > 0.0f) ||
+                (p->input_scale != 0.0f &&
+                 (!(p->input_scale > 0.0f) || isinf(p->input_scale)))) {
+                nvfp4_error_set(err, NVFP4_ERR_INVALID, "", p->prefix, -1,
+                                "dense part %zu has input scale %g, part 0 (%s) %g", i,
+                                p->input_scale, parts[0].prefix, parts[0].input_scale);
+                return NULL;
+            }
+            if (p->input_scale > 0.0f && p->k % NVFP4_BLOCK != 0) {
+                nvfp4_error_set(err, NVFP4_ERR_BAD_SHAPE, "", p->prefix, -1,
+                                "NVFP4 activations need k %% 16 == 0, found k = %lld",
+                                (long long)p->k);
+                return NULL;
+            }
+            if (p->input_scale > 0.0f && strcmp(be->iface->name, "cpu") != 0) {
+                nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, "", p->prefix, -1,
+                                "float weights with NVFP4 activations (an exact fused group "
+                                "of shards with their own global scales) run on the cpu "
+                                "backend only, not on %s", be->iface->name);
+                return NULL;
+            }
+            if (p->input_scale > d.input_scale)
+                d.input_scale = p->input_scale;
         } else {
             if (p->k % NVFP4_BLOCK != 0) {
                 nvfp4_error_set(err, NVFP4_ERR_BAD_SHAPE, "", p->prefix, -1,
@@ -443,7 +469,7 @@ nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be, const nvfp4_linear *parts
             d.has_bias = 1;
         }
     }
-    if (d.scheme != NVFP4_SCHEME_W4A4)
+    if (d.scheme == NVFP4_SCHEME_W4A16)
         d.input_scale = 0.0f;
 
     w = calloc(1, sizeof(*w));

@@ -173,7 +173,10 @@ static nvfp4_status load_linear(nvfp4_model *m, const char *prefix, int64_t n, i
 
     *out = NULL;
     if (m->dry) {
-        check_present(m, prefix, "weight");
+        char packed[512]; /* compressed-tensors names a quantized weight weight_packed */
+        snprintf(packed, sizeof(packed), "%s.weight_packed", prefix);
+        if (!nvfp4_checkpoint_has(m->ck, packed))
+            check_present(m, prefix, "weight");
         return NVFP4_OK;
     }
     if (!force_none)
@@ -183,7 +186,8 @@ static nvfp4_status load_linear(nvfp4_model *m, const char *prefix, int64_t n, i
     lin = calloc(1, sizeof(*lin));
     if (!lin)
         return nomem(err);
-    rc = nvfp4_linear_load(m->ck, prefix, scheme, n, k, lin, err);
+    rc = nvfp4_linear_load_dialect(m->ck, prefix, scheme, nvfp4_qconfig_dialect(m->qc), n, k,
+                                   lin, err);
     if (rc) {
         free(lin);
         return rc;
@@ -266,6 +270,50 @@ static nvfp4_status slice_linear(nvfp4_model *m, const nvfp4_tensor *t, int64_t 
     return NVFP4_OK;
 }
 
+/* LIN (NVFP4) dequantized exactly (§2, float32) into a dense float32 view
+ * owned by the model, for a fused group whose shards cannot share one NVFP4
+ * kweight (DIALECTS.md): a weight-only shard beside an unquantized one, or
+ * shards with their own global scales under opt.rescale_fused.  A W4A4
+ * shard keeps INPUT_SCALE: the CPU backend quantize-dequantizes the
+ * activations of such a dense kweight (§5) before the float product, which
+ * is what vLLM's emulation computes (dequantized weights times qdq(x)). */
+static nvfp4_status densify(nvfp4_model *m, nvfp4_linear *lin, float input_scale,
+                            nvfp4_error *err)
+{
+    struct owned {
+        nvfp4_tensor t;
+        float data[];
+    } *o;
+    size_t n = (size_t)lin->n * (size_t)lin->k;
+
+    if (grow((void **)&m->slices, &m->capslices, m->nslices + 1, sizeof(nvfp4_tensor *)))
+        return nomem(err);
+    if (n > (SIZE_MAX - sizeof(*o)) / sizeof(float) ||
+        !(o = malloc(sizeof(*o) + n * sizeof(float))))
+        return nomem(err);
+    memset(&o->t, 0, sizeof(o->t));
+    if (nvfp4_linear_dequant(lin, o->data, err)) {
+        free(o);
+        return err ? err->status : NVFP4_ERR_INVALID;
+    }
+    o->t.name = lin->prefix;
+    o->t.file = "";
+    o->t.dtype = NVFP4_DTYPE_F32;
+    o->t.ndim = 2;
+    o->t.shape[0] = lin->n;
+    o->t.shape[1] = lin->k;
+    o->t.numel = n;
+    o->t.nbytes = n * sizeof(float);
+    o->t.data = o->data;
+    m->slices[m->nslices++] = &o->t;
+    lin->dense = &o->t;
+    lin->weight = lin->scales = NULL;
+    lin->input_scale = lin->scheme == NVFP4_SCHEME_W4A4 ? input_scale : 0.0f;
+    lin->input_gs = 0.0f;
+    lin->scheme = NVFP4_SCHEME_NONE;
+    return NVFP4_OK;
+}
+
 /* ---- assembly ------------------------------------------------------------- */
 
 static nvfp4_status load_attention(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_error *err)
@@ -295,17 +343,21 @@ static nvfp4_status load_attention(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_
                                -1, "%s has biases on q/k/v; this one is missing",
                                m->arch_name);
 #undef P
-    /* §4: one fused q/k/v GEMM in vLLM; shared weight_scale_2, max input scale. */
-    group[0] = *q;
-    group[1] = *k;
-    group[2] = *v;
-    TRY(nvfp4_linear_fuse_check(pre, group, 3, m->opt.rescale_fused, &in_scale, err));
-    /* fuse_check may have rescaled the copies' block scales: keep them. */
-    *q = group[0];
-    *k = group[1];
-    *v = group[2];
-    if (q->scheme == NVFP4_SCHEME_W4A4)
-        q->input_scale = k->input_scale = v->input_scale = in_scale;
+    /* §4: one fused q/k/v GEMM in vLLM; shared weight_scale_2, max input scale.
+     * q, k and v are three kweights here, so a group the exclusions split
+     * (one shard unquantized, or schemes differ) runs as three separate
+     * layers with their own scales, and opt.rescale_fused keeps each
+     * shard's own weight_scale_2 exactly (DIALECTS.md). */
+    if (q->scheme != NVFP4_SCHEME_NONE && q->scheme == k->scheme && k->scheme == v->scheme) {
+        group[0] = *q;
+        group[1] = *k;
+        group[2] = *v;
+        TRY(nvfp4_linear_fuse_check(pre, group, 3, m->opt.rescale_fused ? NVFP4_FUSE_KEEP_SCALES : 0,
+                                    &in_scale,
+                                    err));
+        if (q->scheme == NVFP4_SCHEME_W4A4)
+            q->input_scale = k->input_scale = v->input_scale = in_scale;
+    }
     TRY(upload(m, q, 1, &L->q, err));
     TRY(upload(m, k, 1, &L->k, err));
     TRY(upload(m, v, 1, &L->v, err));
@@ -319,15 +371,45 @@ static nvfp4_status fuse_gate_up(nvfp4_model *m, const char *layer, nvfp4_linear
                                  nvfp4_error *err)
 {
     nvfp4_linear pair[2];
-    float in_scale;
+    float in_scale = 0.0f;
 
+    /* A group the exclusions split, or (opt.rescale_fused) shards with their
+     * own global scales: the NVFP4 shards are dequantized exactly to float32
+     * so that one dense kweight holds both, each with its own scale.  A W4A4
+     * shard beside an unquantized one cannot be: one fused layer cannot
+     * quantize the activations of one shard only. */
+    if (g->scheme != u->scheme ||
+        (m->opt.rescale_fused && g->scheme != NVFP4_SCHEME_NONE &&
+         g->weight_scale_2 != u->weight_scale_2)) {
+        nvfp4_linear *sh[2] = {g, u};
+        for (int i = 0; i < 2; i++)
+            if (sh[i]->scheme == NVFP4_SCHEME_W4A4 && sh[1 - i]->scheme != NVFP4_SCHEME_W4A4)
+                return nvfp4_error_set(
+                    err, NVFP4_ERR_UNSUPPORTED, nvfp4_checkpoint_dir(m->ck), layer, -1,
+                    "%s is W4A4 but its fused sibling %s is %s; gate and up run as one "
+                    "fused layer, which cannot quantize the activations of one shard only",
+                    sh[i]->prefix, sh[1 - i]->prefix, nvfp4_scheme_name(sh[1 - i]->scheme));
+        if (g->scheme == NVFP4_SCHEME_W4A4) {
+            pair[0] = *g;
+            pair[1] = *u;
+            TRY(nvfp4_linear_fuse_check(layer, pair, 2, NVFP4_FUSE_KEEP_SCALES, &in_scale,
+                                        err));
+            if (force_input > 0)
+                in_scale = force_input;
+        }
+        for (int i = 0; i < 2; i++)
+            if (sh[i]->scheme != NVFP4_SCHEME_NONE)
+                TRY(densify(m, sh[i], in_scale, err));
+    }
     pair[0] = *g;
     pair[1] = *u;
-    TRY(nvfp4_linear_fuse_check(layer, pair, 2, m->opt.rescale_fused, &in_scale, err));
+    if (g->scheme == NVFP4_SCHEME_NONE) /* both unquantized: nothing to share */
+        return upload(m, pair, 2, out, err);
+    TRY(nvfp4_linear_fuse_check(layer, pair, 2, 0, &in_scale, err));
     *g = pair[0];
     *u = pair[1];
-    if (force_input > 0 && pair[0].scheme == NVFP4_SCHEME_W4A4)
-        pair[0].input_scale = pair[1].input_scale = force_input;
+    if (pair[0].scheme == NVFP4_SCHEME_W4A4) /* the group's scale (§4, DIALECTS.md) */
+        pair[0].input_scale = pair[1].input_scale = force_input > 0 ? force_input : in_scale;
     return upload(m, pair, 2, out, err);
 }
 

@@ -126,6 +126,13 @@ static nvfp4_status load_dense(nvfp4_checkpoint *ck, const char *prefix, int64_t
     const nvfp4_tensor *w, *sc;
     nvfp4_status st;
 
+    if ((st = get_tensor(ck, prefix, "weight_packed", 1, &w, err)))
+        return st;
+    if (w) /* compressed-tensors' packed FP4 where the config says unquantized */
+        return nvfp4_error_set(err, NVFP4_ERR_BAD_DTYPE, w->file, w->name, -1,
+                               "layer %s is stored packed (weight_packed, %s) but "
+                               "quantization_config leaves it unquantized", prefix,
+                               nvfp4_dtype_name(w->dtype));
     if ((st = get_tensor(ck, prefix, "weight", 0, &w, err)))
         return st;
     if (w->dtype == NVFP4_DTYPE_U8) {
@@ -149,14 +156,14 @@ static nvfp4_status load_dense(nvfp4_checkpoint *ck, const char *prefix, int64_t
 }
 
 static nvfp4_status load_nvfp4(nvfp4_checkpoint *ck, const char *prefix, int64_t n,
-                               int64_t k, nvfp4_linear *out, nvfp4_error *err)
+                               int64_t k, int ct, nvfp4_linear *out, nvfp4_error *err)
 {
     const nvfp4_tensor *w, *sc, *g, *in;
     const uint8_t *bytes;
     nvfp4_status st;
     int64_t kk, nb;
 
-    if ((st = get_tensor(ck, prefix, "weight", 0, &w, err)))
+    if ((st = get_tensor(ck, prefix, ct ? "weight_packed" : "weight", 0, &w, err)))
         return st;
     if (w->dtype != NVFP4_DTYPE_U8)
         return bad_dtype(w, "U8 (packed E2M1, two per byte, §2)", err);
@@ -191,11 +198,33 @@ static nvfp4_status load_nvfp4(nvfp4_checkpoint *ck, const char *prefix, int64_t
                                    (bytes[i] & 0x7F) == 0x7F ? "NaN" : "negative");
     }
 
-    if ((st = get_tensor(ck, prefix, "weight_scale_2", 0, &g, err)) ||
-        (st = read_global(g, 0, &out->weight_scale_2, err)))
+    if (ct) {
+        /* compressed-tensors stores divisors (quantization direction):
+         * vLLM's weight multiplier is 1.0 / weight_global_scale in float32,
+         * its activation gs the input_global_scale itself (DIALECTS.md). */
+        float v;
+        if ((st = get_tensor(ck, prefix, "weight_global_scale", 0, &g, err)) ||
+            (st = read_global(g, 1, &v, err)))
+            return st;
+        out->weight_scale_2 = 1.0f / v;
+        if (out->scheme == NVFP4_SCHEME_W4A4) {
+            if ((st = get_tensor(ck, prefix, "input_global_scale", 0, &in, err)) ||
+                (st = read_global(in, 1, &v, err)))
+                return st;
+            out->input_gs = v;
+            out->input_scale = nvfp4q_inverse_preimage(v);
+            if (!(out->input_scale > 0.0f) || isinf(out->input_scale))
+                return nvfp4_error_set(err, NVFP4_ERR_INVALID, in->file, in->name,
+                                       (int64_t)in->offset,
+                                       "input_global_scale %g has no finite float32 "
+                                       "reciprocal > 0", (double)v);
+        }
+    } else if ((st = get_tensor(ck, prefix, "weight_scale_2", 0, &g, err)) ||
+               (st = read_global(g, 0, &out->weight_scale_2, err))) {
         return st;
+    }
 
-    if (out->scheme == NVFP4_SCHEME_W4A4) {
+    if (!ct && out->scheme == NVFP4_SCHEME_W4A4) {
         /* file-to-file exports write input_scale instead of input_scale_2 */
         if ((st = get_tensor(ck, prefix, "input_scale_2", 1, &in, err)))
             return st;
@@ -220,6 +249,14 @@ nvfp4_status nvfp4_linear_load(nvfp4_checkpoint *ck, const char *prefix,
                                nvfp4_scheme scheme, int64_t n, int64_t k,
                                nvfp4_linear *out, nvfp4_error *err)
 {
+    return nvfp4_linear_load_dialect(ck, prefix, scheme, NVFP4_DIALECT_QUARK, n, k, out, err);
+}
+
+nvfp4_status nvfp4_linear_load_dialect(nvfp4_checkpoint *ck, const char *prefix,
+                                       nvfp4_scheme scheme, nvfp4_dialect dialect,
+                                       int64_t n, int64_t k, nvfp4_linear *out,
+                                       nvfp4_error *err)
+{
     nvfp4_status st;
 
     if (out)
@@ -242,7 +279,9 @@ nvfp4_status nvfp4_linear_load(nvfp4_checkpoint *ck, const char *prefix,
     strcpy(out->prefix, prefix);
     out->scheme = scheme;
     st = scheme == NVFP4_SCHEME_NONE ? load_dense(ck, prefix, n, k, out, err)
-                                     : load_nvfp4(ck, prefix, n, k, out, err);
+                                     : load_nvfp4(ck, prefix, n, k,
+                                                  dialect == NVFP4_DIALECT_COMPRESSED_TENSORS,
+                                                  out, err);
     if (!st && !(st = get_tensor(ck, prefix, "bias", 1, &out->bias, err)) && out->bias)
         st = check_bias(out->bias, out->n, err);
     if (st) {
@@ -297,7 +336,7 @@ nvfp4_status nvfp4_linear_dequant(const nvfp4_linear *lin, float *out, nvfp4_err
 nvfp4_status nvfp4_linear_fuse_check(const char *layer, nvfp4_linear *shards, size_t count,
                                      int rescale, float *input_scale, nvfp4_error *err)
 {
-    float gmax = 0.0f, imax = 0.0f;
+    float gmax = 0.0f, imax = 0.0f, gsmax = 0.0f, gsmax_scale = 0.0f;
     int differ = 0;
 
     if (!shards || count == 0)
@@ -320,7 +359,16 @@ nvfp4_status nvfp4_linear_fuse_check(const char *layer, nvfp4_linear *shards, si
             gmax = s->weight_scale_2;
         if (s->input_scale > imax)
             imax = s->input_scale;
+        if (s->input_gs > gsmax) {
+            gsmax = s->input_gs;
+            gsmax_scale = s->input_scale;
+        }
     }
+    /* compressed-tensors: vLLM takes the max of the divisors (DIALECTS.md) */
+    if (gsmax > 0.0f)
+        imax = gsmax_scale;
+    if (differ && rescale == NVFP4_FUSE_KEEP_SCALES)
+        differ = 0; /* each shard keeps its own weight_scale_2: the caller runs them apart */
     if (differ && !rescale) {
         char msg[NVFP4_ERROR_TEXT_LENGTH];
         size_t used = 0;

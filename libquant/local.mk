@@ -8,12 +8,13 @@ libquant_libnvfp4_quant_la_SOURCES = \
 	%reldir%/codec.c \
 	%reldir%/nvfp4.c \
 	%reldir%/qconfig.c \
+	%reldir%/dialect.c \
 	%reldir%/linear.c
 # -ffp-contract=off: the bit-exact formulas of §2/§5/§7 must not be fused
 # into multiply-adds when someone builds with -march=native.
-libquant_libnvfp4_quant_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(OPENMP_CFLAGS) \
+libquant_libnvfp4_quant_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(PCRE2_CFLAGS) $(OPENMP_CFLAGS) \
 	-ffp-contract=off
-libquant_libnvfp4_quant_la_LIBADD = libformat/libnvfp4-format.la $(JANSSON_LIBS) $(LIBM)
+libquant_libnvfp4_quant_la_LIBADD = libformat/libnvfp4-format.la $(JANSSON_LIBS) $(PCRE2_LIBS) $(LIBM)
 libquant_libnvfp4_quant_la_LDFLAGS = \
 	-version-info $(NVFP4_QUANT_LT_VERSION) -no-undefined \
 	-Wl,--no-undefined $(OPENMP_CFLAGS) \

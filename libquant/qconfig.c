@@ -21,6 +21,7 @@ struct nvfp4_qconfig {
     json_t *qc;          /* quantization_config, NULL when there is none */
     char *file;          /* config.json, for messages */
     nvfp4_scheme global; /* global_quant_config, classified at parse time */
+    nvfp4q_dialect *dl;  /* ModelOpt / compressed-tensors (dialect.c); NULL for Quark */
 };
 
 static const char supported_text[] =
@@ -228,6 +229,7 @@ void nvfp4_qconfig_free(nvfp4_qconfig *q)
     if (!q)
         return;
     json_decref(q->qc);
+    nvfp4q_dialect_free(q->dl);
     free(q->file);
     free(q);
 }
@@ -259,6 +261,10 @@ nvfp4_qconfig *nvfp4_qconfig_parse(const nvfp4_config *cfg, nvfp4_error *err)
         goto fail;
     }
     qc = cfg ? nvfp4_config_json(cfg, "quantization_config") : NULL;
+    if (cfg && nvfp4q_dialect_from_files(cfg, qc, &q->dl, err))
+        goto fail;
+    if (q->dl)
+        return q; /* ModelOpt or compressed-tensors (dialect.c) */
     if (!qc || json_is_null(qc))
         return q; /* no quantization: every layer is NONE */
     if (!json_is_object(qc)) {
@@ -271,14 +277,16 @@ nvfp4_qconfig *nvfp4_qconfig_parse(const nvfp4_config *cfg, nvfp4_error *err)
     method = spec_str(qc, "quant_method");
     if (!method) {
         nvfp4_error_set(err, NVFP4_ERR_INVALID, q->file, "quantization_config.quant_method",
-                        -1, "missing or not a string; expected \"quark\"");
+                        -1, "missing or not a string; expected \"quark\", \"modelopt\" or "
+                        "\"compressed-tensors\"");
         goto fail;
     }
     if (strcmp(method, "quark") != 0) {
         nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, q->file,
                         "quantization_config.quant_method", -1,
                         "quant_method \"%s\" is not supported; supported: \"quark\" "
-                        "(AMD Quark NVFP4 exports)", method);
+                        "(AMD Quark), \"modelopt\" (NVIDIA ModelOpt) and "
+                        "\"compressed-tensors\" (llm-compressor) NVFP4 exports", method);
         goto fail;
     }
     /* vLLM requires export.weight_format "real_quantized": "fake_quantized"
@@ -409,6 +417,8 @@ nvfp4_status nvfp4_qconfig_resolve(const nvfp4_qconfig *q, const char *layer,
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
                                "nvfp4_qconfig_resolve: NULL argument");
     *out = NVFP4_SCHEME_NONE;
+    if (q->dl)
+        return nvfp4q_dialect_resolve(q->dl, layer, out, err);
     if (!q->qc)
         return NVFP4_OK;
     ex = json_object_get(q->qc, "exclude");
@@ -433,4 +443,42 @@ nvfp4_status nvfp4_qconfig_resolve(const nvfp4_qconfig *q, const char *layer,
     }
     *out = q->global;
     return NVFP4_OK;
+}
+
+nvfp4_dialect nvfp4_qconfig_dialect(const nvfp4_qconfig *q)
+{
+    if (!q)
+        return NVFP4_DIALECT_NONE;
+    if (q->dl)
+        return nvfp4q_dialect_kind(q->dl);
+    return q->qc ? NVFP4_DIALECT_QUARK : NVFP4_DIALECT_NONE;
+}
+
+const char *nvfp4_qconfig_producer(const nvfp4_qconfig *q)
+{
+    static _Thread_local char buf[64];
+    json_t *v;
+
+    if (!q)
+        return "";
+    if (q->dl)
+        return nvfp4q_dialect_producer(q->dl);
+    if (!q->qc)
+        return "";
+    v = json_object_get(q->qc, "version");
+    snprintf(buf, sizeof(buf), "quark%s%.40s", json_is_string(v) ? " " : "",
+             json_is_string(v) ? json_string_value(v) : "");
+    return buf;
+}
+
+const char *nvfp4_qconfig_kv_cache(const nvfp4_qconfig *q)
+{
+    json_t *kv;
+
+    if (!q)
+        return "";
+    if (q->dl)
+        return nvfp4q_dialect_kv_cache(q->dl);
+    kv = json_object_get(q->qc, "kv_cache_quant_config");
+    return json_is_object(kv) && json_object_size(kv) ? "FP8" : "";
 }

@@ -19,10 +19,15 @@
 
 #include "testutil.h"
 
-/* The exports every backend must run (test-model also checks refusals). */
+/* The exports every backend must run (test-model also checks refusals):
+ * Quark's (gen_models.py), ModelOpt's and llm-compressor's (gen_dialects.py). */
 static const char *const ok_models[] = {"llama", "qwen3", "qwen3_moe", "qwen2_moe",
-                                        "mixtral", "llama_w4a16"};
+                                        "mixtral", "llama_w4a16",
+                                        /* the other dialects (gen_dialects.py) */
+                                        "modelopt_nvfp4", "modelopt_w4a16", "ct_nvfp4",
+                                        "ct_nvfp4a16", "ct_mixed"};
 #define NOK (sizeof(ok_models) / sizeof(ok_models[0]))
+#define NOK_QUARK 6 /* the first NOK_QUARK are Quark's exports */
 
 typedef struct {
     json_t *ref;

@@ -588,10 +588,29 @@ static const struct {
     {"[1]", NVFP4_ERR_TYPE, {"quantization_config", "expected an object"}},
     {"{" EXPORT ",\"global_quant_config\":" W4A4 "}", NVFP4_ERR_INVALID,
      {"quant_method", "expected \"quark\""}},
-    {"{\"quant_method\":\"modelopt\"," EXPORT "}", NVFP4_ERR_UNSUPPORTED,
-     {"\"modelopt\"", "supported: \"quark\""}},
-    {"{\"quant_method\":\"compressed-tensors\"}", NVFP4_ERR_UNSUPPORTED,
-     {"\"compressed-tensors\""}},
+    {"{\"quant_method\":\"gptq\"," EXPORT "}", NVFP4_ERR_UNSUPPORTED,
+     {"\"gptq\"", "supported: \"quark\"", "\"modelopt\""}},
+    /* ModelOpt and compressed-tensors (docs/DIALECTS.md) */
+    {"{\"quant_method\":\"modelopt\"}", NVFP4_ERR_INVALID,
+     {"quant_algo", "missing", "\"NVFP4\""}},
+    {"{\"quant_method\":\"modelopt\",\"quant_algo\":\"FP8\"}", NVFP4_ERR_UNSUPPORTED,
+     {"quantization_config.quant_algo", "\"FP8\" (FP8)", "supported"}},
+    {"{\"quant_method\":\"modelopt\",\"quant_algo\":\"W4A16_AWQ\"}", NVFP4_ERR_UNSUPPORTED,
+     {"INT4"}},
+    {"{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4\",\"group_size\":32}",
+     NVFP4_ERR_UNSUPPORTED, {"group_size", "found 32"}},
+    {"{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4\",\"exclude_modules\":\"lm_head\"}",
+     NVFP4_ERR_TYPE, {"exclude_modules", "list"}},
+    {"{\"quant_method\":\"modelopt\",\"quant_algo\":\"MIXED_PRECISION\"}", NVFP4_ERR_TYPE,
+     {"quantized_layers"}},
+    {"{\"quant_method\":\"compressed-tensors\"}", NVFP4_ERR_TYPE,
+     {"quantization_config.config_groups", "object"}},
+    {"{\"quant_method\":\"compressed-tensors\",\"quantization_status\":\"frozen\","
+     "\"config_groups\":{}}", NVFP4_ERR_UNSUPPORTED, {"quantization_status", "\"frozen\""}},
+    {"{\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"g\":{\"targets\":\"Linear\"}}}",
+     NVFP4_ERR_TYPE, {"config_groups.g.targets", "list"}},
+    {"{\"quant_method\":\"compressed-tensors\",\"config_groups\":{},\"ignore\":[\"re:(\"]}",
+     NVFP4_ERR_INVALID, {"quantization_config.ignore", "re:(", "regular expression"}},
     {"{\"quant_method\":\"quark\",\"global_quant_config\":" W4A4 "}", NVFP4_ERR_INVALID,
      {"export.weight_format", "missing", "real_quantized"}},
     {"{\"quant_method\":\"quark\",\"export\":{\"weight_format\":\"fake_quantized\"},"
@@ -632,6 +651,138 @@ static const struct {
     {"{\"quant_method\":\"quark\"," EXPORT ",\"layer_type_quant_config\":3}", NVFP4_ERR_TYPE,
      {"layer_type_quant_config", "object"}},
 };
+
+
+/* ModelOpt and compressed-tensors configs resolve the way vLLM decides
+ * (docs/DIALECTS.md); refusals name the layer and what was found. */
+#define CT_NVFP4_W "{\"num_bits\":4,\"type\":\"float\",\"strategy\":\"tensor_group\"," \
+                   "\"group_size\":16,\"symmetric\":true,\"dynamic\":false}"
+#define CT_NVFP4_A "{\"num_bits\":4,\"type\":\"float\",\"strategy\":\"tensor_group\"," \
+                   "\"group_size\":16,\"symmetric\":true,\"dynamic\":\"local\"}"
+#define CT_FP8_W "{\"num_bits\":8,\"type\":\"float\",\"strategy\":\"channel\",\"dynamic\":false}"
+#define CT_INT4_W "{\"num_bits\":4,\"type\":\"int\",\"strategy\":\"group\",\"group_size\":128}"
+
+static void resolve_fails(const nvfp4_qconfig *q, const char *layer, nvfp4_status want,
+                          const char *w1, const char *w2)
+{
+    nvfp4_scheme s;
+    nvfp4_error err;
+    nvfp4_status st = nvfp4_qconfig_resolve(q, layer, &s, &err);
+
+    ck_assert_msg(st == want, "%s: status %s (%s)", layer, nvfp4_strerror(st), err.text);
+    assert_contains(err.text, layer);
+    if (w1)
+        assert_contains(err.text, w1);
+    if (w2)
+        assert_contains(err.text, w2);
+}
+
+START_TEST(test_qconfig_dialects)
+{
+    nvfp4_config *cfg;
+    nvfp4_qconfig *q;
+    nvfp4_error err;
+
+    make_tmpdir();
+    /* ModelOpt, flat form in config.json */
+    q = qc_from("{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4\",\"group_size\":16,"
+                "\"exclude_modules\":[\"lm_head\",\"model.layers.1.self_attn*\","
+                "\"model.layers.0.mlp\",\"*.k_proj\"],\"producer\":{\"name\":\"modelopt\","
+                "\"version\":\"0.47.0\"}}", &cfg, &err);
+    ck_assert_msg(q != NULL, "%s", err.text);
+    ck_assert_int_eq(nvfp4_qconfig_dialect(q), NVFP4_DIALECT_MODELOPT);
+    ck_assert_str_eq(nvfp4_dialect_name(nvfp4_qconfig_dialect(q)), "modelopt");
+    ck_assert_str_eq(nvfp4_qconfig_producer(q), "modelopt 0.47.0");
+    ck_assert_int_eq(resolve_ok(q, "model.layers.0.self_attn.q_proj"), NVFP4_SCHEME_W4A4);
+    ck_assert_int_eq(resolve_ok(q, "model.layers.0.self_attn.k_proj"), NVFP4_SCHEME_NONE);
+    ck_assert_int_eq(resolve_ok(q, "model.layers.1.self_attn.o_proj"), NVFP4_SCHEME_NONE);
+    ck_assert_int_eq(resolve_ok(q, "model.layers.0.mlp.up_proj"), NVFP4_SCHEME_NONE);
+    ck_assert_int_eq(resolve_ok(q, "model.layers.1.mlp.up_proj"), NVFP4_SCHEME_W4A4);
+    ck_assert_int_eq(resolve_ok(q, "lm_head"), NVFP4_SCHEME_NONE);
+    nvfp4_qconfig_free(q);
+    nvfp4_config_free(cfg);
+
+    /* ModelOpt weight-only, and per-layer MIXED_PRECISION */
+    q = qc_from("{\"quant_method\":\"modelopt\",\"quant_algo\":\"W4A16_NVFP4\"}", &cfg, &err);
+    ck_assert_msg(q != NULL, "%s", err.text);
+    ck_assert_int_eq(resolve_ok(q, "model.layers.0.mlp.up_proj"), NVFP4_SCHEME_W4A16);
+    nvfp4_qconfig_free(q);
+    nvfp4_config_free(cfg);
+    q = qc_from("{\"quant_method\":\"modelopt\",\"quant_algo\":\"MIXED_PRECISION\","
+                "\"quantized_layers\":{\"model.layers.0.mlp.up_proj\":{\"quant_algo\":\"NVFP4\"},"
+                "\"model.layers.0.mlp.down_proj\":{\"quant_algo\":\"FP8\"}}}", &cfg, &err);
+    ck_assert_msg(q != NULL, "%s", err.text);
+    ck_assert_int_eq(resolve_ok(q, "model.layers.0.mlp.up_proj"), NVFP4_SCHEME_W4A4);
+    ck_assert_int_eq(resolve_ok(q, "model.layers.0.mlp.gate_proj"), NVFP4_SCHEME_NONE);
+    resolve_fails(q, "model.layers.0.mlp.down_proj", NVFP4_ERR_UNSUPPORTED, "\"FP8\" (FP8)",
+                  "supported");
+    nvfp4_qconfig_free(q);
+    nvfp4_config_free(cfg);
+
+    /* ModelOpt's hf_quant_config.json when config.json has no quantization_config */
+    write_text(tmppath("hf_quant_config.json"),
+               "{\"producer\":{\"name\":\"modelopt\",\"version\":\"0.47.0\"},\"quantization\":"
+               "{\"quant_algo\":\"NVFP4\",\"kv_cache_quant_algo\":\"FP8\",\"group_size\":16,"
+               "\"exclude_modules\":[\"lm_head\"]}}");
+    write_text(tmppath("config.json"), "{\"model_type\":\"llama\"}");
+    cfg = nvfp4_config_load(tmppath("config.json"), &err);
+    ck_assert_msg(cfg != NULL, "%s", err.text);
+    q = nvfp4_qconfig_parse(cfg, &err);
+    ck_assert_msg(q != NULL, "%s", err.text);
+    ck_assert_int_eq(nvfp4_qconfig_dialect(q), NVFP4_DIALECT_MODELOPT);
+    ck_assert_str_eq(nvfp4_qconfig_producer(q), "modelopt 0.47.0");
+    ck_assert_str_eq(nvfp4_qconfig_kv_cache(q), "FP8");
+    ck_assert_int_eq(resolve_ok(q, "model.layers.0.mlp.up_proj"), NVFP4_SCHEME_W4A4);
+    ck_assert_int_eq(resolve_ok(q, "lm_head"), NVFP4_SCHEME_NONE);
+    nvfp4_qconfig_free(q);
+    nvfp4_config_free(cfg);
+    write_text(tmppath("hf_quant_config.json"), "{\"quantization\":[]}");
+    cfg = nvfp4_config_load(tmppath("config.json"), &err);
+    ck_assert_ptr_null(nvfp4_qconfig_parse(cfg, &err));
+    assert_contains(err.text, "hf_quant_config.json");
+    nvfp4_config_free(cfg);
+    unlink(tmppath("hf_quant_config.json"));
+
+    /* compressed-tensors: ignore first, then exact name > regex > class name */
+    q = qc_from("{\"quant_method\":\"compressed-tensors\",\"format\":\"nvfp4-pack-quantized\","
+                "\"quantization_status\":\"compressed\",\"version\":\"0.19.0\","
+                "\"ignore\":[\"lm_head\",\"re:.*layers\\\\.1\\\\.self_attn\\\\.[kv]_proj$\"],"
+                "\"config_groups\":{"
+                "\"a\":{\"targets\":[\"Linear\"],\"weights\":" CT_NVFP4_W ",\"input_activations\":"
+                CT_NVFP4_A "},"
+                "\"b\":{\"targets\":[\"re:.*down_proj$\"],\"weights\":" CT_NVFP4_W
+                ",\"input_activations\":null},"
+                "\"c\":{\"targets\":[\"model.layers.1.mlp.down_proj\"],\"weights\":" CT_FP8_W "},"
+                "\"d\":{\"targets\":[\"re:.*o_proj\"],\"weights\":" CT_INT4_W "}}}", &cfg, &err);
+    ck_assert_msg(q != NULL, "%s", err.text);
+    ck_assert_int_eq(nvfp4_qconfig_dialect(q), NVFP4_DIALECT_COMPRESSED_TENSORS);
+    ck_assert_str_eq(nvfp4_qconfig_producer(q), "compressed-tensors 0.19.0");
+    ck_assert_str_eq(nvfp4_qconfig_kv_cache(q), "");
+    ck_assert_int_eq(resolve_ok(q, "model.layers.0.self_attn.k_proj"), NVFP4_SCHEME_W4A4);
+    ck_assert_int_eq(resolve_ok(q, "model.layers.1.self_attn.k_proj"), NVFP4_SCHEME_NONE);
+    ck_assert_int_eq(resolve_ok(q, "model.layers.1.self_attn.q_proj"), NVFP4_SCHEME_W4A4);
+    ck_assert_int_eq(resolve_ok(q, "model.layers.0.mlp.down_proj"), NVFP4_SCHEME_W4A16);
+    ck_assert_int_eq(resolve_ok(q, "lm_head"), NVFP4_SCHEME_NONE);
+    resolve_fails(q, "model.layers.1.mlp.down_proj", NVFP4_ERR_UNSUPPORTED, "FP8",
+                  "config_groups.c.weights");
+    resolve_fails(q, "model.layers.0.self_attn.o_proj", NVFP4_ERR_UNSUPPORTED, "INT4",
+                  "group_size=128");
+    nvfp4_qconfig_free(q);
+    nvfp4_config_free(cfg);
+
+    /* NVFP4 scheme in a format other than nvfp4-pack-quantized; MXFP4 */
+    q = qc_from("{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\","
+                "\"config_groups\":{\"a\":{\"targets\":[\"Linear\"],\"weights\":" CT_NVFP4_W
+                "},\"m\":{\"targets\":[\"re:.*gate_proj\"],\"weights\":{\"num_bits\":4,"
+                "\"type\":\"float\",\"strategy\":\"group\",\"group_size\":32}}}}", &cfg, &err);
+    ck_assert_msg(q != NULL, "%s", err.text);
+    resolve_fails(q, "model.layers.0.mlp.up_proj", NVFP4_ERR_UNSUPPORTED, "float-quantized",
+                  "nvfp4-pack-quantized");
+    resolve_fails(q, "model.layers.0.mlp.gate_proj", NVFP4_ERR_UNSUPPORTED, "MXFP4", NULL);
+    nvfp4_qconfig_free(q);
+    nvfp4_config_free(cfg);
+}
+END_TEST
 
 START_TEST(test_qconfig_rejections)
 {
@@ -1475,6 +1626,7 @@ int main(void)
     tcase_add_test(conf, test_qconfig_fixture_models);
     tcase_add_test(conf, test_qconfig_resolution_order);
     tcase_add_test(conf, test_qconfig_rejections);
+    tcase_add_test(conf, test_qconfig_dialects);
     tcase_add_test(lin, test_linear_load_valid);
     tcase_add_test(lin, test_linear_load_dense);
     tcase_add_test(lin, test_linear_load_rejections);

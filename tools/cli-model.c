@@ -101,8 +101,11 @@ nvfp4_model *cli_model_open(const char *path, const cli_model_opts *o, int max_c
 const char *cli_model_options_help =
     "  --backend NAME   cpu, cuda or hip (default: $NVFP4_BACKEND, else cpu)\n"
     "  --threads N      CPU threads (default: $OMP_NUM_THREADS, else all cores)\n"
-    "  --rescale-fused  accept fused q/k/v or gate/up layers whose global scales\n"
-    "                   differ by rescaling their block scales (lossy; spec 4)\n";
+    "  --exact-fused    run fused q/k/v or gate/up layers whose global scales\n"
+    "                   differ with each shard's own scale (exact: as separate\n"
+    "                   layers; such gate/up weights are kept as float32, W4A4\n"
+    "                   ones on the cpu backend only); --rescale-fused is the\n"
+    "                   old name of this option\n";
 
 nvfp4_context *cli_context_one(nvfp4_model *m, size_t kv_tokens, size_t batch, nvfp4_seq *seq)
 {

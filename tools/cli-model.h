@@ -21,6 +21,7 @@ enum {
 #define CLI_MODEL_LONG_OPTIONS                                                           \
     {"backend", required_argument, NULL, CLI_OPT_BACKEND},                               \
         {"threads", required_argument, NULL, CLI_OPT_THREADS},                           \
+        {"exact-fused", no_argument, NULL, CLI_OPT_RESCALE},                             \
         {"rescale-fused", no_argument, NULL, CLI_OPT_RESCALE}
 
 typedef struct {

@@ -53,7 +53,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "Usage: nvfp4 COMMAND [OPTIONS] ...\n"
-            "Load and run NVFP4 checkpoints exported by AMD Quark.\n\n"
+            "Load and run NVFP4 checkpoints exported by AMD Quark, NVIDIA ModelOpt or\n"
+            "llm-compressor (compressed-tensors).\n\n"
             "Commands:\n");
     for (size_t i = 0; i < NCOMMANDS; i++)
         fprintf(out, "  %-10s %s\n", commands[i]->name, commands[i]->summary);

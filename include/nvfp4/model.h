@@ -72,7 +72,8 @@ typedef struct {
     const char *backend;      /* NULL: $NVFP4_BACKEND or "cpu" */
     int threads;              /* 0: default */
     int max_ctx;              /* longest sequence (positions); 0: min(config max, 4096) */
-    int rescale_fused;        /* opt-in lossy rescale of fused shards (§4) */
+    int rescale_fused;        /* opt-in: fused shards whose global scales differ run
+                                 exactly, each with its own (docs/DIALECTS.md) */
     int quiet;                /* no warnings on stderr */
 } nvfp4_model_options;
 

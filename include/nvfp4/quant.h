@@ -98,6 +98,32 @@ NVFP4_API void nvfp4_qconfig_free(nvfp4_qconfig *qc);
 NVFP4_API nvfp4_status nvfp4_qconfig_resolve(const nvfp4_qconfig *qc, const char *layer,
                                              nvfp4_scheme *out, nvfp4_error *err);
 
+/* ---- checkpoint dialects (docs/DIALECTS.md) --------------------------------
+ * Besides Quark, nvfp4_qconfig_parse reads NVIDIA ModelOpt (quant_method
+ * "modelopt" in config.json, or hf_quant_config.json beside it) and
+ * compressed-tensors / llm-compressor (quant_method "compressed-tensors",
+ * format "nvfp4-pack-quantized") configs; nvfp4_qconfig_resolve answers for
+ * each the way vLLM decides (ModelOpt: exclude_modules globs; compressed-
+ * tensors: ignore, then config_groups targets by exact name > "re:" regex >
+ * class name "Linear"). */
+typedef enum {
+    NVFP4_DIALECT_NONE = 0,            /* no quantization_config */
+    NVFP4_DIALECT_QUARK,
+    NVFP4_DIALECT_MODELOPT,
+    NVFP4_DIALECT_COMPRESSED_TENSORS,
+} nvfp4_dialect;
+
+/* "none", "quark", "modelopt", "compressed-tensors" */
+NVFP4_API const char *nvfp4_dialect_name(nvfp4_dialect d);
+NVFP4_API nvfp4_dialect nvfp4_qconfig_dialect(const nvfp4_qconfig *qc);
+/* Producer and version as the files name them ("quark 0.13", "modelopt
+ * 0.47.0", "compressed-tensors 0.13.0"; "" when unknown); never NULL. */
+NVFP4_API const char *nvfp4_qconfig_producer(const nvfp4_qconfig *qc);
+/* KV-cache quantization the config asks for ("FP8", ...) or "" (none).
+ * The library keeps the KV cache in float32, as vLLM does with its default
+ * kv_cache_dtype "auto". */
+NVFP4_API const char *nvfp4_qconfig_kv_cache(const nvfp4_qconfig *qc);
+
 /* ---- a validated quantized (or plain) Linear ------------------------------- */
 
 typedef struct {
@@ -114,6 +140,10 @@ typedef struct {
     /* Optional bias [n], F32/BF16/F16, unquantized. */
     const nvfp4_tensor *bias;
     uint8_t *owned_scales;        /* non-NULL after a lossy rescale; freed by release */
+    /* compressed-tensors: the checkpoint's input_global_scale (a divisor, §5's
+     * gs), of which input_scale is the float32 preimage (1.0f / input_scale ==
+     * input_gs); 0 for the other dialects.  Fused groups take the max gs. */
+    float input_gs;
 } nvfp4_linear;
 
 /* Load and validate PREFIX.{weight,weight_scale,weight_scale_2,input_scale_2 |
@@ -123,6 +153,15 @@ typedef struct {
 NVFP4_API nvfp4_status nvfp4_linear_load(nvfp4_checkpoint *ck, const char *prefix,
                                          nvfp4_scheme scheme, int64_t n, int64_t k,
                                          nvfp4_linear *out, nvfp4_error *err);
+/* The same for the tensor names and scale directions of DIALECT:
+ * Quark and ModelOpt: weight, weight_scale, weight_scale_2 and input_scale(_2),
+ * multipliers; compressed-tensors: weight_packed, weight_scale,
+ * weight_global_scale and input_global_scale, divisors (weight_scale_2 =
+ * 1.0f / weight_global_scale, as vLLM computes it). */
+NVFP4_API nvfp4_status nvfp4_linear_load_dialect(nvfp4_checkpoint *ck, const char *prefix,
+                                                 nvfp4_scheme scheme, nvfp4_dialect dialect,
+                                                 int64_t n, int64_t k, nvfp4_linear *out,
+                                                 nvfp4_error *err);
 NVFP4_API void nvfp4_linear_release(nvfp4_linear *lin);
 /* Dequantize the whole [n, k] weight to float32 (any scheme). */
 NVFP4_API nvfp4_status nvfp4_linear_dequant(const nvfp4_linear *lin, float *out,
@@ -131,9 +170,14 @@ NVFP4_API nvfp4_status nvfp4_linear_dequant(const nvfp4_linear *lin, float *out,
 /* Fused groups (§4): SHARDS (q/k/v, gate/up, an expert's w1/w3) must carry
  * identical weight_scale_2.  When they differ: with rescale == 0, fail with
  * NVFP4_ERR_SCALE_MISMATCH naming LAYER, each shard and its scale; with
+ * rescale == NVFP4_FUSE_KEEP_SCALES, leave every shard's own scale (exact:
+ * for callers that then run the shards as separate layers); with any other
  * rescale != 0, rescale each shard's block scales by own/max (re-rounded to
- * E4M3, lossy) so all share the maximum.  *input_scale receives the max of
- * the shards' input scales (0 when weight-only). */
+ * E4M3, lossy) so all share the maximum.  *input_scale receives the group's
+ * activation scale: the max of the shards' input scales, or for
+ * compressed-tensors shards the one whose input_gs is the largest (vLLM;
+ * DIALECTS.md); 0 when weight-only. */
+#define NVFP4_FUSE_KEEP_SCALES 2
 NVFP4_API nvfp4_status nvfp4_linear_fuse_check(const char *layer, nvfp4_linear *shards,
                                                size_t count, int rescale,
                                                float *input_scale, nvfp4_error *err);
