@@ -30,6 +30,7 @@ static const char *const status_text[NVFP4_STATUS_COUNT] = {
     [NVFP4_ERR_SCALE_MISMATCH] = "fused layers have different global scales",
     [NVFP4_ERR_BACKEND] = "backend error",
     [NVFP4_ERR_DEVICE_OOM] = "device out of memory",
+    [NVFP4_ERR_CANCELLED] = "cancelled",
 };
 
 const char *nvfp4_strerror(nvfp4_status status)

@@ -30,8 +30,15 @@ typedef struct {
     int ctx;
 } cli_model_opts;
 
-/* 1 when C was one of the shared options, -1 when its argument is bad, 0 otherwise. */
+/* Bounds of --threads (0: the default) and --ctx. */
+#define CLI_MAX_THREADS 4096
+#define CLI_MAX_CTX (1L << 20)
+
+/* 1 when C was one of the shared options, -1 when its argument is bad (the
+ * message, naming the option and its range, from cli_model_error()), 0
+ * otherwise. */
 int cli_model_option(cli_model_opts *o, int c, const char *arg);
+const char *cli_model_error(void);
 /* Open the model or print the error; NULL on failure. */
 nvfp4_model *cli_model_open(const char *path, const cli_model_opts *o, int max_ctx);
 extern const char *cli_model_options_help;

@@ -59,6 +59,7 @@ typedef enum {
     NVFP4_ERR_SCALE_MISMATCH,  /* fused shards with differing global scales */
     NVFP4_ERR_BACKEND,         /* a compute backend failed or is unavailable */
     NVFP4_ERR_DEVICE_OOM,      /* a device ran out of memory */
+    NVFP4_ERR_CANCELLED,       /* the caller's progress callback asked to stop */
     NVFP4_STATUS_COUNT
 } nvfp4_status;
 
