@@ -26,8 +26,11 @@ SUDO=
 # (JSON), PCRE2 (tokenizer pre-tokenizer regex), ICU (NFC normalization of
 # tokenizers that ask for it), Check (tests).  OpenBLAS only
 # for the benchmark baseline.  valgrind for the memory check of the test suite.
+# debhelper, dpkg-dev, fakeroot and lintian for the Debian packages
+# (scripts/deb-check.sh).
 PKGS="build-essential autoconf automake libtool pkg-config \
-libjansson-dev libpcre2-dev libicu-dev check libopenblas-dev valgrind python3 python3-venv"
+libjansson-dev libpcre2-dev libicu-dev check libopenblas-dev valgrind python3 python3-venv \
+debhelper dpkg-dev fakeroot lintian"
 
 missing=
 for p in $PKGS; do
