@@ -189,6 +189,14 @@ static nvfp4_status load_index(nvfp4_checkpoint *ck, nvfp4_error *err)
                                "not valid JSON: %s (line %d, column %d)", jerr.text,
                                jerr.line, jerr.column);
     map = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
+    if (!map) {
+        /* config.json, tokenizer.json, ... given where the index belongs */
+        json_decref(root);
+        return nvfp4_error_set(err, NVFP4_ERR_BAD_JSON, p, "weight_map", -1,
+                               "is not a safetensors index: it has no \"weight_map\" "
+                               "(give the model directory, its "
+                               "model.safetensors.index.json or a .safetensors file)");
+    }
     if (!json_is_object(map)) {
         json_decref(root);
         return nvfp4_error_set(err, NVFP4_ERR_BAD_JSON, p, "weight_map", -1,

@@ -32,6 +32,7 @@ static const char *const status_text[NVFP4_STATUS_COUNT] = {
     [NVFP4_ERR_DEVICE_OOM] = "device out of memory",
     [NVFP4_ERR_NONFINITE] = "non-finite result",
     [NVFP4_ERR_KV_FULL] = "KV cache full",
+    [NVFP4_ERR_CANCELLED] = "cancelled",
 };
 
 const char *nvfp4_strerror(nvfp4_status status)

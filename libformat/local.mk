@@ -13,7 +13,7 @@ libformat_libnvfp4_format_la_SOURCES = \
 	%reldir%/config.c \
 	%reldir%/checkpoint.c
 libformat_libnvfp4_format_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
-libformat_libnvfp4_format_la_LIBADD = $(JANSSON_LIBS) $(LIBM)
+libformat_libnvfp4_format_la_LIBADD = $(JANSSON_LIBS)
 libformat_libnvfp4_format_la_LDFLAGS = \
 	-version-info $(NVFP4_FORMAT_LT_VERSION) -no-undefined \
 	-Wl,--no-undefined \

@@ -282,16 +282,30 @@ static nvfp4_status parse_header(nvfp4_safetensors *st, nvfp4_error *err)
     nvfp4_status rc = NVFP4_OK;
     size_t n;
 
+    /* GGUF (llama.cpp) starts with its magic where safetensors has the
+     * header length: say what the file is rather than that the "length" is
+     * absurd. */
+    if (memcmp(st->map, "GGUF", 4) == 0)
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, p, NULL, 0,
+                               "is a GGUF file, not safetensors (nvfp4 reads the "
+                               "safetensors export of a Quark model)");
     for (int i = 7; i >= 0; i--)
         hlen = (hlen << 8) | st->map[i];
-    if (hlen > MAX_HEADER_BYTES)
-        return nvfp4_error_set(err, NVFP4_ERR_HEADER_TOO_LARGE, p, NULL, 0,
-                               "header length %llu exceeds the limit of %u bytes",
-                               (unsigned long long)hlen, MAX_HEADER_BYTES);
-    if (hlen > st->map_size - 8)
+    if (hlen > MAX_HEADER_BYTES || hlen > st->map_size - 8) {
+        /* Without the '{' that opens every safetensors header the file is
+         * something else altogether; with it, only the length is wrong. */
+        if (st->map_size < 9 || st->map[8] != '{')
+            return nvfp4_error_set(err, NVFP4_ERR_HEADER_TOO_LARGE, p, NULL, 0,
+                                   "is not a safetensors file (it does not start with an "
+                                   "8-byte header length and a JSON header)");
+        if (hlen > MAX_HEADER_BYTES)
+            return nvfp4_error_set(err, NVFP4_ERR_HEADER_TOO_LARGE, p, NULL, 0,
+                                   "header length %llu exceeds the limit of %u bytes",
+                                   (unsigned long long)hlen, MAX_HEADER_BYTES);
         return nvfp4_error_set(err, NVFP4_ERR_HEADER_TOO_LARGE, p, NULL, 0,
                                "header length %llu runs past the end of the %zu-byte file",
                                (unsigned long long)hlen, st->map_size);
+    }
     st->data_start = 8 + hlen;
 
     root = json_loadb((const char *)st->map + 8, hlen,

@@ -7,6 +7,8 @@
 #include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -38,27 +40,65 @@ static const nvfp4_backend_iface *registry[MAX_BACKENDS];
 static size_t registry_count;
 static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
 
-/* Try DIR/nvfp4-backend-NAME.so; 1 when it was registered. */
-static int try_plugin(const char *dir, size_t dirlen, const char *name)
+/* Why a plug-in file that exists was not registered (dlerror()'s text, a
+ * missing entry point, a foreign ABI), per plugin_names[] entry: kept for
+ * nvfp4_backend_open()'s error, where "not registered" alone would hide it.
+ * Written once under registry_once, read after it. */
+static char plugin_error[sizeof(plugin_names) / sizeof(plugin_names[0])][600];
+
+/* A reason, cut to the buffer (paths may be long; the start says enough). */
+static void set_why(char *why, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(why, size, fmt, ap);
+    va_end(ap);
+}
+
+/* Try DIR/nvfp4-backend-NAME.so: 1 when it was registered, 0 when there is
+ * no such file, -1 when it exists but failed (the reason in WHY). */
+static int try_plugin(const char *dir, size_t dirlen, const char *name, char *why,
+                      size_t whysize)
 {
     char path[4096];
     void *h;
     nvfp4_backend_entry_fn entry;
     const nvfp4_backend_iface *iface;
+    const char *dl;
     int len = snprintf(path, sizeof(path), "%.*s/nvfp4-backend-%s.so", (int)dirlen, dir,
                        name);
 
     if (len < 0 || (size_t)len >= sizeof(path) || access(path, R_OK) != 0)
         return 0;
     h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        return 0;
+    if (!h) {
+        dl = dlerror();
+        if (!dl)
+            dl = "dlopen failed";
+        /* glibc's text usually starts with the path already */
+        if (strstr(dl, path))
+            set_why(why, whysize, "%s", dl);
+        else
+            set_why(why, whysize, "%s: %s", path, dl);
+        return -1;
+    }
     *(void **)&entry = dlsym(h, NVFP4_BACKEND_ENTRY_SYMBOL);
     iface = entry ? entry(NVFP4_BACKEND_ABI_VERSION) : NULL;
     if (!iface || iface->abi_version != NVFP4_BACKEND_ABI_VERSION || !iface->name ||
         strcmp(iface->name, name) != 0 || registry_count >= MAX_BACKENDS) {
+        if (!entry)
+            set_why(why, whysize, "%s: no %s symbol", path, NVFP4_BACKEND_ENTRY_SYMBOL);
+        else if (!iface || iface->abi_version != NVFP4_BACKEND_ABI_VERSION)
+            set_why(why, whysize, "%s: not a backend of ABI version %d", path,
+                     NVFP4_BACKEND_ABI_VERSION);
+        else if (!iface->name || strcmp(iface->name, name) != 0)
+            set_why(why, whysize, "%s: calls itself \"%s\", not \"%s\"", path,
+                     iface->name ? iface->name : "(null)", name);
+        else
+            set_why(why, whysize, "%s: more than %d backends", path, MAX_BACKENDS);
         dlclose(h);
-        return 0;
+        return -1;
     }
     registry[registry_count++] = iface; /* never unloaded: see backend-impl.h */
     return 1;
@@ -72,16 +112,24 @@ static void registry_init(void)
     for (size_t i = 0; i < sizeof(plugin_names) / sizeof(plugin_names[0]); i++) {
         int found = 0;
         const char *p = env;
+        char why[sizeof(plugin_error[0])];
 
-        while (p && *p && !found) {
+        /* the first failure is the one reported: it is the file the user
+         * meant, earlier in the search order */
+        while (p && *p && found != 1) {
             const char *end = strchr(p, ':');
             size_t len = end ? (size_t)(end - p) : strlen(p);
-            if (len > 0)
-                found = try_plugin(p, len, plugin_names[i]);
+            if (len > 0 && (found = try_plugin(p, len, plugin_names[i], why, sizeof(why))) < 0 &&
+                !plugin_error[i][0])
+                memcpy(plugin_error[i], why, sizeof(why));
             p = end ? end + 1 : NULL;
         }
-        if (!found)
-            try_plugin(NVFP4_BACKEND_DIR, strlen(NVFP4_BACKEND_DIR), plugin_names[i]);
+        if (found != 1 && (found = try_plugin(NVFP4_BACKEND_DIR, strlen(NVFP4_BACKEND_DIR),
+                                              plugin_names[i], why, sizeof(why))) < 0 &&
+            !plugin_error[i][0])
+            memcpy(plugin_error[i], why, sizeof(why));
+        if (found == 1)
+            plugin_error[i][0] = '\0';
     }
 }
 
@@ -166,6 +214,14 @@ nvfp4_backend *nvfp4_backend_open(const char *name, nvfp4_error *err)
     iface = registry_find(name);
     describe_backends(list, sizeof(list));
     if (!iface) {
+        for (size_t i = 0; i < sizeof(plugin_names) / sizeof(plugin_names[0]); i++)
+            if (strcmp(name, plugin_names[i]) == 0 && plugin_error[i][0]) {
+                nvfp4_error_set(err, NVFP4_ERR_BACKEND, "", name, -1,
+                                "backend \"%s\" (%s) is not registered: its plug-in failed to "
+                                "load: %s; registered backends: %s",
+                                name, origin, plugin_error[i], list);
+                return NULL;
+            }
         nvfp4_error_set(err, NVFP4_ERR_BACKEND, "", name, -1,
                         "backend \"%s\" (%s) is not registered; registered backends: %s "
                         "(GPU backends are loaded from NVFP4_BACKEND_PATH or %s)",

@@ -103,12 +103,15 @@ nvfp4_status nvfp4_model_perplexity(nvfp4_model *m, const int32_t *tokens, size_
             nll -= (double)row[target] - mx - log(s);
         }
         predicted += score;
-        if (progress)
-            progress(predicted, n, user);
+        if (progress && progress(predicted, n, user) && predicted < n) {
+            rc = nvfp4_error_set(err, NVFP4_ERR_CANCELLED, NULL, NULL, -1,
+                                 "cancelled after %zu of %zu tokens", predicted, n);
+            break;
+        }
     }
     out->nll = nll;
-    out->tokens = n;
-    out->token_ppl = exp(nll / (double)n);
+    out->tokens = predicted;
+    out->token_ppl = exp(nll / (double)predicted);
 out:
     nvfp4_context_free(c);
     free(win);

@@ -75,9 +75,11 @@ _NVFP4_EOF
         [AC_MSG_RESULT([yes])],
         [AC_MSG_RESULT([no]); AC_MSG_ERROR([$NVCC cannot build for $with_cuda_arch (see config.log)])])
   rm -f conftest.cu conftest.$OBJEXT
-  # Shared runtime, found at run time through the rpath; nvcc's host objects
-  # need the C++ runtime.
-  CUDA_LIBS="-L$CUDA_LIBDIR -Wl,-rpath,$CUDA_LIBDIR -lcudart -lstdc++"
+  # Shared runtime, found at run time by the dynamic loader (ldconfig, as the
+  # CUDA packages set it up, or LD_LIBRARY_PATH): no RPATH in an installed
+  # plug-in (Debian policy; tests/needed.test).  nvcc's host objects need the
+  # C++ runtime.
+  CUDA_LIBS="-L$CUDA_LIBDIR -lcudart -lstdc++"
   CUBLAS_LIBS="-lcublas"
 ])
 
@@ -105,7 +107,7 @@ _NVFP4_EOF
     AS_IF([test -z "$nvfp4_hip_libdir" && test -e "$d/libamdhip64.so"], [nvfp4_hip_libdir=$d])
   done
   AS_IF([test -n "$nvfp4_hip_libdir"],
-        [HIP_LIBS="-L$nvfp4_hip_libdir -Wl,-rpath,$nvfp4_hip_libdir"])
+        [HIP_LIBS="-L$nvfp4_hip_libdir"])  # no RPATH: as CUDA_LIBS
   LIBS="$HIP_LIBS $LIBS"
   AC_CHECK_LIB([amdhip64], [hipGetDeviceCount], [],
                [AC_MSG_ERROR([libamdhip64 not found (Debian: libamdhip64-dev)])])

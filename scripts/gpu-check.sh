@@ -132,6 +132,12 @@ main() {
         tail -n 40 config.log
         return 1
     }
+    # The plug-in carries no RPATH (m4/nvfp4-gpu.m4): the CUDA runtime comes
+    # from the loader's path, which need not hold the toolkit's lib64.
+    if [ "$VENDOR" = cuda ]; then
+        cudalib=$(sed -n 's/^CUDA_LIBDIR = //p' Makefile)
+        [ -n "$cudalib" ] && export LD_LIBRARY_PATH="$cudalib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
     echo "== $(date -u +%H:%M:%S) make -j$JOBS"
     make -j"$JOBS" >make.log 2>&1 || {
         tail -n 60 make.log

@@ -26,10 +26,12 @@ SUDO=
 # (JSON), PCRE2 (tokenizer pre-tokenizer regex), ICU (NFC normalization of
 # tokenizers that ask for it), Check (tests).  OpenBLAS only
 # for the benchmark baseline.  valgrind for the memory check of the test suite.
-# clang and its runtime libraries (libFuzzer, sanitizers) for scripts/fuzz.sh.
+# clang and its runtime libraries (libFuzzer, sanitizers) for scripts/fuzz.sh;
+# debhelper, dpkg-dev, fakeroot and lintian for the Debian packages
+# (scripts/deb-check.sh).
 PKGS="build-essential autoconf automake libtool pkg-config \
 libjansson-dev libpcre2-dev libicu-dev check libopenblas-dev valgrind python3 python3-venv \
-clang libclang-rt-14-dev"
+clang libclang-rt-14-dev debhelper dpkg-dev fakeroot lintian"
 
 missing=
 for p in $PKGS; do

@@ -10,6 +10,7 @@
 #   NVFP4_VALGRIND=0 scripts/test.sh   skip the valgrind pass
 #   NVFP4_FUZZ=0 scripts/test.sh       skip the fuzz regression (20 s per harness)
 #   NVFP4_GPU_COMPILE=0 scripts/test.sh  skip compiling the CUDA/HIP backends
+#   NVFP4_DEB=0 scripts/test.sh          skip the Debian packages (scripts/deb-check.sh)
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -53,6 +54,14 @@ run_suite() {  # name, configure args...
 
 run_suite plain CFLAGS="-O2 -g"
 [ "$quick" = 1 ] && { echo "tests: $PASSED passed, $FAILED failed, $SKIPPED skipped"; exit 0; }
+
+# The Debian packages: built from a copy of the tree (make check inside,
+# without the GPU emulator test), lintian clean, and a program built and run
+# against the unpacked .debs.  NVFP4_DEB=0 skips it.
+if [ "${NVFP4_DEB:-1}" = 1 ]; then
+    echo "== deb"
+    "$ROOT/scripts/deb-check.sh" || { echo "tests: $PASSED passed, 1 failed, $SKIPPED skipped"; exit 1; }
+fi
 
 # The GPU backends compile here although nothing can run them (no GPU):
 # a break in either vendor's path shows up at once.

@@ -10,8 +10,15 @@ EXTRA_DIST += tests/data
 # Link hygiene, no Check needed: the exports of each .so = the NVFP4_API
 # functions of its header = the names of its version script; the globals of
 # each static archive are public names or the layer's reserved prefix.
-TESTS += tests/exports.test tests/archive-symbols.test
-EXTRA_DIST += tests/exports.test tests/archive-symbols.test tests/api-names.sh
+TESTS += tests/exports.test tests/archive-symbols.test tests/needed.test
+EXTRA_DIST += tests/exports.test tests/archive-symbols.test tests/api-names.sh \
+	tests/needed.test
+# A GPU plug-in that fails to load: the error shows dlerror()'s text.
+TESTS += tests/backend-load.test
+EXTRA_DIST += tests/backend-load.test
+# The command on wrong input: option ranges, non-safetensors files, SIGINT.
+TESTS += tests/cli-manners.test
+EXTRA_DIST += tests/cli-manners.test
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test-format

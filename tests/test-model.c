@@ -148,6 +148,50 @@ START_TEST(test_perplexity_one_window)
 }
 END_TEST
 
+/* A progress callback that returns nonzero stops the run after that window:
+ * NVFP4_ERR_CANCELLED, and the result covers the tokens scored so far.  With
+ * ctx 16 the first window is [BOS, t1 .. t15] scoring t1 .. t16, whose
+ * log-probabilities are rows 0 .. 15 of the PyTorch logits (causal). */
+static int stop_at_first(size_t done, size_t total, void *user)
+{
+    int *calls = user;
+    (*calls)++;
+    return 1;
+}
+
+START_TEST(test_perplexity_cancel)
+{
+    fixture f;
+    nvfp4_model *m;
+    nvfp4_error err;
+    nvfp4_ppl_result r;
+    double want = 0;
+    int calls = 0;
+
+    fixture_load("llama", &f);
+    m = open_model("llama", 0, &err);
+    ck_assert_msg(m != NULL, "%s", err.text);
+    for (size_t i = 0; i < 16; i++) {
+        const float *row = f.logits + i * f.V;
+        double mx = row[0], s = 0;
+        for (size_t j = 0; j < f.V; j++)
+            mx = row[j] > mx ? row[j] : mx;
+        for (size_t j = 0; j < f.V; j++)
+            s += exp(row[j] - mx);
+        want -= row[f.tokens[i + 1]] - mx - log(s);
+    }
+    ck_assert_int_eq(nvfp4_model_perplexity(m, f.tokens + 1, f.T - 1, 16, -1, stop_at_first,
+                                            &calls, &r, &err),
+                     NVFP4_ERR_CANCELLED);
+    ck_assert_int_eq(calls, 1);
+    ck_assert_uint_eq(r.tokens, 16);
+    ck_assert_msg(fabs(r.nll - want) < 1e-3, "nll %g, reference %g", r.nll, want);
+    ck_assert_msg(strstr(err.text, "16 of 31"), "%s", err.text);
+    nvfp4_model_free(m);
+    fixture_free(&f);
+}
+END_TEST
+
 /* §4: fused shards whose weight global scales differ are refused, naming the
  * layer, every shard and its scale; the exact opt-in (rescale_fused,
  * --exact-fused) runs each shard with its own scale, which is what the
@@ -696,6 +740,7 @@ int main(void)
     tcase_add_loop_test(tc, test_logits_decode, 0, (int)NOK);
     tcase_add_loop_test(tc, test_greedy, 0, (int)NOK);
     tcase_add_test(tc, test_perplexity_one_window);
+    tcase_add_test(tc, test_perplexity_cancel);
     tcase_add_loop_test(tc, test_refused, 0, (int)NREF);
     tcase_add_test(tc, test_dialect_refused);
     tcase_add_test(th, test_hostile_missing_tensors);

@@ -10,17 +10,11 @@
 
 #include "cli-model.h"
 
-int cli_parse_ctx(const char *arg, int *out)
-{
-    char *end;
-    long v;
+static const char *model_error = "";
 
-    errno = 0;
-    v = strtol(arg, &end, 10);
-    if (errno || end == arg || *end || v <= 0 || v > CLI_CTX_MAX)
-        return -1;
-    *out = (int)v;
-    return 0;
+const char *cli_model_error(void)
+{
+    return model_error;
 }
 
 int cli_check_positions(const char *model, size_t n, const char *what)
@@ -60,22 +54,30 @@ int cli_check_positions(const char *model, size_t n, const char *what)
 
 int cli_model_option(cli_model_opts *o, int c, const char *arg)
 {
-    char *end;
+    const char *msg;
+    long v;
 
     switch (c) {
     case CLI_OPT_BACKEND:
         o->backend = arg;
         return 1;
     case CLI_OPT_THREADS:
-        o->threads = (int)strtol(arg, &end, 10);
-        if (*end || o->threads < 0)
+        if ((msg = cli_int_arg("--threads", arg, 0, CLI_MAX_THREADS, &v))) {
+            model_error = msg;
             return -1;
+        }
+        o->threads = (int)v;
         return 1;
     case CLI_OPT_RESCALE:
         o->rescale = 1;
         return 1;
     case CLI_OPT_CTX:
-        return cli_parse_ctx(arg, &o->ctx) ? -1 : 1;
+        if ((msg = cli_int_arg("--ctx", arg, 2, CLI_MAX_CTX, &v))) {
+            model_error = msg;
+            return -1;
+        }
+        o->ctx = (int)v;
+        return 1;
     default:
         return 0;
     }
@@ -100,7 +102,8 @@ nvfp4_model *cli_model_open(const char *path, const cli_model_opts *o, int max_c
 
 const char *cli_model_options_help =
     "  --backend NAME   cpu, cuda or hip (default: $NVFP4_BACKEND, else cpu)\n"
-    "  --threads N      CPU threads (default: $OMP_NUM_THREADS, else all cores)\n"
+    "  --threads N      CPU threads, 0 to 4096 (default and 0: $OMP_NUM_THREADS,\n"
+    "                   else all cores)\n"
     "  --exact-fused    run fused q/k/v or gate/up layers whose global scales\n"
     "                   differ with each shard's own scale (exact: as separate\n"
     "                   layers; such gate/up weights are kept as float32, W4A4\n"

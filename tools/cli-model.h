@@ -31,17 +31,21 @@ typedef struct {
     int ctx;
 } cli_model_opts;
 
-/* --ctx N: 1..CLI_CTX_MAX (no silent truncation through int); 0 or -1. */
-#define CLI_CTX_MAX (1L << 24)
-int cli_parse_ctx(const char *arg, int *out);
+/* Bounds of --threads (0: the default) and --ctx. */
+#define CLI_MAX_THREADS 4096
+#define CLI_MAX_CTX (1L << 20)
+
 /* N positions (WHAT: the option giving them) must fit the model's
  * max_position_embeddings, read from its config.json before the model (and
  * its cache of N positions) is opened; 0, or prints the error and returns
  * CLI_INVALID. */
 int cli_check_positions(const char *model, size_t n, const char *what);
 
-/* 1 when C was one of the shared options, -1 when its argument is bad, 0 otherwise. */
+/* 1 when C was one of the shared options, -1 when its argument is bad (the
+ * message, naming the option and its range, from cli_model_error()), 0
+ * otherwise. */
 int cli_model_option(cli_model_opts *o, int c, const char *arg);
+const char *cli_model_error(void);
 /* Open the model or print the error; NULL on failure. */
 nvfp4_model *cli_model_open(const char *path, const cli_model_opts *o, int max_ctx);
 /* A context of KV_TOKENS for one sequence fed up to BATCH tokens a run, and

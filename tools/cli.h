@@ -26,6 +26,12 @@ int cli_fail_error(const nvfp4_error *err);
 int cli_usage(const cli_command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Parse ARG as a decimal integer in [LO, HI] for option OPT (its name as
+ * the user spells it, e.g. "--threads"): NULL when it is one (*OUT set),
+ * else a message naming OPT, the range and ARG (a static buffer, valid until
+ * the next call): overflow, trailing text and an empty ARG included. */
+const char *cli_int_arg(const char *opt, const char *arg, long lo, long hi, long *out);
+
 /* splitmix64 step: the I-th value of the sequence seeded with S is
  * cli_splitmix64(S + I * 0x9e3779b97f4a7c15) (synth's weights, bench's ids). */
 static inline uint64_t cli_splitmix64(uint64_t z)

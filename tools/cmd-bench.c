@@ -54,14 +54,6 @@ static void help(FILE *out)
             cli_model_options_help);
 }
 
-static int positive(const char *arg, long *out)
-{
-    char *end;
-
-    errno = 0;
-    *out = strtol(arg, &end, 10);
-    return errno || *end || *out <= 0 || *out > (1L << 24) ? -1 : 0;
-}
 
 static int run(int argc, char **argv)
 {
@@ -89,6 +81,7 @@ static int run(int argc, char **argv)
     double t0, load_s, best = INFINITY, sum = 0, dec_s = 0;
     size_t V;
     struct rusage ru;
+    const char *msg;
 
     optind = 1;
     opterr = 0;
@@ -97,22 +90,19 @@ static int run(int argc, char **argv)
         if (r == 1)
             continue;
         if (r < 0)
-            return cli_usage(&cli_bench, "bad value '%s' for %s", optarg, argv[optind - 1]);
+            return cli_usage(&cli_bench, "%s", cli_model_error());
         switch (c) {
         case 'p':
-            if (positive(optarg, &P))
-                return cli_usage(&cli_bench, "--prompt: expected a positive count, got '%s'",
-                                 optarg);
+            if ((msg = cli_int_arg("--prompt", optarg, 1, 1L << 24, &P)))
+                return cli_usage(&cli_bench, "%s", msg);
             break;
         case 'n':
-            if (positive(optarg, &N))
-                return cli_usage(&cli_bench, "--tokens: expected a positive count, got '%s'",
-                                 optarg);
+            if ((msg = cli_int_arg("--tokens", optarg, 1, 1L << 24, &N)))
+                return cli_usage(&cli_bench, "%s", msg);
             break;
         case 'r':
-            if (positive(optarg, &R))
-                return cli_usage(&cli_bench, "--reps: expected a positive count, got '%s'",
-                                 optarg);
+            if ((msg = cli_int_arg("--reps", optarg, 1, 1L << 24, &R)))
+                return cli_usage(&cli_bench, "%s", msg);
             break;
         case 'b':
             if (positive(optarg, &B) || B > 4096)

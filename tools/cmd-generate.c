@@ -2,6 +2,7 @@
 /* nvfp4 generate: stream a continuation of a prompt. */
 #include "config.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,7 @@ static void help(FILE *out)
             "Continue TEXT with the model, streaming tokens to stdout as they come.\n"
             "Greedy by default; stops at the end-of-sequence token or after N tokens.\n\n"
             "  --prompt TEXT       the prompt (tokenized with MODEL/tokenizer.json)\n"
-            "  -n, --tokens N      tokens to generate (default 64)\n"
+            "  -n, --tokens N      tokens to generate, 0 to 16777216 (default 64)\n"
             "  --temperature T     sample with temperature T (default 0: greedy)\n"
             "  --top-p P           nucleus sampling mass (default 1)\n"
             "  --seed S            random seed for sampling (default 0)\n"
@@ -63,6 +64,7 @@ static int run(int argc, char **argv)
     float *logits = NULL;
     long produced = 0;
     char *end;
+    const char *msg;
 
     optind = 1;
     opterr = 0;
@@ -71,27 +73,27 @@ static int run(int argc, char **argv)
         if (r == 1)
             continue;
         if (r < 0)
-            return cli_usage(&cli_generate, "bad value '%s' for %s", optarg, argv[optind - 1]);
+            return cli_usage(&cli_generate, "%s", cli_model_error());
         switch (c) {
         case OPT_PROMPT: prompt = optarg; break;
         case 'n':
-            ntok = strtol(optarg, &end, 10);
-            if (*end || ntok < 0)
-                return cli_usage(&cli_generate, "bad token count '%s'", optarg);
+            if ((msg = cli_int_arg("--tokens", optarg, 0, 1L << 24, &ntok)))
+                return cli_usage(&cli_generate, "%s", msg);
             break;
         case OPT_TEMP:
             temp = strtod(optarg, &end);
-            if (*end || temp < 0)
+            if (*end || end == optarg || !(temp >= 0 && temp <= 1e6))
                 return cli_usage(&cli_generate, "bad temperature '%s'", optarg);
             break;
         case OPT_TOPP:
             topp = strtod(optarg, &end);
-            if (*end || topp <= 0 || topp > 1)
+            if (*end || end == optarg || !(topp > 0 && topp <= 1))
                 return cli_usage(&cli_generate, "bad top-p '%s' (expected 0 < P <= 1)", optarg);
             break;
         case OPT_SEED:
+            errno = 0;
             seed = strtoull(optarg, &end, 10);
-            if (*end)
+            if (*end || end == optarg || errno)
                 return cli_usage(&cli_generate, "bad seed '%s'", optarg);
             break;
         case OPT_BOS: bos = 1; break;

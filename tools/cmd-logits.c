@@ -48,7 +48,7 @@ static int run(int argc, char **argv)
         if (r == 1)
             continue;
         if (r < 0)
-            return cli_usage(&cli_logits, "bad value '%s' for %s", optarg, argv[optind - 1]);
+            return cli_usage(&cli_logits, "%s", cli_model_error());
         if (c == OPT_TOKENS)
             tokens = optarg;
         else if (c == OPT_OUT)

@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,13 +25,15 @@ static void help(FILE *out)
             "(words = whitespace-separated runs, as lm-eval's wikitext) and bits per byte.\n\n"
             "  --text FILE      UTF-8 text to score\n"
             "  --tokens IDS     score these token ids instead (comma list or @FILE)\n"
-            "  --ctx N          window length (default 512; at most the model's\n"
-            "                   max_position_embeddings)\n"
+            "  --ctx N          window length, 2 to 1048576 (default 512; at most\n"
+            "                   the model's max_position_embeddings)\n"
             "  --prefix ID      token that starts the first window (default: BOS, else EOS)\n"
             "  --json           print one JSON object on stdout\n"
             "%s"
             "  -h, --help       show this help\n"
-            "A progress bar goes to stderr when it is a terminal.\n",
+            "A progress bar goes to stderr when it is a terminal.  SIGINT (Ctrl-C)\n"
+            "stops after the current window: the result of the tokens scored so far is\n"
+            "printed (--json adds \"interrupted\": true) and the exit status is 130.\n",
             cli_model_options_help);
 }
 
@@ -39,6 +42,17 @@ typedef struct {
     int tty;
 } progress_state;
 
+/* SIGINT stops the run at the next window: what was scored so far is
+ * printed (JSON: "interrupted": true) and the exit status is 130, as for a
+ * shell's interrupted command.  SA_RESETHAND: a second SIGINT kills. */
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
 static double now(void)
 {
     struct timespec ts;
@@ -46,19 +60,22 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void progress(size_t done, size_t total, void *user)
+static int progress(size_t done, size_t total, void *user)
 {
     progress_state *ps = user;
     double el = now() - ps->t0, frac = (double)done / (double)total;
     int w = 30, filled = (int)(frac * w);
 
-    if (!ps->tty)
-        return;
+    if (interrupted && ps->tty)
+        fputc('\n', stderr);
+    if (interrupted || !ps->tty)
+        return interrupted;
     fprintf(stderr, "\r[%.*s%*s] %5.1f%% %zu/%zu tokens, %.0f tok/s, eta %.0f s ",
             filled, "##############################", w - filled, "", 100 * frac, done,
             total, (double)done / (el > 0 ? el : 1), frac > 0 ? el / frac - el : 0);
     if (done == total)
         fputc('\n', stderr);
+    return 0;
 }
 
 /* Words as lm-eval counts them for wikitext: len(re.split(r"\s+", doc)). */
@@ -98,7 +115,6 @@ static int run(int argc, char **argv)
     nvfp4_ppl_result res;
     progress_state ps;
     long prefix = -1;
-    char *end;
 
     optind = 1;
     opterr = 0;
@@ -106,11 +122,8 @@ static int run(int argc, char **argv)
         int r = cli_model_option(&mo, c, optarg);
         if (r == 1)
             continue;
-        if (r < 0 && c == CLI_OPT_CTX)
-            return cli_usage(&cli_ppl, "bad value '%s' for --ctx (expected 2..%ld)", optarg,
-                             CLI_CTX_MAX);
         if (r < 0)
-            return cli_usage(&cli_ppl, "bad value '%s' for %s", optarg, argv[optind - 1]);
+            return cli_usage(&cli_ppl, "%s", cli_model_error());
         if (c == OPT_TEXT)
             textp = optarg;
         else if (c == OPT_TOKENS)
@@ -118,9 +131,9 @@ static int run(int argc, char **argv)
         else if (c == CLI_OPT_JSON)
             as_json = 1;
         else if (c == OPT_PREFIX) {
-            prefix = strtol(optarg, &end, 10);
-            if (*end || prefix < 0 || prefix > INT32_MAX)
-                return cli_usage(&cli_ppl, "bad token id '%s' for --prefix", optarg);
+            const char *msg = cli_int_arg("--prefix", optarg, 0, INT32_MAX, &prefix);
+            if (msg)
+                return cli_usage(&cli_ppl, "%s", msg);
         }
         else
             return cli_usage(&cli_ppl, "unknown option '%s'", argv[optind - 1]);
@@ -133,8 +146,6 @@ static int run(int argc, char **argv)
         mo.ctx = 512;
     else if (cli_check_positions(argv[optind], (size_t)mo.ctx, "--ctx"))
         return CLI_INVALID;
-    if (mo.ctx < 2)
-        return cli_usage(&cli_ppl, "--ctx must be at least 2");
 
     m = cli_model_open(argv[optind], &mo, mo.ctx);
     if (!m)
@@ -165,29 +176,49 @@ static int run(int argc, char **argv)
     }
     ps.t0 = now();
     ps.tty = isatty(2);
+    {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_sigint;
+        sa.sa_flags = SA_RESETHAND;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+    }
     if (nvfp4_model_perplexity(m, ids, n, (size_t)mo.ctx, (int32_t)prefix, progress, &ps,
                                &res, &err)) {
-        rc = cli_fail_error(&err);
-        goto out;
+        if (err.status != NVFP4_ERR_CANCELLED) {
+            rc = cli_fail_error(&err);
+            goto out;
+        }
+        fprintf(stderr, "nvfp4: interrupted: %s; the result covers those tokens only\n",
+                err.text);
+        rc = 130;
     }
+    signal(SIGINT, SIG_DFL);
     {
         double secs = now() - ps.t0;
-        size_t words = text ? count_words(text, tlen) : 0;
+        /* words and bytes of the whole text: only for a complete run */
+        size_t words = text && rc == CLI_OK ? count_words(text, tlen) : 0;
         double word_ppl = words ? exp(res.nll / (double)words) : 0;
         double bpb = tlen ? res.nll / (double)tlen / log(2.0) : 0;
         if (as_json) {
             printf("{\"tokens\": %zu, \"nll\": %.10g, \"token_perplexity\": %.10g", res.tokens,
                    res.nll, res.token_ppl);
-            if (text)
+            if (rc == 130)
+                printf(", \"interrupted\": true, \"tokens_total\": %zu", n);
+            if (words)
                 printf(", \"words\": %zu, \"word_perplexity\": %.10g, \"bytes\": %zu, "
                        "\"bits_per_byte\": %.10g",
                        words, word_ppl, tlen, bpb);
             printf(", \"ctx\": %d, \"seconds\": %.3f, \"backend\": \"%s\"}\n", mo.ctx, secs,
                    nvfp4_backend_name(nvfp4_model_backend(m)));
         } else {
-            printf("tokens:           %zu\n", res.tokens);
+            if (rc == 130)
+                printf("tokens:           %zu of %zu (interrupted)\n", res.tokens, n);
+            else
+                printf("tokens:           %zu\n", res.tokens);
             printf("token perplexity: %.4f\n", res.token_ppl);
-            if (text) {
+            if (words) {
                 printf("word perplexity:  %.4f (%zu words)\n", word_ppl, words);
                 printf("bits per byte:    %.4f\n", bpb);
             }

@@ -485,7 +485,7 @@ static void help(FILE *out)
             "                     Qwen3-MoE)\n"
             "  -o, --out DIR      output directory (created; files in it are replaced)\n"
             "  --scheme S         w4a4 (default: NVFP4 weights and activations) or w4a16\n"
-            "  --layers N         keep only the first N decoder layers\n"
+            "  --layers N         keep only the first N decoder layers (1 to 4096)\n"
             "  --seed S           random seed (default 0)\n"
             "  --shard-size SIZE  largest shard, e.g. 5GB (default), 500MB\n"
             "  -h, --help         show this help\n");
@@ -504,6 +504,7 @@ static int run(int argc, char **argv)
                                          {NULL, 0, NULL, 0}};
     const char *preset_name = NULL, *like = NULL, *outdir = NULL, *scheme = "w4a4";
     long layers = 0;
+    const char *msg;
     uint64_t shard_size = 5000000000ull, total = 0;
     plan p = {0};
     shape_t s;
@@ -524,11 +525,8 @@ static int run(int argc, char **argv)
         case 'o': outdir = optarg; break;
         case OPT_SCHEME: scheme = optarg; break;
         case OPT_LAYERS:
-            errno = 0;
-            layers = strtol(optarg, &end, 10);
-            if (errno || *end || layers <= 0)
-                return cli_usage(&cli_synth, "--layers: expected a positive integer, got '%s'",
-                                 optarg);
+            if ((msg = cli_int_arg("--layers", optarg, 1, 4096, &layers)))
+                return cli_usage(&cli_synth, "%s", msg);
             break;
         case OPT_SEED:
             errno = 0;

@@ -17,5 +17,8 @@ tools_nvfp4_SOURCES = \
 	%reldir%/cmd-bench.c \
 	%reldir%/cmd-synth.c
 tools_nvfp4_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS) $(JANSSON_CFLAGS)
-tools_nvfp4_LDFLAGS = $(OPENMP_CFLAGS)
-tools_nvfp4_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.la libquant/libnvfp4-quant.la libformat/libnvfp4-format.la $(JANSSON_LIBS)
+# The command calls all four layers, jansson (--json output), OpenMP (synth)
+# and libm itself; tests/needed.test checks each NEEDED entry is used.
+tools_nvfp4_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS)
+tools_nvfp4_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.la \
+	libquant/libnvfp4-quant.la libformat/libnvfp4-format.la $(JANSSON_LIBS) $(LIBM)

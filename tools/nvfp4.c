@@ -2,8 +2,10 @@
 /* nvfp4: command-line front end.  Dispatches to one file per subcommand. */
 #include "config.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -48,6 +50,23 @@ int cli_usage(const cli_command *cmd, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "\nTry 'nvfp4 %s --help'.\n", cmd->name);
     return CLI_USAGE;
+}
+
+const char *cli_int_arg(const char *opt, const char *arg, long lo, long hi, long *out)
+{
+    static char msg[256];
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(arg, &end, 10);
+    if (end != arg && !*end && !errno && v >= lo && v <= hi) {
+        *out = v;
+        return NULL;
+    }
+    snprintf(msg, sizeof(msg), "%s: expected an integer from %ld to %ld, got '%.64s'", opt, lo,
+             hi, arg);
+    return msg;
 }
 
 static void usage(FILE *out)

@@ -61,6 +61,7 @@ typedef enum {
     NVFP4_ERR_DEVICE_OOM,      /* a device ran out of memory */
     NVFP4_ERR_NONFINITE,       /* a result (logit) is NaN or infinite */
     NVFP4_ERR_KV_FULL,         /* a context's KV cache has too few free blocks */
+    NVFP4_ERR_CANCELLED,       /* the caller's progress callback asked to stop */
     NVFP4_STATUS_COUNT
 } nvfp4_status;
 

@@ -189,8 +189,11 @@ NVFP4_API nvfp4_status nvfp4_model_forward(nvfp4_model *model, const int32_t *to
  * (loglikelihood_rolling, context_len 1): windows of ctx tokens, each scoring
  * only the tokens not scored before; the first window starts with PREFIX
  * (pass -1 for the model's BOS, or EOS when it has no BOS).  progress may be
- * NULL.  Runs in a context of its own: thread-safe. */
-typedef void (*nvfp4_progress_fn)(size_t done, size_t total, void *user);
+ * NULL; it is called after each window with the tokens scored so far, and a
+ * nonzero return stops the run: NVFP4_ERR_CANCELLED, with OUT holding what
+ * was scored until then (out->tokens of them, their nll and token_ppl).
+ * Runs in a context of its own: thread-safe. */
+typedef int (*nvfp4_progress_fn)(size_t done, size_t total, void *user);
 typedef struct {
     double nll;               /* total negative log-likelihood (nats) */
     size_t tokens;            /* tokens scored */
