@@ -28,6 +28,9 @@ SUDO=
 # for the benchmark baseline.  valgrind for the memory check of the test suite.
 PKGS="build-essential autoconf automake libtool pkg-config \
 libjansson-dev libpcre2-dev libicu-dev check libopenblas-dev valgrind python3 python3-venv"
+# Documentation checks of make check: groff (tests/man.test renders the
+# manual page with warnings on) and doxygen (tests/doxygen.test, make html).
+PKGS="$PKGS groff-base doxygen"
 
 missing=
 for p in $PKGS; do
