@@ -14,7 +14,10 @@ html-local: %reldir%/api/html/index.html
 %reldir%/api/html/index.html: %reldir%/Doxyfile $(nvfp4include_HEADERS)
 	$(AM_V_GEN)rm -rf %reldir%/api && $(MKDIR_P) %reldir%/api && \
 	$(DOXYGEN) %reldir%/Doxyfile && \
-	if test -s %reldir%/api/warnings.log; then cat %reldir%/api/warnings.log >&2; fi
+	grep -v '/include/nvfp4/model\.h:' %reldir%/api/warnings.log >&2; \
+	n=`grep -c '/include/nvfp4/model\.h:' %reldir%/api/warnings.log`; \
+	test "$$n" = 0 || echo "make html: $$n warnings about nvfp4/model.h," \
+	    "not yet documented (%reldir%/api/warnings.log)" >&2
 
 install-html-local: html-local
 	$(MKDIR_P) "$(DESTDIR)$(htmldir)/api"

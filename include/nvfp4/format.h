@@ -12,9 +12,10 @@
  * Every fallible call returns NULL, -1 or a non-zero ::nvfp4_status and, when
  * the caller passes one, fills an ::nvfp4_error that names the file, the
  * tensor or JSON key and, where it makes sense, the byte offset of the
- * problem.  The @c err argument may always be NULL.  The @c _open and
- * @c _load functions clear @c *err first (status ::NVFP4_OK, offset -1);
- * other calls leave it untouched on success.
+ * problem.  The @c err argument may always be NULL.
+ * nvfp4_safetensors_open(), nvfp4_checkpoint_open() and nvfp4_config_load()
+ * clear @c *err first (status ::NVFP4_OK, offset -1); other calls leave it
+ * untouched on success.
  *
  * @par Objects, ownership, threads
  * Each object (::nvfp4_safetensors, ::nvfp4_checkpoint, ::nvfp4_config,
