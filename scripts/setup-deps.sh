@@ -32,6 +32,9 @@ SUDO=
 PKGS="build-essential autoconf automake libtool pkg-config \
 libjansson-dev libpcre2-dev libicu-dev check libopenblas-dev valgrind python3 python3-venv \
 clang libclang-rt-14-dev debhelper dpkg-dev fakeroot lintian"
+# Documentation checks of make check: groff (tests/man.test renders the
+# manual page with warnings on) and doxygen (tests/doxygen.test, make html).
+PKGS="$PKGS groff-base doxygen"
 
 missing=
 for p in $PKGS; do
