@@ -255,7 +255,8 @@ nvfp4_qconfig *nvfp4_qconfig_parse(const nvfp4_config *cfg, nvfp4_error *err)
     const char *method, *wf;
 
     if (!q || !(q->file = strdup(cfg ? nvfp4_config_path(cfg) : ""))) {
-        nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        nvfp4_error_set(err, NVFP4_ERR_NOMEM, cfg ? nvfp4_config_path(cfg) : NULL,
+                        "quantization_config", -1, "out of memory for the parsed config");
         goto fail;
     }
     qc = cfg ? nvfp4_config_json(cfg, "quantization_config") : NULL;
