@@ -859,12 +859,24 @@ CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni", row_vnni,
 
 /* ---- dense (F32 / BF16 / F16) -------------------------------------------- */
 
+/* The data point into the mapped file, where safetensors puts no alignment
+ * rule on a tensor's offset: memcpy loads (one plain load on x86). */
 static inline float dense_at(const cpu_dense_part *p, size_t i)
 {
+    const unsigned char *b = p->data;
+    uint16_t h;
+    float f;
+
     switch (p->dtype) {
-    case NVFP4_DTYPE_F32: return ((const float *)p->data)[i];
-    case NVFP4_DTYPE_BF16: return nvfp4_bf16_decode(((const uint16_t *)p->data)[i]);
-    default: return nvfp4_f16_decode(((const uint16_t *)p->data)[i]);
+    case NVFP4_DTYPE_F32:
+        memcpy(&f, b + 4 * i, 4);
+        return f;
+    case NVFP4_DTYPE_BF16:
+        memcpy(&h, b + 2 * i, 2);
+        return nvfp4_bf16_decode(h);
+    default:
+        memcpy(&h, b + 2 * i, 2);
+        return nvfp4_f16_decode(h);
     }
 }
 

@@ -345,7 +345,8 @@ typedef struct {
 
 static nvfp4_status fail_nomem(loader *L)
 {
-    return nvfp4_error_set(L->err, NVFP4_ERR_NOMEM, L->path, NULL, -1, "out of memory");
+    return nvfp4_error_set(L->err, NVFP4_ERR_NOMEM, L->path, NULL, -1,
+                           "out of memory while loading the tokenizer");
 }
 
 static const char *json_kind(const json_t *v)
@@ -1785,7 +1786,8 @@ char *nvfp4_tokenizer_decode(const nvfp4_tokenizer *t, const int32_t *ids, size_
 nomem:
     dl_free(&a);
     dl_free(&b);
-    nvfp4_error_set(err, NVFP4_ERR_NOMEM, t->path, NULL, -1, "out of memory");
+    nvfp4_error_set(err, NVFP4_ERR_NOMEM, t->path, NULL, -1,
+                    "out of memory decoding %zu ids", n);
     return NULL;
 }
 

@@ -386,7 +386,8 @@ nvfp4_status nvfp4_linear_fuse_check(const char *layer, nvfp4_linear *shards, si
          * it was */
         uint8_t **fresh = calloc(count, sizeof(*fresh));
         if (!fresh)
-            return nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, layer, -1, "out of memory");
+            return nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, layer, -1,
+                                   "out of memory for %zu rescaled shard pointers", count);
         for (size_t i = 0; i < count; i++) {
             size_t nsc = (size_t)shards[i].n * (size_t)(shards[i].k / NVFP4_BLOCK);
             if (shards[i].weight_scale_2 != gmax && !(fresh[i] = malloc(nsc ? nsc : 1))) {

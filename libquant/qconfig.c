@@ -257,7 +257,8 @@ nvfp4_qconfig *nvfp4_qconfig_parse(const nvfp4_config *cfg, nvfp4_error *err)
     const char *method, *wf;
 
     if (!q || !(q->file = strdup(cfg ? nvfp4_config_path(cfg) : ""))) {
-        nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        nvfp4_error_set(err, NVFP4_ERR_NOMEM, cfg ? nvfp4_config_path(cfg) : NULL,
+                        "quantization_config", -1, "out of memory for the parsed config");
         goto fail;
     }
     qc = cfg ? nvfp4_config_json(cfg, "quantization_config") : NULL;
@@ -344,6 +345,103 @@ static char *anchored_regex(const char *pat)
     return a;
 }
 
+/* glibc's regcomp copies the operand of every bounded repetition ("+" once,
+ * "{m,n}" n times), so nested repetitions grow exponentially: "l.+++...+*"
+ * (60 "+") asked for gigabytes (found by fuzz-qconfig).  An estimate of the
+ * compiled size by that rule, saturating at RE_SIZE_MAX + 1; P advances
+ * over one alternation at nesting DEPTH. */
+#define RE_SIZE_MAX 10000u
+#define RE_DEPTH_MAX 32
+static unsigned long re_size_alt(const char **p, int depth);
+
+static unsigned long re_sat(unsigned long long v)
+{
+    return v > RE_SIZE_MAX ? RE_SIZE_MAX + 1 : (unsigned long)v;
+}
+
+static unsigned long re_size_atom(const char **p, int depth)
+{
+    const char *s = *p;
+    unsigned long n = 1;
+
+    if (*s == '(') {
+        s++;
+        n = depth >= RE_DEPTH_MAX ? RE_SIZE_MAX + 1 : re_size_alt(&s, depth + 1);
+        if (*s == ')')
+            s++;
+    } else if (*s == '[') {
+        s++;
+        if (*s == '^')
+            s++;
+        if (*s == ']')
+            s++;
+        while (*s && *s != ']') {
+            if (s[0] == '[' && (s[1] == ':' || s[1] == '.' || s[1] == '=')) {
+                char close = s[1];
+                s += 2;
+                while (*s && !(s[0] == close && s[1] == ']'))
+                    s++;
+                if (*s)
+                    s += 2;
+            } else {
+                s++;
+            }
+        }
+        if (*s)
+            s++;
+    } else if (*s == '\\' && s[1]) {
+        s += 2;
+    } else {
+        s++;
+    }
+    *p = s;
+    return n;
+}
+
+static unsigned long re_size_alt(const char **p, int depth)
+{
+    unsigned long long total = 0, branch = 0;
+    const char *s = *p;
+
+    while (*s && *s != ')') {
+        unsigned long long a;
+        if (*s == '|') {
+            total += branch;
+            branch = 0;
+            s++;
+            continue;
+        }
+        a = re_size_atom(&s, depth);
+        while (*s == '*' || *s == '+' || *s == '?' || *s == '{') {
+            if (*s == '{') {
+                unsigned long long m = 0, n;
+                s++;
+                for (; *s >= '0' && *s <= '9'; s++)
+                    m = m < 100000 ? m * 10 + (unsigned)(*s - '0') : m;
+                n = m;
+                if (*s == ',') {
+                    s++;
+                    n = 0;
+                    for (; *s >= '0' && *s <= '9'; s++)
+                        n = n < 100000 ? n * 10 + (unsigned)(*s - '0') : n;
+                    if (n < m)
+                        n = m + 1; /* "{m,}": one copy more, then a star */
+                }
+                if (*s == '}')
+                    s++;
+                a = a * (n ? n : 1) + 1;
+            } else {
+                a = a * (*s == '+' ? 2 : 1) + 1;
+                s++;
+            }
+            a = re_sat(a);
+        }
+        branch = re_sat(branch + a);
+    }
+    *p = s;
+    return re_sat(total + branch);
+}
+
 /* A "re:" exclude entry that POSIX regcomp refuses would silently match
  * nothing, quantizing a layer the export left unquantized: refuse it at
  * parse, with regcomp's reason. */
@@ -358,6 +456,21 @@ static nvfp4_status check_exclude_regex(const char *file, size_t i, const char *
     if (strncmp(pat, "re:", 3))
         return NVFP4_OK;
     snprintf(key, sizeof(key), "quantization_config.exclude[%zu]", i);
+    {
+        const char *q = pat + 3;
+        unsigned long size = 0;
+        while (size <= RE_SIZE_MAX && *q) {
+            size = re_sat((unsigned long long)size + re_size_alt(&q, 0));
+            if (*q == ')')
+                q++; /* unbalanced: regcomp says so below */
+        }
+        if (size > RE_SIZE_MAX)
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, file, key, -1,
+                                   "pattern \"%.64s%s\" nests repetitions beyond %u "
+                                   "compiled nodes (POSIX regcomp copies each repeated "
+                                   "operand)", pat + 3, strlen(pat + 3) > 64 ? "..." : "",
+                                   RE_SIZE_MAX);
+    }
     if (!(a = anchored_regex(pat)))
         return nvfp4_error_set(err, NVFP4_ERR_NOMEM, file, key, -1,
                                "out of memory compiling the pattern");

@@ -32,8 +32,13 @@ for h in $HARNESSES; do targets="$targets tests/fuzz/$h"; done
 (cd "$B" && make -j"$JOBS" $targets >/dev/null)
 
 mkdir -p "$B/artifacts"
-# Each input is written to a scratch file: memory-backed when possible.
-[ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] && TMPDIR=/dev/shm && export TMPDIR
+# Each input is written to a scratch file: memory-backed when possible, in
+# a directory of this run, removed at the end.
+base=${TMPDIR:-/tmp}
+[ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] && base=/dev/shm
+TMPDIR=$(mktemp -d "$base/nvfp4-fuzz.XXXXXX")
+export TMPDIR
+trap 'rm -rf "$TMPDIR"' EXIT
 rc=0
 for h in $HARNESSES; do
     mkdir -p "$B/corpus/$h"
