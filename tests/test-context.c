@@ -389,13 +389,25 @@ START_TEST(test_kv_full)
     ck_assert_uint_eq(nvfp4_seq_length(c, b), 0);
     ck_assert_uint_eq(nvfp4_seq_length(c, k), 20);
     ck_assert_uint_eq(nvfp4_context_kv_free_blocks(c), 1);
-    /* the fork alone: its copy takes the last block */
-    ck_assert_int_eq(nvfp4_context_run(c, &e[1], 1, &err), NVFP4_OK);
+    /* the fork and its parent both write the shared block: one copy, the
+     * last free block, is all it takes (the other writes in place) */
+    e[0].seq = a;
+    e[0].tokens = f.tokens + 20;
+    e[0].n_tokens = 1;
+    e[0].logits = NVFP4_LOGITS_LAST;
+    e[0].out = got + 21 * f.V;
+    ck_assert_msg(nvfp4_context_run(c, e, 2, &err) == NVFP4_OK, "%s", err.text);
     ck_assert(memcmp(got + 20 * f.V, want + 20 * f.V, f.V * sizeof(float)) == 0);
+    ck_assert(memcmp(got + 21 * f.V, want + 20 * f.V, f.V * sizeof(float)) == 0);
     ck_assert_uint_eq(nvfp4_context_kv_free_blocks(c), 0);
-    /* a owns its partial block again: it continues in place */
-    feed(c, a, f.tokens + 20, 12, got + 20 * f.V);
-    ck_assert(memcmp(got + 20 * f.V, want + 20 * f.V, 12 * f.V * sizeof(float)) == 0);
+    /* each owns its partial block now: a continues in place */
+    feed(c, a, f.tokens + 21, 11, got + 21 * f.V);
+    ck_assert(memcmp(got + 21 * f.V, want + 21 * f.V, 11 * f.V * sizeof(float)) == 0);
+    e[0].seq = b;
+    e[0].tokens = f.tokens;
+    e[0].n_tokens = 16;
+    e[0].logits = NVFP4_LOGITS_ALL;
+    e[0].out = got;
     /* full: b is refused until the fork goes; then it runs as if alone */
     ck_assert_int_eq(nvfp4_context_run(c, e, 1, &err), NVFP4_ERR_KV_FULL);
     nvfp4_seq_free(c, k);
