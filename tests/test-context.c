@@ -112,7 +112,8 @@ static void assert_rows_equal(const char *what, const batch_job *j, const float 
 /* ISA: NVFP4_CPU_ISA for the backend (NULL: the best this CPU has, where the
  * fixtures also match the reference; the scalar path flips one E2M1 tie in
  * qwen2_moe, as test-model shows under NVFP4_CPU_ISA=scalar). */
-static void batches_case(const char *name, int threads, uint64_t seed, const char *isa)
+static void batches_case(const char *name, int threads, uint64_t seed, const char *isa,
+                         int rounds)
 {
     const int ref = isa == NULL;
     fixture f;
@@ -147,7 +148,7 @@ static void batches_case(const char *name, int threads, uint64_t seed, const cha
         }
     }
     ck_assert_uint_eq(nvfp4_context_kv_free_blocks(c), nvfp4_context_kv_blocks(c));
-    for (int round = 0; round < 4; round++) {
+    for (int round = 0; round < rounds; round++) {
         size_t maxb = 1 + (size_t)(mr_next(&rng) % 16);
         for (size_t s = 0; s < NSEQ; s++)
             batch_job_init(&jobs[s], toks[s], len[s], f.V);
@@ -174,10 +175,10 @@ START_TEST(test_batches)
 {
     static const char *const isas[] = {"avx512", "avx2", "scalar"};
 
-    batches_case(ok_models[_i], 1, 0x1234u + (uint64_t)_i, NULL);
-    batches_case(ok_models[_i], 2, 0x1234u + (uint64_t)_i, NULL);
+    batches_case(ok_models[_i], 1, 0x1234u + (uint64_t)_i, NULL, 3);
+    batches_case(ok_models[_i], 2, 0x1234u + (uint64_t)_i, NULL, 1);
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++)
-        batches_case(ok_models[_i], 2, 0x5678u + (uint64_t)_i, isas[i]);
+        batches_case(ok_models[_i], 2, 0x5678u + (uint64_t)_i, isas[i], 1);
     unsetenv("NVFP4_CPU_ISA");
 }
 END_TEST
@@ -388,13 +389,25 @@ START_TEST(test_kv_full)
     ck_assert_uint_eq(nvfp4_seq_length(c, b), 0);
     ck_assert_uint_eq(nvfp4_seq_length(c, k), 20);
     ck_assert_uint_eq(nvfp4_context_kv_free_blocks(c), 1);
-    /* the fork alone: its copy takes the last block */
-    ck_assert_int_eq(nvfp4_context_run(c, &e[1], 1, &err), NVFP4_OK);
+    /* the fork and its parent both write the shared block: one copy, the
+     * last free block, is all it takes (the other writes in place) */
+    e[0].seq = a;
+    e[0].tokens = f.tokens + 20;
+    e[0].n_tokens = 1;
+    e[0].logits = NVFP4_LOGITS_LAST;
+    e[0].out = got + 21 * f.V;
+    ck_assert_msg(nvfp4_context_run(c, e, 2, &err) == NVFP4_OK, "%s", err.text);
     ck_assert(memcmp(got + 20 * f.V, want + 20 * f.V, f.V * sizeof(float)) == 0);
+    ck_assert(memcmp(got + 21 * f.V, want + 20 * f.V, f.V * sizeof(float)) == 0);
     ck_assert_uint_eq(nvfp4_context_kv_free_blocks(c), 0);
-    /* a owns its partial block again: it continues in place */
-    feed(c, a, f.tokens + 20, 12, got + 20 * f.V);
-    ck_assert(memcmp(got + 20 * f.V, want + 20 * f.V, 12 * f.V * sizeof(float)) == 0);
+    /* each owns its partial block now: a continues in place */
+    feed(c, a, f.tokens + 21, 11, got + 21 * f.V);
+    ck_assert(memcmp(got + 21 * f.V, want + 21 * f.V, 11 * f.V * sizeof(float)) == 0);
+    e[0].seq = b;
+    e[0].tokens = f.tokens;
+    e[0].n_tokens = 16;
+    e[0].logits = NVFP4_LOGITS_ALL;
+    e[0].out = got;
     /* full: b is refused until the fork goes; then it runs as if alone */
     ck_assert_int_eq(nvfp4_context_run(c, e, 1, &err), NVFP4_ERR_KV_FULL);
     nvfp4_seq_free(c, k);

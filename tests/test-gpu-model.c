@@ -195,7 +195,7 @@ START_TEST(test_greedy)
 END_TEST
 
 /* Many sequences through the paged KV cache in random batches (decode
- * tokens and prefill chunks of up to 6 sequences at once, one a fork): every
+ * tokens and prefill chunks of up to 4 sequences at once; then a fork): every
  * row that comes back lies within the tolerance of PyTorch's and of the CPU
  * backend's solo run.  The GPU is not batch-invariant bit for bit (its
  * GEMV and GEMM sum in different orders, see docs/ARCHITECTURE.md): the
@@ -203,7 +203,7 @@ END_TEST
 START_TEST(test_batches)
 {
     const char *name = ok_models[_i];
-    enum { NJ = 6 };
+    enum { NJ = 4 };
     nvfp4_context_options o;
     nvfp4_context *c, *cc;
     nvfp4_model *m, *cpu;
@@ -259,7 +259,7 @@ START_TEST(test_batches)
         b[0].n_tokens = 21;
         ck_assert_int_eq(nvfp4_context_run(c, b, 1, &err), NVFP4_OK);
         ck_assert_int_eq(nvfp4_seq_fork(c, p, &k, &err), NVFP4_OK);
-        for (size_t t = 21; t < f.T; t++) {
+        for (size_t t = 21; t < 25; t++) {
             b[0].seq = p;
             b[1].seq = k;
             b[0].tokens = b[1].tokens = f.tokens + t;

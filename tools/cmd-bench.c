@@ -136,7 +136,9 @@ static int run(int argc, char **argv)
     if (per > B)
         per = B;
     nvfp4_context_options_init(&co);
-    co.kv_tokens = (size_t)B * (size_t)(P + N);
+    /* every sequence holds whole blocks */
+    co.kv_tokens = (size_t)B * (((size_t)(P + N) + NVFP4_KV_BLOCK - 1) / NVFP4_KV_BLOCK) *
+                   NVFP4_KV_BLOCK;
     co.max_batch_tokens = (size_t)(per * P > B ? per * P : B);
     co.max_seqs = (int)B;
     ids = malloc((size_t)B * (size_t)P * sizeof(*ids));
