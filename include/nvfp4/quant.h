@@ -63,6 +63,9 @@ NVFP4_API void nvfp4_quant_dequant_row_bf16(const uint8_t *packed,
  * bf16 when it emulates vLLM's bf16 activations).  In-place allowed. */
 NVFP4_API void nvfp4_quant_qdq_row(const float *x, size_t k, float input_scale,
                                    float *out);
+/* The same with the global activation scale GS given directly (what
+ * compressed-tensors stores as input_global_scale, DIALECTS.md); finite, > 0. */
+NVFP4_API void nvfp4_quant_qdq_row_gs(const float *x, size_t k, float gs, float *out);
 
 /* Quark's weight quantizer (§7).  Global scale from the amax of the weight
  * (or of all siblings of a shared group): float32(amax) / 2688, 0 -> FLT_EPSILON. */
@@ -141,8 +144,9 @@ typedef struct {
     const nvfp4_tensor *bias;
     uint8_t *owned_scales;        /* non-NULL after a lossy rescale; freed by release */
     /* compressed-tensors: the checkpoint's input_global_scale (a divisor, §5's
-     * gs), of which input_scale is the float32 preimage (1.0f / input_scale ==
-     * input_gs); 0 for the other dialects.  Fused groups take the max gs. */
+     * gs itself, which the CPU backend uses as it is); input_scale is then the
+     * float32 multiplier whose reciprocal is nearest it.  0 for the other
+     * dialects (gs = 1 / input_scale).  Fused groups take the max gs. */
     float input_gs;
 } nvfp4_linear;
 
