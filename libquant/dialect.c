@@ -120,6 +120,8 @@ static int modelopt_algo(const char *algo, nvfp4_scheme *out, const char **what)
         *what = "FP8";
     else if (!strcmp(algo, "NVFP4_AWQ"))
         *what = "NVFP4 with AWQ pre-quantization scales";
+    else if (!strcmp(algo, "NVFP4_SVD"))
+        *what = "NVFP4 with SVDQuant pre-quantization scales and a low-rank residual";
     else if (strstr(algo, "AWQ") || !strncmp(algo, "INT4", 4) || !strncmp(algo, "W4A16", 5))
         *what = "INT4";
     else if (!strncmp(algo, "INT8", 4) || !strncmp(algo, "W8A8", 4))
@@ -174,6 +176,8 @@ static nvfp4_status modelopt_parse(nvfp4q_dialect *d, nvfp4_error *err)
     if ((st = string_list(d, o, "exclude_modules", err)))
         return st;
     d->exclude = json_object_get(o, "exclude_modules");
+    if (!kv) /* config.json's flat form: "kv_cache_scheme": "FP8" */
+        kv = jstr(o, "kv_cache_scheme");
     if (kv)
         snprintf(d->kv_cache, sizeof(d->kv_cache), "%s", kv);
     return NVFP4_OK;

@@ -597,6 +597,8 @@ static const struct {
      {"quantization_config.quant_algo", "\"FP8\" (FP8)", "supported"}},
     {"{\"quant_method\":\"modelopt\",\"quant_algo\":\"W4A16_AWQ\"}", NVFP4_ERR_UNSUPPORTED,
      {"INT4"}},
+    {"{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4_SVD\"}", NVFP4_ERR_UNSUPPORTED,
+     {"\"NVFP4_SVD\"", "SVDQuant"}},
     {"{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4\",\"group_size\":32}",
      NVFP4_ERR_UNSUPPORTED, {"group_size", "found 32"}},
     {"{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4\",\"exclude_modules\":\"lm_head\"}",
@@ -687,12 +689,13 @@ START_TEST(test_qconfig_dialects)
     /* ModelOpt, flat form in config.json */
     q = qc_from("{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4\",\"group_size\":16,"
                 "\"exclude_modules\":[\"lm_head\",\"model.layers.1.self_attn*\","
-                "\"model.layers.0.mlp\",\"*.k_proj\"],\"producer\":{\"name\":\"modelopt\","
-                "\"version\":\"0.47.0\"}}", &cfg, &err);
+                "\"model.layers.0.mlp\",\"*.k_proj\"],\"kv_cache_scheme\":\"FP8\","
+                "\"producer\":{\"name\":\"modelopt\",\"version\":\"0.47.0\"}}", &cfg, &err);
     ck_assert_msg(q != NULL, "%s", err.text);
     ck_assert_int_eq(nvfp4_qconfig_dialect(q), NVFP4_DIALECT_MODELOPT);
     ck_assert_str_eq(nvfp4_dialect_name(nvfp4_qconfig_dialect(q)), "modelopt");
     ck_assert_str_eq(nvfp4_qconfig_producer(q), "modelopt 0.47.0");
+    ck_assert_str_eq(nvfp4_qconfig_kv_cache(q), "FP8");
     ck_assert_int_eq(resolve_ok(q, "model.layers.0.self_attn.q_proj"), NVFP4_SCHEME_W4A4);
     ck_assert_int_eq(resolve_ok(q, "model.layers.0.self_attn.k_proj"), NVFP4_SCHEME_NONE);
     ck_assert_int_eq(resolve_ok(q, "model.layers.1.self_attn.o_proj"), NVFP4_SCHEME_NONE);

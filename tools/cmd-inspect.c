@@ -17,7 +17,9 @@ static void help(FILE *out)
     fprintf(out,
             "Usage: nvfp4 inspect PATH [--json]\n"
             "List the tensors of a safetensors checkpoint (name, dtype, shape, bytes,\n"
-            "shard), its metadata and a summary of its config.json.\n"
+            "shard), its metadata, a summary of its config.json, the quantization\n"
+            "dialect (quark, modelopt or compressed-tensors) with its producer and\n"
+            "version, and the scheme of every Linear layer.\n"
             "PATH is a model directory, a .safetensors file or an index .json file.\n\n"
             "  --json      print one JSON object instead of text\n"
             "  -h, --help  show this help\n");
