@@ -60,6 +60,8 @@ typedef struct {
     int64_t n, k;              /* n = sum of the parts' n */
     float weight_scale_2;      /* shared by all NVFP4 parts (§4) */
     float input_scale;         /* max of the parts' (§4); 0 for W4A16/dense */
+    float input_gs;            /* §5's gs of that part: its input_gs (compressed-tensors)
+                                  or 1.0f / input_scale; 0 when input_scale is 0 */
     int has_bias;              /* some part has a bias (others count as 0) */
 } nvfp4_kweight_desc;
 

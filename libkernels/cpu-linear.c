@@ -783,10 +783,9 @@ qdq_block_avx512(const float *xb, float gs, float *back_out)
 
 /* One row for the VNNI kernel: codes in the CHUNK plane order. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
-quantize_row_q8(const float *x, size_t k, float input_scale, int8_t *q, float *xs,
+quantize_row_q8(const float *x, size_t k, float gs, int8_t *q, float *xs,
                 int32_t *corr)
 {
-    const float gs = 1.0f / input_scale;
     const size_t nch = chunks_of((int64_t)k);
 
     memset(q, 0, nch * CPU_CHUNK);
@@ -813,9 +812,8 @@ quantize_row_q8(const float *x, size_t k, float input_scale, int8_t *q, float *x
 /* One row of x' = q * (s / gs) for the AVX-512 float kernel: q2 * (back/2)
  * rounds once, as §5's q * (s / gs) does (halving is exact). */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
-qdq_row_avx512(const float *x, size_t k, float input_scale, float *out)
+qdq_row_avx512(const float *x, size_t k, float gs, float *out)
 {
-    const float gs = 1.0f / input_scale;
 
     for (size_t b = 0; b < k / NVFP4_BLOCK; b++) {
         float back;
@@ -1248,7 +1246,7 @@ nvfp4_status nvfp4k_cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *d
                 goto nomem;
 #pragma omp parallel for schedule(static) num_threads(nth)
             for (size_t t = 0; t < m; t++)
-                nvfp4_quant_qdq_row(x + t * k, k, desc->input_scale, tmp + t * k);
+                nvfp4_quant_qdq_row_gs(x + t * k, k, desc->input_gs, tmp + t * k);
             xin = tmp;
         }
         if (path == PATH_DENSE_AVX512 && m > 1 && k % 16 == 0) {
@@ -1273,7 +1271,7 @@ nvfp4_status nvfp4k_cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *d
 #ifdef CPU_X86
 #pragma omp parallel for schedule(static) num_threads(nth)
         for (size_t t = 0; t < m; t++)
-            quantize_row_q8(x + t * k, k, desc->input_scale, a.q + t * kp,
+            quantize_row_q8(x + t * k, k, desc->input_gs, a.q + t * kp,
                             a.xs + t * nch * CPU_CHUNK_BLOCKS,
                             a.corr + t * nch * CPU_CHUNK_BLOCKS);
 #endif
@@ -1289,10 +1287,10 @@ nvfp4_status nvfp4k_cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *d
             for (size_t t = 0; t < m; t++) {
 #ifdef CPU_X86
                 if (isa >= CPU_ISA_AVX512)
-                    qdq_row_avx512(x + t * k, k, desc->input_scale, tmp + t * k);
+                    qdq_row_avx512(x + t * k, k, desc->input_gs, tmp + t * k);
                 else
 #endif
-                    nvfp4_quant_qdq_row(x + t * k, k, desc->input_scale, tmp + t * k);
+                    nvfp4_quant_qdq_row_gs(x + t * k, k, desc->input_gs, tmp + t * k);
             }
             xin = tmp;
         }

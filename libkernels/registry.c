@@ -480,8 +480,10 @@ nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be, const nvfp4_linear *parts
                                 "backend only, not on %s", be->iface->name);
                 return NULL;
             }
-            if (p->input_scale > d.input_scale)
+            if (p->input_scale > d.input_scale) {
                 d.input_scale = p->input_scale;
+                d.input_gs = p->input_gs > 0.0f ? p->input_gs : 1.0f / p->input_scale;
+            }
         } else {
             if (p->k % NVFP4_BLOCK != 0) {
                 nvfp4_error_set(err, NVFP4_ERR_BAD_SHAPE, "", p->prefix, -1,
@@ -515,8 +517,10 @@ nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be, const nvfp4_linear *parts
                                 p->input_scale);
                 return NULL;
             }
-            if (p->input_scale > d.input_scale) /* §4: max over shards */
+            if (p->input_scale > d.input_scale) { /* §4: max over shards */
                 d.input_scale = p->input_scale;
+                d.input_gs = p->input_gs > 0.0f ? p->input_gs : 1.0f / p->input_scale;
+            }
         }
         if (p->bias) {
             if (check_float_tensor(p->prefix, "bias", p->bias, (uint64_t)p->n, err) !=
@@ -526,7 +530,7 @@ nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be, const nvfp4_linear *parts
         }
     }
     if (d.scheme == NVFP4_SCHEME_W4A16)
-        d.input_scale = 0.0f;
+        d.input_scale = d.input_gs = 0.0f;
 
     w = calloc(1, sizeof(*w));
     if (!w) {

@@ -278,7 +278,7 @@ static nvfp4_status slice_linear(nvfp4_model *m, const nvfp4_tensor *t, int64_t 
  * activations of such a dense kweight (§5) before the float product, which
  * is what vLLM's emulation computes (dequantized weights times qdq(x)). */
 static nvfp4_status densify(nvfp4_model *m, nvfp4_linear *lin, float input_scale,
-                            nvfp4_error *err)
+                            float input_gs, nvfp4_error *err)
 {
     struct owned {
         nvfp4_tensor t;
@@ -309,7 +309,7 @@ static nvfp4_status densify(nvfp4_model *m, nvfp4_linear *lin, float input_scale
     lin->dense = &o->t;
     lin->weight = lin->scales = NULL;
     lin->input_scale = lin->scheme == NVFP4_SCHEME_W4A4 ? input_scale : 0.0f;
-    lin->input_gs = 0.0f;
+    lin->input_gs = lin->scheme == NVFP4_SCHEME_W4A4 ? input_gs : 0.0f;
     lin->scheme = NVFP4_SCHEME_NONE;
     return NVFP4_OK;
 }
@@ -355,8 +355,10 @@ static nvfp4_status load_attention(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_
         TRY(nvfp4_linear_fuse_check(pre, group, 3, m->opt.rescale_fused ? NVFP4_FUSE_KEEP_SCALES : 0,
                                     &in_scale,
                                     err));
-        if (q->scheme == NVFP4_SCHEME_W4A4)
+        if (q->scheme == NVFP4_SCHEME_W4A4) {
             q->input_scale = k->input_scale = v->input_scale = in_scale;
+            q->input_gs = k->input_gs = v->input_gs = group[0].input_gs;
+        }
     }
     TRY(upload(m, q, 1, &L->q, err));
     TRY(upload(m, k, 1, &L->k, err));
@@ -371,7 +373,7 @@ static nvfp4_status fuse_gate_up(nvfp4_model *m, const char *layer, nvfp4_linear
                                  nvfp4_error *err)
 {
     nvfp4_linear pair[2];
-    float in_scale = 0.0f;
+    float in_scale = 0.0f, in_gs = 0.0f;
 
     /* A group the exclusions split, or (opt.rescale_fused) shards with their
      * own global scales: the NVFP4 shards are dequantized exactly to float32
@@ -394,12 +396,15 @@ static nvfp4_status fuse_gate_up(nvfp4_model *m, const char *layer, nvfp4_linear
             pair[1] = *u;
             TRY(nvfp4_linear_fuse_check(layer, pair, 2, NVFP4_FUSE_KEEP_SCALES, &in_scale,
                                         err));
-            if (force_input > 0)
+            in_gs = pair[0].input_gs;
+            if (force_input > 0) {
                 in_scale = force_input;
+                in_gs = 0.0f;
+            }
         }
         for (int i = 0; i < 2; i++)
             if (sh[i]->scheme != NVFP4_SCHEME_NONE)
-                TRY(densify(m, sh[i], in_scale, err));
+                TRY(densify(m, sh[i], in_scale, in_gs, err));
     }
     pair[0] = *g;
     pair[1] = *u;
@@ -408,8 +413,12 @@ static nvfp4_status fuse_gate_up(nvfp4_model *m, const char *layer, nvfp4_linear
     TRY(nvfp4_linear_fuse_check(layer, pair, 2, 0, &in_scale, err));
     *g = pair[0];
     *u = pair[1];
-    if (pair[0].scheme == NVFP4_SCHEME_W4A4) /* the group's scale (§4, DIALECTS.md) */
-        pair[0].input_scale = pair[1].input_scale = force_input > 0 ? force_input : in_scale;
+    if (pair[0].scheme == NVFP4_SCHEME_W4A4 && force_input > 0) { /* MoE: §6 */
+        pair[0].input_scale = pair[1].input_scale = force_input;
+        pair[0].input_gs = pair[1].input_gs = 0.0f;
+    } else if (pair[0].scheme == NVFP4_SCHEME_W4A4) { /* the group's (§4, DIALECTS.md) */
+        pair[0].input_scale = pair[1].input_scale = in_scale;
+    }
     return upload(m, pair, 2, out, err);
 }
 
@@ -529,8 +538,10 @@ static nvfp4_status load_moe(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_error 
         snprintf(ex, sizeof(ex), "%s.experts.%lld", pre, (long long)e);
         if ((rc = fuse_gate_up(m, ex, g[e], u[e], in13, &L->w13[e], err)))
             goto out;
-        if (d[e]->scheme == NVFP4_SCHEME_W4A4)
+        if (d[e]->scheme == NVFP4_SCHEME_W4A4) {
             d[e]->input_scale = in2;
+            d[e]->input_gs = 0.0f; /* §5: gs = 1 / in2 */
+        }
         if ((rc = upload(m, d[e], 1, &L->w2[e], err)))
             goto out;
     }

@@ -120,6 +120,8 @@ static int modelopt_algo(const char *algo, nvfp4_scheme *out, const char **what)
         *what = "FP8";
     else if (!strcmp(algo, "NVFP4_AWQ"))
         *what = "NVFP4 with AWQ pre-quantization scales";
+    else if (!strcmp(algo, "NVFP4_SVD"))
+        *what = "NVFP4 with SVDQuant pre-quantization scales and a low-rank residual";
     else if (strstr(algo, "AWQ") || !strncmp(algo, "INT4", 4) || !strncmp(algo, "W4A16", 5))
         *what = "INT4";
     else if (!strncmp(algo, "INT8", 4) || !strncmp(algo, "W8A8", 4))
@@ -174,6 +176,8 @@ static nvfp4_status modelopt_parse(nvfp4q_dialect *d, nvfp4_error *err)
     if ((st = string_list(d, o, "exclude_modules", err)))
         return st;
     d->exclude = json_object_get(o, "exclude_modules");
+    if (!kv) /* config.json's flat form: "kv_cache_scheme": "FP8" */
+        kv = jstr(o, "kv_cache_scheme");
     if (kv)
         snprintf(d->kv_cache, sizeof(d->kv_cache), "%s", kv);
     return NVFP4_OK;
@@ -535,11 +539,12 @@ nvfp4_status nvfp4q_dialect_resolve(const nvfp4q_dialect *d, const char *layer,
     return ct_resolve(d, layer, out, err);
 }
 
-/* compressed-tensors' input_global_scale GS is a divisor (§5's gs itself);
- * the kernels take the multiplier input_scale and compute gs = 1 / input_scale
- * in float32.  Return the float32 x nearest 1 / GS whose 1.0f / x is GS
- * exactly, so the kernels' gs is bit for bit the checkpoint's; when float32
- * has no such x (1 / x skips some values), the x whose reciprocal is nearest. */
+/* compressed-tensors' input_global_scale GS is a divisor (§5's gs itself).
+ * The CPU kernels take it as it is (nvfp4_linear.input_gs); input_scale, the
+ * multiplier the other code paths know (the GPU backends compute gs = 1 /
+ * input_scale), is the float32 x nearest 1 / GS whose 1.0f / x is GS exactly,
+ * or when float32 has none (1 / x skips values: there is no x with
+ * 1.0f / x == 448) the x whose reciprocal is nearest GS. */
 float nvfp4q_inverse_preimage(float gs)
 {
     float x = 1.0f / gs, best = x, bestd = INFINITY;

@@ -364,9 +364,13 @@ nvfp4_status nvfp4_linear_fuse_check(const char *layer, nvfp4_linear *shards, si
             gsmax_scale = s->input_scale;
         }
     }
-    /* compressed-tensors: vLLM takes the max of the divisors (DIALECTS.md) */
-    if (gsmax > 0.0f)
+    /* compressed-tensors: vLLM takes the max of the divisors (DIALECTS.md);
+     * every shard gets the group's gs, so that the kernels use it bit for bit */
+    if (gsmax > 0.0f) {
         imax = gsmax_scale;
+        for (size_t i = 0; i < count; i++)
+            shards[i].input_gs = gsmax;
+    }
     if (differ && rescale == NVFP4_FUSE_KEEP_SCALES)
         differ = 0; /* each shard keeps its own weight_scale_2: the caller runs them apart */
     if (differ && !rescale) {

@@ -106,7 +106,11 @@ void nvfp4_quant_dequant_row_bf16(const uint8_t *packed, const uint8_t *scales,
  * nothing traps. */
 void nvfp4_quant_qdq_row(const float *x, size_t k, float input_scale, float *out)
 {
-    const float gs = 1.0f / input_scale;
+    nvfp4_quant_qdq_row_gs(x, k, 1.0f / input_scale, out);
+}
+
+void nvfp4_quant_qdq_row_gs(const float *x, size_t k, float gs, float *out)
+{
     const float sixth = 1.0f / 6.0f; /* float32(1/6), as the reference */
 
     for (size_t b = 0; b < k / NVFP4_BLOCK; b++) {

@@ -25,7 +25,10 @@ static const char *const ok_models[] = {"llama", "qwen3", "qwen3_moe", "qwen2_mo
                                         "mixtral", "llama_w4a16",
                                         /* the other dialects (gen_dialects.py) */
                                         "modelopt_nvfp4", "modelopt_w4a16", "ct_nvfp4",
-                                        "ct_nvfp4a16", "ct_mixed"};
+                                        "ct_nvfp4a16", "ct_mixed",
+                                        /* Quark exclusions that split fused groups */
+                                        "llama_excl_k", "llama_excl_block",
+                                        "llama_w4a16_excl_gate"};
 #define NOK (sizeof(ok_models) / sizeof(ok_models[0]))
 #define NOK_QUARK 6 /* the first NOK_QUARK are Quark's exports */
 

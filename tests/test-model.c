@@ -228,11 +228,12 @@ START_TEST(test_refused)
 }
 END_TEST
 
-/* Dialect checkpoints with a scheme the library does not run are refused
- * naming the layer and what was found (reference.json refuse_words). */
-START_TEST(test_dialect_refused)
+/* Checkpoints with a layer the library does not run (an FP8 layer beside
+ * NVFP4 ones; a W4A4 gate beside an unquantized up) are refused naming the
+ * layer and what was found (reference.json refuse_words). */
+START_TEST(test_refused_layers)
 {
-    static const char *const names[] = {"ct_fp8_refused"};
+    static const char *const names[] = {"ct_fp8_refused", "llama_excl_gate_refused"};
     nvfp4_error err;
     nvfp4_model *m;
     char rel[256];
@@ -742,7 +743,7 @@ int main(void)
     tcase_add_test(tc, test_perplexity_one_window);
     tcase_add_test(tc, test_perplexity_cancel);
     tcase_add_loop_test(tc, test_refused, 0, (int)NREF);
-    tcase_add_test(tc, test_dialect_refused);
+    tcase_add_test(tc, test_refused_layers);
     tcase_add_test(th, test_hostile_missing_tensors);
     tcase_add_test(th, test_hostile_missing_scale);
     tcase_add_test(th, test_hostile_config_disagrees);

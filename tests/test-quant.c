@@ -597,6 +597,8 @@ static const struct {
      {"quantization_config.quant_algo", "\"FP8\" (FP8)", "supported"}},
     {"{\"quant_method\":\"modelopt\",\"quant_algo\":\"W4A16_AWQ\"}", NVFP4_ERR_UNSUPPORTED,
      {"INT4"}},
+    {"{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4_SVD\"}", NVFP4_ERR_UNSUPPORTED,
+     {"\"NVFP4_SVD\"", "SVDQuant"}},
     {"{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4\",\"group_size\":32}",
      NVFP4_ERR_UNSUPPORTED, {"group_size", "found 32"}},
     {"{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4\",\"exclude_modules\":\"lm_head\"}",
@@ -687,12 +689,13 @@ START_TEST(test_qconfig_dialects)
     /* ModelOpt, flat form in config.json */
     q = qc_from("{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4\",\"group_size\":16,"
                 "\"exclude_modules\":[\"lm_head\",\"model.layers.1.self_attn*\","
-                "\"model.layers.0.mlp\",\"*.k_proj\"],\"producer\":{\"name\":\"modelopt\","
-                "\"version\":\"0.47.0\"}}", &cfg, &err);
+                "\"model.layers.0.mlp\",\"*.k_proj\"],\"kv_cache_scheme\":\"FP8\","
+                "\"producer\":{\"name\":\"modelopt\",\"version\":\"0.47.0\"}}", &cfg, &err);
     ck_assert_msg(q != NULL, "%s", err.text);
     ck_assert_int_eq(nvfp4_qconfig_dialect(q), NVFP4_DIALECT_MODELOPT);
     ck_assert_str_eq(nvfp4_dialect_name(nvfp4_qconfig_dialect(q)), "modelopt");
     ck_assert_str_eq(nvfp4_qconfig_producer(q), "modelopt 0.47.0");
+    ck_assert_str_eq(nvfp4_qconfig_kv_cache(q), "FP8");
     ck_assert_int_eq(resolve_ok(q, "model.layers.0.self_attn.q_proj"), NVFP4_SCHEME_W4A4);
     ck_assert_int_eq(resolve_ok(q, "model.layers.0.self_attn.k_proj"), NVFP4_SCHEME_NONE);
     ck_assert_int_eq(resolve_ok(q, "model.layers.1.self_attn.o_proj"), NVFP4_SCHEME_NONE);
@@ -1602,6 +1605,117 @@ START_TEST(test_tool_inspect_schemes)
 }
 END_TEST
 
+
+/* The ModelOpt / llm-compressor fixtures (gen_dialects.py): inspect names the
+ * dialect and the producer's version, and every layer the producer stored
+ * packed resolves to the fixture's scheme, every other one to none. */
+static const char *const dialect_models[] = {"modelopt_nvfp4", "modelopt_w4a16", "ct_nvfp4",
+                                             "ct_nvfp4a16", "ct_mixed"};
+
+START_TEST(test_tool_inspect_dialects)
+{
+    const char *model = dialect_models[_i];
+    int ct = !strncmp(model, "ct_", 3), a16 = strstr(model, "a16") != NULL;
+    char args[1024], rel[128], *out;
+    json_t *got, *ref, *q, *layers;
+    json_error_t je;
+    const char *ver;
+    long long nq = 0;
+
+    snprintf(rel, sizeof(rel), "models/%s/reference.json", model);
+    ref = tload_json(rel);
+    ver = json_string_value(json_object_get(json_object_get(ref, "versions"),
+                                            ct ? "compressed-tensors" : "nvidia-modelopt"));
+    ck_assert_ptr_nonnull(ver);
+    snprintf(args, sizeof(args), "inspect --json %s/models/%s", TEST_DATA_DIR, model);
+    ck_assert_int_eq(trun_tool(args, 1, &out), 0);
+    got = json_loads(out, 0, &je);
+    ck_assert_msg(got != NULL, "%s", je.text);
+    q = json_object_get(got, "quantization");
+    ck_assert_str_eq(json_string_value(json_object_get(q, "dialect")),
+                     json_string_value(json_object_get(ref, "dialect")));
+    assert_contains(json_string_value(json_object_get(q, "producer")), ver);
+    layers = json_object_get(got, "layers");
+    for (size_t i = 0; i < json_array_size(layers); i++) {
+        json_t *o = json_array_get(layers, i);
+        const char *stored = json_string_value(json_object_get(o, "stored"));
+        const char *scheme = json_string_value(json_object_get(o, "scheme"));
+        if (!strcmp(stored, "nvfp4")) {
+            ck_assert_str_eq(scheme, a16 ? "w4a16" : "w4a4");
+            nq++;
+        } else {
+            ck_assert_msg(!strcmp(scheme, "none"), "%s: %s stored %s resolves to %s", model,
+                          json_string_value(json_object_get(o, "name")), stored, scheme);
+        }
+    }
+    ck_assert_int_eq(nq, tnum(json_object_get(ref, "quantized_prefixes")));
+    json_decref(got);
+    free(out);
+    snprintf(args, sizeof(args), "inspect %s/models/%s", TEST_DATA_DIR, model);
+    ck_assert_int_eq(trun_tool(args, 1, &out), 0);
+    snprintf(rel, sizeof(rel), "dialect: %s (", ct ? "compressed-tensors" : "modelopt");
+    assert_contains(out, rel);
+    assert_contains(out, ver);
+    free(out);
+    json_decref(ref);
+}
+END_TEST
+
+/* compressed-tensors' global scales are divisors: the weight multiplier is
+ * 1.0f / weight_global_scale (vLLM, float32) and the activation gs handed to
+ * the kernels (input_gs) is the file's input_global_scale bit for bit. */
+START_TEST(test_ct_linear_scales)
+{
+    nvfp4_error err;
+    nvfp4_checkpoint *ck = nvfp4_checkpoint_open(tdata("models/ct_nvfp4"), &err);
+    int checked = 0;
+
+    ck_assert_msg(ck != NULL, "%s", err.text);
+    for (size_t i = 0; i < nvfp4_checkpoint_count(ck); i++) {
+        const char *name = nvfp4_checkpoint_name(ck, i);
+        size_t len = strlen(name);
+        char prefix[256], tn[300];
+        const nvfp4_tensor *wg, *ig;
+        nvfp4_linear lin;
+        float wgs, igs;
+
+        if (len < 15 || strcmp(name + len - 14, ".weight_packed"))
+            continue;
+        snprintf(prefix, sizeof(prefix), "%.*s", (int)(len - 14), name);
+        snprintf(tn, sizeof(tn), "%s.weight_global_scale", prefix);
+        ck_assert_int_eq(nvfp4_checkpoint_get(ck, tn, &wg, &err), NVFP4_OK);
+        snprintf(tn, sizeof(tn), "%s.input_global_scale", prefix);
+        ck_assert_int_eq(nvfp4_checkpoint_get(ck, tn, &ig, &err), NVFP4_OK);
+        ck_assert_int_eq(wg->dtype, NVFP4_DTYPE_F32);
+        memcpy(&wgs, wg->data, 4);
+        memcpy(&igs, ig->data, 4);
+        ck_assert_msg(nvfp4_linear_load_dialect(ck, prefix, NVFP4_SCHEME_W4A4,
+                                                NVFP4_DIALECT_COMPRESSED_TENSORS, -1, -1, &lin,
+                                                &err) == NVFP4_OK,
+                      "%s: %s", prefix, err.text);
+        ck_assert(lin.weight_scale_2 == 1.0f / wgs);
+        ck_assert(lin.input_gs == igs);
+        /* input_scale is the multiplier nearest 1 / gs (float32 has no x with
+         * 1.0f / x == 448, say); the kernels take input_gs itself */
+        ck_assert_msg(fabsf(1.0f / lin.input_scale - igs) <= igs * 0x1p-22f,
+                      "%s: 1/%.9g vs %.9g", prefix, (double)lin.input_scale, (double)igs);
+        /* Quark's names are absent: loading it as Quark names what is missing */
+        ck_assert_int_eq(nvfp4_linear_load(ck, prefix, NVFP4_SCHEME_W4A4, -1, -1, &lin, &err),
+                         NVFP4_ERR_NOT_FOUND);
+        assert_contains(err.text, "weight");
+        /* a packed weight where the config says unquantized is refused */
+        ck_assert_int_eq(nvfp4_linear_load_dialect(ck, prefix, NVFP4_SCHEME_NONE,
+                                                   NVFP4_DIALECT_COMPRESSED_TENSORS, -1, -1,
+                                                   &lin, &err),
+                         NVFP4_ERR_BAD_DTYPE);
+        assert_contains(err.text, "weight_packed");
+        checked++;
+    }
+    ck_assert_int_eq(checked, 14);
+    nvfp4_checkpoint_free(ck);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("quant");
@@ -1638,6 +1752,9 @@ int main(void)
     tcase_add_loop_test(models, test_models_all_layers_load, 0, (int)nmodels);
     tcase_add_test(models, test_tool_dequant);
     tcase_add_loop_test(models, test_tool_inspect_schemes, 0, (int)nmodels);
+    tcase_add_loop_test(models, test_tool_inspect_dialects, 0,
+                        (int)(sizeof(dialect_models) / sizeof(dialect_models[0])));
+    tcase_add_test(models, test_ct_linear_scales);
     tcase_set_timeout(models, 60);
     suite_add_tcase(s, codec);
     suite_add_tcase(s, arith);

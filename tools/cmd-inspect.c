@@ -17,7 +17,9 @@ static void help(FILE *out)
     fprintf(out,
             "Usage: nvfp4 inspect PATH [--json]\n"
             "List the tensors of a safetensors checkpoint (name, dtype, shape, bytes,\n"
-            "shard), its metadata and a summary of its config.json.\n"
+            "shard), its metadata, a summary of its config.json, the quantization\n"
+            "dialect (quark, modelopt or compressed-tensors) with its producer and\n"
+            "version, and the scheme of every Linear layer.\n"
             "PATH is a model directory, a .safetensors file or an index .json file.\n\n"
             "  --json      print one JSON object instead of text\n"
             "  -h, --help  show this help\n");
@@ -73,18 +75,34 @@ static void schemes_section(nvfp4_checkpoint *ck, json_t *root)
         json_object_set_new(root, "schemes_error", json_string(err.text));
         return;
     }
+    {
+        /* which dialect, who wrote it (docs/DIALECTS.md) */
+        json_t *q = json_object();
+        json_object_set_new(q, "dialect",
+                            json_string(nvfp4_dialect_name(nvfp4_qconfig_dialect(qc))));
+        json_object_set_new(q, "producer", json_string(nvfp4_qconfig_producer(qc)));
+        json_object_set_new(q, "kv_cache", json_string(nvfp4_qconfig_kv_cache(qc)));
+        json_object_set_new(root, "quantization", q);
+    }
     layers = json_array();
     counts = json_object();
     for (size_t i = 0; i < nvfp4_checkpoint_count(ck); i++) {
         const char *name = nvfp4_checkpoint_name(ck, i), *scheme;
         size_t len = strlen(name);
+        /* compressed-tensors names a packed weight weight_packed */
+        int packed = len >= 15 && !strcmp(name + len - 14, ".weight_packed");
+        if (packed)
+            len -= 7;
         const nvfp4_tensor *t, *sc;
         char prefix[NVFP4_ERROR_FIELD_LENGTH], scname[NVFP4_ERROR_FIELD_LENGTH + 16];
         nvfp4_scheme s;
         json_t *o;
         int stored;
 
-        if (len < 8 || strcmp(name + len - 7, ".weight") != 0 || len - 7 >= sizeof(prefix))
+        if (len < 8 || strncmp(name + len - 7, ".weight", 7) != 0 ||
+            len - 7 >= sizeof(prefix))
+            continue;
+        if (!packed && strcmp(name + len - 7, ".weight") != 0)
             continue;
         if (nvfp4_checkpoint_get(ck, name, &t, &err) || t->ndim != 2)
             continue;
@@ -230,6 +248,15 @@ static int run(int argc, char **argv)
                    json_string_value(json_object_get(root, "schemes_error")));
         } else if (json_array_size(json_object_get(root, "layers"))) {
             json_t *layers = json_object_get(root, "layers");
+            json_t *q = json_object_get(root, "quantization");
+            const char *prod = json_string_value(json_object_get(q, "producer"));
+            const char *kv = json_string_value(json_object_get(q, "kv_cache"));
+            printf("\ndialect: %s%s%s%s\n", json_string_value(json_object_get(q, "dialect")),
+                   prod && *prod ? " (" : "", prod && *prod ? prod : "",
+                   prod && *prod ? ")" : "");
+            if (kv && *kv)
+                printf("kv cache: %s in the config; run in float32 (vLLM's kv_cache_dtype "
+                       "\"auto\")\n", kv);
             printf("\nschemes (quantization_config; stored as):\n");
             for (size_t i = 0; i < json_array_size(layers); i++) {
                 json_t *o = json_array_get(layers, i), *e = json_object_get(o, "error");
