@@ -77,8 +77,7 @@ static void *alloc(ctctx *C, const ctnode *at, size_t n)
 {
     void *p = nvfp4m_ct_alloc(&C->ar, n);
     if (!p)
-        nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "the template needs more than %zu bytes of memory (limit)",
-                       C->ar.cap);
+        nvfp4m_ct_nomem(C, at);
     return p;
 }
 

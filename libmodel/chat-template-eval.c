@@ -46,9 +46,9 @@ int nvfp4m_ct_fail(ctctx *C, const ctnode *at, nvfp4_status st, const char *fmt,
     return -1;
 }
 
-static int nomem(ctctx *C, const ctnode *at)
+int nvfp4m_ct_nomem(ctctx *C, const ctnode *at)
 {
-    if (C->ar.cap && C->ar.used + 4096 > C->ar.cap / 2)
+    if (C->ar.over)
         return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID,
                               "the template needs more than %zu bytes of memory (limit)",
                               C->ar.cap);
@@ -71,14 +71,14 @@ int nvfp4m_ct_put(ctctx *C, const ctnode *at, cbuf *b, const char *s, size_t n)
 {
     if (n > C->max_output || b->n > C->max_output - n)
         return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID,
-                              "the rendered text exceeds %zu bytes (limit)", C->max_output);
+                              "the rendered text (or a string in it) exceeds %zu bytes (limit)", C->max_output);
     if (b->n + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap : 256;
         char *np;
         while (nc < b->n + n + 1)
             nc *= 2;
         if (!(np = realloc(b->p, nc)))
-            return nomem(C, at);
+            return nvfp4m_ct_nomem(C, at);
         b->p = np;
         b->cap = nc;
     }
@@ -93,7 +93,7 @@ static void *alloc(ctctx *C, const ctnode *at, size_t n)
 {
     void *p = nvfp4m_ct_alloc(&C->ar, n);
     if (!p)
-        nomem(C, at);
+        nvfp4m_ct_nomem(C, at);
     return p;
 }
 
@@ -101,7 +101,7 @@ int nvfp4m_ct_str(ctctx *C, const char *p, size_t n, cval *out)
 {
     char *s = nvfp4m_ct_strdup(&C->ar, p, n);
     if (!s)
-        return nomem(C, NULL);
+        return nvfp4m_ct_nomem(C, NULL);
     out->t = CV_STR;
     out->tuple = 0;
     out->u.s.p = s;
@@ -886,7 +886,7 @@ static int repeat(ctctx *C, const ctnode *at, const cval *s, long long k, cval *
     if (k < 0)
         k = 0;
     if ((unsigned long long)k > SIZE_MAX / (unit + 1))
-        return nomem(C, at);
+        return nvfp4m_ct_nomem(C, at);
     total = unit * (size_t)k;
     if (nvfp4m_ct_step(C, at, total / 64 + 1))
         return -1;

@@ -19,6 +19,7 @@ typedef struct {
     ctchunk *head;
     size_t used;              /* bytes handed out, all chunks */
     size_t cap;               /* refuse beyond this (0: unbounded) */
+    int over;                 /* a request was refused for the cap */
 } ctarena;
 
 void *nvfp4m_ct_alloc(ctarena *a, size_t n);      /* zeroed; NULL when over cap */
@@ -156,6 +157,7 @@ typedef struct {
 int nvfp4m_ct_fail(ctctx *C, const ctnode *at, nvfp4_status st, const char *fmt, ...)
     NVFP4_PRINTF(4, 5);
 int nvfp4m_ct_step(ctctx *C, const ctnode *at, size_t n);
+int nvfp4m_ct_nomem(ctctx *C, const ctnode *at);
 int nvfp4m_ct_put(ctctx *C, const ctnode *at, cbuf *b, const char *s, size_t n);
 int nvfp4m_ct_write(ctctx *C, const ctnode *at, cbuf *b, const cval *v, int repr, int depth);
 int nvfp4m_ct_to_str(ctctx *C, const ctnode *at, const cval *v, cval *out);

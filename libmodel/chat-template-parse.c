@@ -39,8 +39,10 @@ void *nvfp4m_ct_alloc(ctarena *a, size_t n)
     if (n > SIZE_MAX / 4)
         return NULL;
     n = n ? (n + CT_ALIGN - 1) & ~(CT_ALIGN - 1) : CT_ALIGN;
-    if (a->cap && (n > a->cap || a->used > a->cap - n))
+    if (a->cap && (n > a->cap || a->used > a->cap - n)) {
+        a->over = 1;
         return NULL;
+    }
     if (!c || c->size - c->used < n) {
         size_t sz = n > CT_CHUNK / 4 ? n : CT_CHUNK;
         ctchunk *nc = malloc(CT_HDR + sz);
