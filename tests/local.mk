@@ -104,6 +104,10 @@ tests_test_gpu_model_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kern
 TESTS += tests/test-gpu-model
 endif
 
+# nvfp4 template and generate --chat (shell)
+TESTS += tests/template.test
+EXTRA_DIST += tests/template.test
+
 # The format layer stands alone: a program built with only
 # `pkg-config nvfp4-format` against the installed library.
 EXTRA_DIST += %reldir%/consumer-format.c
