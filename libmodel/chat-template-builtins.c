@@ -767,7 +767,8 @@ static int to_int(ctctx *C, const ctnode *at, const cval *v, const cval *def, cv
                 return 0;
             }
             d = strtod(buf, &end);
-            if (!*end && isfinite(d) && fabs(d) < 9.2e18 && strchr("0123456789+-.", buf[0])) {
+            if (!*end && isfinite(d) && fabs(d) < 9.2e18 &&
+                strspn(buf, "0123456789+-.eE") == strlen(buf)) {
                 *out = mkint((long long)d);
                 return 0;
             }
@@ -831,28 +832,34 @@ static int indent(ctctx *C, const ctnode *at, const cval *s, const cargs *a, cva
     }
     if (first && nvfp4m_ct_truthy(first) && (r = nvfp4m_ct_put(C, at, &b, ind, nind)))
         goto out;
-    while (i < s->u.s.n) {
-        size_t st = i, e, nl;
-        while (i < s->u.s.n && !strchr("\n\r\v\f\x1c\x1d\x1e", s->u.s.p[i]))
-            i++;
-        e = i;
-        nl = i < s->u.s.n ? (s->u.s.p[i] == '\r' && i + 1 < s->u.s.n && s->u.s.p[i + 1] == '\n' ? 2 : 1) : 0;
-        i += nl;
-        if (line > 0) {
-            if ((r = nvfp4m_ct_put(C, at, &b, "\n", 1)))
-                goto out;
-            if ((e > st || (blank && nvfp4m_ct_truthy(blank))) &&
-                (r = nvfp4m_ct_put(C, at, &b, ind, nind)))
-                goto out;
-        }
-        if ((r = nvfp4m_ct_put(C, at, &b, s->u.s.p + st, e - st)))
+    /* the lines of s + "\n", as str.splitlines cuts them */
+    {
+        size_t n = s->u.s.n + 1;
+        char *t = alloc(C, at, n + 1);
+        if (!t) {
+            r = -1;
             goto out;
-        line++;
-        if (!nl)
-            break;
+        }
+        memcpy(t, s->u.s.p, s->u.s.n);
+        t[n - 1] = '\n';
+        while (i < n) {
+            size_t st = i, e;
+            while (i < n && !strchr("\n\r\v\f\x1c\x1d\x1e", t[i]))
+                i++;
+            e = i;
+            i += t[i] == '\r' && i + 1 < n && t[i + 1] == '\n' ? 2 : 1;
+            if (line > 0) {
+                if ((r = nvfp4m_ct_put(C, at, &b, "\n", 1)))
+                    goto out;
+                if ((e > st || (blank && nvfp4m_ct_truthy(blank))) &&
+                    (r = nvfp4m_ct_put(C, at, &b, ind, nind)))
+                    goto out;
+            }
+            if ((r = nvfp4m_ct_put(C, at, &b, t + st, e - st)))
+                goto out;
+            line++;
+        }
     }
-    /* the appended newline makes a trailing empty line that splitlines drops,
-     * except the text ended with a line break: then one more empty line */
     r = nvfp4m_ct_str(C, b.p ? b.p : "", b.n, out);
 out:
     free(b.p);

@@ -130,6 +130,13 @@ const char *nvfp4m_ct_type(const cval *v)
 
 int nvfp4m_ct_undef_error(ctctx *C, const ctnode *at, const cval *v)
 {
+    if (v->tuple) {
+        cval o = {0};
+        o.t = (unsigned char)(v->tuple - 1);
+        return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "'%s object' has no attribute '%.*s'",
+                              nvfp4m_ct_type(&o), (int)(v->u.s.n > 100 ? 100 : v->u.s.n),
+                              v->u.s.p ? v->u.s.p : "");
+    }
     return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "'%.*s' is undefined",
                           (int)(v->u.s.n > 100 ? 100 : v->u.s.n), v->u.s.p ? v->u.s.p : "");
 }
@@ -685,6 +692,7 @@ int nvfp4m_ct_getattr(ctctx *C, const ctnode *at, const cval *obj, const char *n
         }
     }
     *out = undef(name, n);
+    out->tuple = (unsigned char)(obj->t + 1);
     return 0;
 }
 
@@ -911,6 +919,75 @@ static int repeat(ctctx *C, const ctnode *at, const cval *s, long long k, cval *
     return 0;
 }
 
+/* '...' % x with %s, %r, %d / %i and %%, no flags or widths (Python's
+ * printf-style formatting, the part templates use) */
+static int percent_format(ctctx *C, const ctnode *at, const cval *fmt, const cval *x, cval *out)
+{
+    const cval *args = x;
+    size_t nargs = 1, k = 0;
+    cbuf b = {0};
+    const char *p = fmt->u.s.p;
+    size_t n = fmt->u.s.n, st = 0;
+
+    if (x->t == CV_LIST && x->tuple) {
+        args = x->u.l->v;
+        nargs = x->u.l->n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char c, num[32];
+        const cval *v;
+        if (p[i] != '%')
+            continue;
+        if (nvfp4m_ct_put(C, at, &b, p + st, i - st))
+            goto fail;
+        c = i + 1 < n ? p[i + 1] : 0;
+        st = i + 2;
+        i++;
+        if (c == '%') {
+            if (nvfp4m_ct_put(C, at, &b, "%", 1))
+                goto fail;
+            continue;
+        }
+        if (c != 's' && c != 'r' && c != 'd' && c != 'i') {
+            nvfp4m_ct_fail(C, at, NVFP4_ERR_UNSUPPORTED,
+                           "'%%%c' in '...' %% x formatting is not supported (only %%s %%r %%d %%i)",
+                           c ? c : ' ');
+            goto fail;
+        }
+        if (k >= nargs) {
+            nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "not enough arguments for format string");
+            goto fail;
+        }
+        v = &args[k++];
+        if (c == 'd' || c == 'i') {
+            if (!is_num(v)) {
+                nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "%%%c format: a real number is required, not %s",
+                               c, nvfp4m_ct_type(v));
+                goto fail;
+            }
+            if (v->t == CV_FLOAT && !(fabs(v->u.f) < 9.2e18)) {
+                nvfp4m_ct_fail(C, at, NVFP4_ERR_UNSUPPORTED, "%%d of %g", v->u.f);
+                goto fail;
+            }
+            snprintf(num, sizeof num, "%lld", v->t == CV_FLOAT ? (long long)v->u.f : v->u.i);
+            if (nvfp4m_ct_put(C, at, &b, num, strlen(num)))
+                goto fail;
+        } else if (nvfp4m_ct_write(C, at, &b, v, c == 'r', 0)) {
+            goto fail;
+        }
+    }
+    if (k < nargs) {
+        nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "not all arguments converted during string formatting");
+        goto fail;
+    }
+    if (st < n && nvfp4m_ct_put(C, at, &b, p + st, n - st))
+        goto fail;
+    return buf_value(C, &b, out);
+fail:
+    free(b.p);
+    return -1;
+}
+
 static int binop(ctctx *C, const ctnode *at, int op, const cval *a, const cval *b, cval *out)
 {
     static const char *const names[] = {"+", "-", "*", "/", "//", "%", "**"};
@@ -1034,8 +1111,7 @@ static int binop(ctctx *C, const ctnode *at, int op, const cval *a, const cval *
     if (op == '*' && (b->t == CV_STR || b->t == CV_LIST) && (a->t == CV_INT || a->t == CV_BOOL))
         return repeat(C, at, b, a->u.i, out);
     if (op == '%' && a->t == CV_STR)
-        return nvfp4m_ct_fail(C, at, NVFP4_ERR_UNSUPPORTED,
-                              "printf-style string formatting ('...' %% x) is not supported");
+        return percent_format(C, at, a, b, out);
     return arith_error(C, at, opn, a, b);
 }
 
@@ -1290,12 +1366,13 @@ static int exec_for(ctctx *C, ctframe *F, const ctnode *s, cbuf *out)
     loop->items = items;
     lv.t = CV_LOOP;
     lv.u.loop = loop;
-    if (frame_set(C, s, L, "loop", 4, &lv))
-        return -1;
     for (size_t i = 0; i < items->n; i++) {
+        /* each iteration starts from the loop's own scope: a set in the body
+         * lasts to the end of that iteration only (jinja2) */
+        L->n = 0;
         loop->i = i;
-        if (nvfp4m_ct_step(C, s, 1) || assign(C, L, s->a, &items->v[i]) ||
-            exec_body(C, L, s->body, s->nbody, out))
+        if (nvfp4m_ct_step(C, s, 1) || frame_set(C, s, L, "loop", 4, &lv) ||
+            assign(C, L, s->a, &items->v[i]) || exec_body(C, L, s->body, s->nbody, out))
             return -1;
         if (C->ctl) {
             int brk = C->ctl == 1;
