@@ -390,7 +390,7 @@ int nvfp4m_ct_write(ctctx *C, const ctnode *at, cbuf *b, const cval *v, int repr
         return nvfp4m_ct_put(C, at, b, num, strlen(num));
     case CV_MACRO:
         return nvfp4m_ct_put(C, at, b, "<Macro '", 8) ||
-               nvfp4m_ct_put(C, at, b, v->u.m->s, v->u.m->n) ||
+               nvfp4m_ct_put(C, at, b, v->u.mac->m->s, v->u.mac->m->n) ||
                nvfp4m_ct_put(C, at, b, "'>", 2);
     default:
         return nvfp4m_ct_put(C, at, b, "<built-in function>", 19);
@@ -485,7 +485,7 @@ static int eq_depth(ctctx *C, const ctnode *at, const cval *a, const cval *b, in
         *res = 1;
         return 0;
     case CV_NS: *res = a->u.d == b->u.d; return 0;
-    case CV_MACRO: *res = a->u.m == b->u.m; return 0;
+    case CV_MACRO: *res = a->u.mac == b->u.mac; return 0;
     default: *res = 0; return 0;
     }
 }
@@ -1142,7 +1142,7 @@ static int eval_call(ctctx *C, ctframe *F, const ctnode *e, cval *out)
     if (eval(C, F, e->a, &f) || eval_args(C, F, e, &a))
         return -1;
     switch (f.t) {
-    case CV_MACRO: return nvfp4m_ct_call_macro(C, e, f.u.m, &a, out);
+    case CV_MACRO: return nvfp4m_ct_call_macro(C, e, f.u.mac, &a, out);
     case CV_METHOD: return nvfp4m_ct_method(C, e, f.u.bm, &a, out);
     case CV_FUNC: return nvfp4m_ct_call_global(C, e, f.u.fn, &a, out);
     case CV_UNDEF: return nvfp4m_ct_undef_error(C, e, &f);
@@ -1420,7 +1420,10 @@ static int exec_stmt(ctctx *C, ctframe *F, const ctnode *s, cbuf *out)
     case N_MACRO:
         memset(&v, 0, sizeof v);
         v.t = CV_MACRO;
-        v.u.m = s;
+        if (!(v.u.mac = alloc(C, s, sizeof *v.u.mac)))
+            return -1;
+        v.u.mac->m = s;
+        v.u.mac->closure = F;
         return frame_set(C, s, F, s->s, s->n, &v);
     case N_WITH: {
         ctframe *W = frame_new(C, s, F);
@@ -1447,8 +1450,10 @@ static int exec_body(ctctx *C, ctframe *F, ctnode *const *body, size_t n, cbuf *
     return 0;
 }
 
-int nvfp4m_ct_call_macro(ctctx *C, const ctnode *at, const ctnode *m, const cargs *a, cval *out)
+int nvfp4m_ct_call_macro(ctctx *C, const ctnode *at, const struct cmacro *mac, const cargs *a,
+                         cval *out)
 {
+    const ctnode *m = mac->m;
     ctframe *M;
     cbuf b = {0};
     int ctl = C->ctl, r;
@@ -1456,7 +1461,7 @@ int nvfp4m_ct_call_macro(ctctx *C, const ctnode *at, const ctnode *m, const carg
     if (C->depth >= C->max_depth)
         return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "macro calls nested deeper than %d (limit)",
                               C->max_depth);
-    if (nvfp4m_ct_step(C, at, 1) || !(M = frame_new(C, at, C->root)))
+    if (nvfp4m_ct_step(C, at, 1) || !(M = frame_new(C, at, mac->closure)))
         return -1;
     for (size_t i = 0; i < a->n; i++) {
         if (!a->names[i]) {

@@ -95,6 +95,7 @@ typedef struct clist clist;
 typedef struct cdict cdict;
 typedef struct cloop cloop;
 typedef struct cmethod cmethod;
+typedef struct ctframe ctframe;
 
 struct cval {
     unsigned char t;
@@ -109,7 +110,7 @@ struct cval {
         clist *l;
         cdict *d;             /* DICT, NS (mutable) */
         cloop *loop;
-        const ctnode *m;      /* MACRO */
+        struct cmacro *mac;   /* MACRO */
         cmethod *bm;
         int fn;               /* FUNC */
     } u;
@@ -126,6 +127,10 @@ struct cloop {
     const clist *items;
     size_t i;
 };
+struct cmacro {
+    const ctnode *m;          /* the macro statement */
+    ctframe *closure;         /* the scope it was defined in */
+};
 struct cmethod {
     cval self;
     int id;
@@ -136,7 +141,6 @@ typedef struct {
     size_t n, cap;
 } cbuf;
 
-typedef struct ctframe ctframe;
 typedef struct {
     const nvfp4_chat_template *t;
     nvfp4_error *err;
@@ -171,7 +175,8 @@ int nvfp4m_ct_iter(ctctx *C, const ctnode *at, const cval *v, clist **out);
 int nvfp4m_ct_str(ctctx *C, const char *p, size_t n, cval *out);   /* copies */
 int nvfp4m_ct_dict_set(ctctx *C, cdict *d, const cval *k, const cval *v);
 const cval *nvfp4m_ct_dict_get(const cdict *d, const char *k, size_t n);
-int nvfp4m_ct_call_macro(ctctx *C, const ctnode *at, const ctnode *m, const cargs *a, cval *out);
+int nvfp4m_ct_call_macro(ctctx *C, const ctnode *at, const struct cmacro *mac, const cargs *a,
+                         cval *out);
 const char *nvfp4m_ct_type(const cval *v);
 int nvfp4m_ct_undef_error(ctctx *C, const ctnode *at, const cval *v);
 
