@@ -208,7 +208,8 @@ int nvfp4m_ct_case_map(ctctx *C, const ctnode *at, const cval *s, int mode, cval
         default:                       /* words start after - whitespace ( { [ < */
             p[i] = word_start ? upper_c(c) : lower_c(c);
             if (((unsigned char)c & 0xC0) != 0x80)
-                word_start = strchr("-({[<", c) != NULL || nvfp4m_ct_ws_len(s->u.s.p + i, s->u.s.n - i);
+                word_start =
+                    strchr("-({[<", c) != NULL || nvfp4m_ct_ws_len(s->u.s.p + i, s->u.s.n - i);
             break;
         }
     }
@@ -445,8 +446,8 @@ static int json_val(ctctx *C, const ctnode *at, cbuf *b, const cval *v, const js
         if (nvfp4m_ct_put(C, at, b, "[", 1))
             return -1;
         for (size_t i = 0; i < v->u.l->n; i++)
-            if ((i && nvfp4m_ct_put(C, at, b, o->isep, o->nisep)) || json_nl(C, at, b, o, level + 1) ||
-                json_val(C, at, b, &v->u.l->v[i], o, level + 1))
+            if ((i && nvfp4m_ct_put(C, at, b, o->isep, o->nisep)) ||
+                json_nl(C, at, b, o, level + 1) || json_val(C, at, b, &v->u.l->v[i], o, level + 1))
                 return -1;
         if (json_nl(C, at, b, o, level))
             return -1;
@@ -468,7 +469,8 @@ static int json_val(ctctx *C, const ctnode *at, cbuf *b, const cval *v, const js
             return -1;
         for (size_t i = 0; i < n; i++) {
             const cval *val = &v->u.d->v[keys[i] - v->u.d->k];
-            if ((i && nvfp4m_ct_put(C, at, b, o->isep, o->nisep)) || json_nl(C, at, b, o, level + 1) ||
+            if ((i && nvfp4m_ct_put(C, at, b, o->isep, o->nisep)) ||
+                json_nl(C, at, b, o, level + 1) ||
                 json_str(C, at, b, keys[i]->u.s.p, keys[i]->u.s.n, o->ascii) ||
                 nvfp4m_ct_put(C, at, b, o->ksep, o->nksep) || json_val(C, at, b, val, o, level + 1))
                 return -1;
@@ -693,7 +695,8 @@ static int select_items(ctctx *C, const ctnode *at, const cval *seq, const cargs
     size_t skip = (attr ? 1 : 0) + (test ? 1 : 0);
 
     if (attr && (!attrv || (attrv->t != CV_STR && attrv->t != CV_INT)))
-        return nvfp4m_ct_fail_arg(C, at, attr ? "selectattr" : "select", "expected an attribute name");
+        return nvfp4m_ct_fail_arg(C, at, attr ? "selectattr" : "select",
+                                  "expected an attribute name");
     if (test && test->t != CV_STR)
         return nvfp4m_ct_fail_arg(C, at, "select", "the test must be named by a string");
     if (test) {
@@ -806,7 +809,8 @@ static int html_escape(ctctx *C, const ctnode *at, const cval *s, cval *out)
  * before splitlines). */
 static int indent(ctctx *C, const ctnode *at, const cval *s, const cargs *a, cval *out)
 {
-    const cval *w = nvfp4m_ct_arg(a, 0, "width"), *first = nvfp4m_ct_arg(a, 1, "first"), *blank = nvfp4m_ct_arg(a, 2, "blank");
+    const cval *w = nvfp4m_ct_arg(a, 0, "width"), *first = nvfp4m_ct_arg(a, 1, "first"),
+               *blank = nvfp4m_ct_arg(a, 2, "blank");
     char spaces[256];
     const char *ind = spaces;
     size_t nind = 4, i = 0, line = 0;
@@ -866,8 +870,10 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
     clist *items;
 
     if (!strcmp(name, "default") || !strcmp(name, "d")) {
-        const cval *def = nvfp4m_ct_arg(a, 0, "default_value"), *boolean = nvfp4m_ct_arg(a, 1, "boolean");
-        int use = v->t == CV_UNDEF || (boolean && nvfp4m_ct_truthy(boolean) && !nvfp4m_ct_truthy(v));
+        const cval *def = nvfp4m_ct_arg(a, 0, "default_value"),
+                   *boolean = nvfp4m_ct_arg(a, 1, "boolean");
+        int use =
+            v->t == CV_UNDEF || (boolean && nvfp4m_ct_truthy(boolean) && !nvfp4m_ct_truthy(v));
         if (use)
             *out = def ? *def : nvfp4m_ct_mkstrv("", 0);
         else
@@ -914,7 +920,8 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
         return html_escape(C, at, &s, out);
     }
     if (!strcmp(name, "replace")) {
-        const cval *old = nvfp4m_ct_arg(a, 0, "old"), *new = nvfp4m_ct_arg(a, 1, "new"), *cnt = nvfp4m_ct_arg(a, 2, "count");
+        const cval *old = nvfp4m_ct_arg(a, 0, "old"), *new = nvfp4m_ct_arg(a, 1, "new"),
+                   *cnt = nvfp4m_ct_arg(a, 2, "count");
         if (!old || !new || old->t != CV_STR || new->t != CV_STR)
             return nvfp4m_ct_fail_arg(C, at, "replace", "expected two string arguments");
         if (nvfp4m_ct_to_str(C, at, v, &s))
@@ -1050,7 +1057,8 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
         return r;
     }
     if (!strcmp(name, "map")) {
-        const cval *attr = nvfp4m_ct_arg(a, 99, "attribute"), *def = nvfp4m_ct_arg(a, 99, "default");
+        const cval *attr = nvfp4m_ct_arg(a, 99, "attribute"),
+                   *def = nvfp4m_ct_arg(a, 99, "default");
         clist *l = nvfp4m_ct_list_new(C, at, items->n);
         char fname[64];
         cargs rest = *a;
@@ -1098,7 +1106,8 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
                 memset(&r, 0, sizeof r);
                 r.t = CV_FLOAT;
                 r.u.f = fa + fb;
-            } else if ((it.t == CV_INT || it.t == CV_BOOL) && (acc.t == CV_INT || acc.t == CV_BOOL)) {
+            } else if ((it.t == CV_INT || it.t == CV_BOOL) &&
+                       (acc.t == CV_INT || acc.t == CV_BOOL)) {
                 long long z;
                 if (__builtin_add_overflow(acc.u.i, it.u.i, &z))
                     return nvfp4m_ct_fail(C, at, NVFP4_ERR_UNSUPPORTED, "sum: beyond 64 bits");

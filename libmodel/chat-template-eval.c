@@ -92,9 +92,10 @@ static int percent_format(ctctx *C, const ctnode *at, const cval *fmt, const cva
             continue;
         }
         if (c != 's' && c != 'r' && c != 'd' && c != 'i') {
-            nvfp4m_ct_fail(C, at, NVFP4_ERR_UNSUPPORTED,
-                           "'%%%c' in '...' %% x formatting is not supported (only %%s %%r %%d %%i)",
-                           c ? c : ' ');
+            nvfp4m_ct_fail(
+                C, at, NVFP4_ERR_UNSUPPORTED,
+                "'%%%c' in '...' %% x formatting is not supported (only %%s %%r %%d %%i)",
+                c ? c : ' ');
             goto fail;
         }
         if (k >= nargs) {
@@ -104,8 +105,9 @@ static int percent_format(ctctx *C, const ctnode *at, const cval *fmt, const cva
         v = &args[k++];
         if (c == 'd' || c == 'i') {
             if (!nvfp4m_ct_is_num(v)) {
-                nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "%%%c format: a real number is required, not %s",
-                               c, nvfp4m_ct_type(v));
+                nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID,
+                               "%%%c format: a real number is required, not %s", c,
+                               nvfp4m_ct_type(v));
                 goto fail;
             }
             if (v->t == CV_FLOAT && !(fabs(v->u.f) < 9.2e18)) {
@@ -120,7 +122,8 @@ static int percent_format(ctctx *C, const ctnode *at, const cval *fmt, const cva
         }
     }
     if (k < nargs) {
-        nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "not all arguments converted during string formatting");
+        nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID,
+                       "not all arguments converted during string formatting");
         goto fail;
     }
     if (st < n && nvfp4m_ct_put(C, at, &b, p + st, n - st))
@@ -167,7 +170,8 @@ static int binop(ctctx *C, const ctnode *at, int op, const cval *a, const cval *
             case OP_FLOORDIV:
             case '%':
                 if (y == 0)
-                    return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "integer division or modulo by zero");
+                    return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID,
+                                          "integer division or modulo by zero");
                 if (x == LLONG_MIN && y == -1) {
                     ovf = 1;
                     break;
@@ -192,8 +196,9 @@ static int binop(ctctx *C, const ctnode *at, int op, const cval *a, const cval *
                 break;
             }
             if (ovf)
-                return nvfp4m_ct_fail(C, at, NVFP4_ERR_UNSUPPORTED,
-                                      "integer result beyond 64 bits (Python's unbounded ints are not supported)");
+                return nvfp4m_ct_fail(
+                    C, at, NVFP4_ERR_UNSUPPORTED,
+                    "integer result beyond 64 bits (Python's unbounded ints are not supported)");
             if (ints) {
                 out->u.i = r;
                 return 0;
@@ -224,7 +229,8 @@ static int binop(ctctx *C, const ctnode *at, int op, const cval *a, const cval *
         out->u.f = fr;
         return 0;
     }
-    if (op == '+' && a->t == b->t && (a->t == CV_STR || (a->t == CV_LIST && a->tuple == b->tuple))) {
+    if (op == '+' && a->t == b->t &&
+        (a->t == CV_STR || (a->t == CV_LIST && a->tuple == b->tuple))) {
         if (a->t == CV_STR) {
             cbuf buf = {0};
             if (nvfp4m_ct_step(C, at, (a->u.s.n + b->u.s.n) / 256) ||
@@ -237,7 +243,8 @@ static int binop(ctctx *C, const ctnode *at, int op, const cval *a, const cval *
         } else {
             clist *l = nvfp4m_ct_new(C, at, sizeof *l);
             size_t n = a->u.l->n + b->u.l->n;
-            if (!l || nvfp4m_ct_step(C, at, n) || (n && !(l->v = nvfp4m_ct_new(C, at, n * sizeof *l->v))))
+            if (!l || nvfp4m_ct_step(C, at, n) ||
+                (n && !(l->v = nvfp4m_ct_new(C, at, n * sizeof *l->v))))
                 return -1;
             if (a->u.l->n)
                 memcpy(l->v, a->u.l->v, a->u.l->n * sizeof *l->v);

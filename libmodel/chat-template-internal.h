@@ -224,7 +224,8 @@ void *nvfp4m_ct_new(ctctx *C, const ctnode *at, size_t n);
 int nvfp4m_ct_buf_value(ctctx *C, cbuf *b, cval *out);
 cval nvfp4m_ct_undef(const char *name, size_t n);
 ctframe *nvfp4m_ct_frame_new(ctctx *C, const ctnode *at, ctframe *parent);
-int nvfp4m_ct_frame_set(ctctx *C, const ctnode *at, ctframe *f, const char *name, size_t n, const cval *v);
+int nvfp4m_ct_frame_set(ctctx *C, const ctnode *at, ctframe *f, const char *name, size_t n,
+                        const cval *v);
 const cval *nvfp4m_ct_frame_get(const ctframe *f, const char *name, size_t n);
 int nvfp4m_ct_is_num(const cval *v);
 double nvfp4m_ct_num(const cval *v);
@@ -256,8 +257,10 @@ cval nvfp4m_ct_do_strip(const cval *s, const cval *chars, int left, int right);
 int nvfp4m_ct_is_cased(char c);
 int nvfp4m_ct_case_map(ctctx *C, const ctnode *at, const cval *s, int mode, cval *out);
 long long nvfp4m_ct_find_ll(const cval *hay, const cval *needle, size_t from);
-int nvfp4m_ct_replace(ctctx *C, const ctnode *at, const cval *s, const cval *old, const cval *new, long long count, cval *out);
+int nvfp4m_ct_replace(ctctx *C, const ctnode *at, const cval *s, const cval *old, const cval *new,
+                      long long count, cval *out);
 int nvfp4m_ct_list_push(ctctx *C, const ctnode *at, clist *l, size_t *cap, const cval *v);
-int nvfp4m_ct_split(ctctx *C, const ctnode *at, const cval *s, const cval *sep, long long maxsplit, cval *out);
+int nvfp4m_ct_split(ctctx *C, const ctnode *at, const cval *s, const cval *sep, long long maxsplit,
+                    cval *out);
 
 #endif

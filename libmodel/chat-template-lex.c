@@ -247,7 +247,8 @@ static int lex_string(parser *P, size_t *ip)
         case 'u': nd = 4; break;
         case 'U': nd = 8; break;
         case 'N':
-            nvfp4m_ct_pfail(P, NVFP4_ERR_UNSUPPORTED, j - 1, "the \\N{...} string escape is not supported");
+            nvfp4m_ct_pfail(P, NVFP4_ERR_UNSUPPORTED, j - 1,
+                            "the \\N{...} string escape is not supported");
             return -1;
         default:
             if (c >= '0' && c <= '7') {
@@ -268,14 +269,16 @@ static int lex_string(parser *P, size_t *ip)
         for (int k = 0; k < nd; k++) {
             int h = j + 1 < i ? hexval(s[j + 1]) : -1;
             if (h < 0) {
-                nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, j - 1, "truncated \\%c escape in a string literal", c);
+                nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, j - 1,
+                                "truncated \\%c escape in a string literal", c);
                 return -1;
             }
             cp = cp * 16 + (uint32_t)h;
             j++;
         }
         if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-            nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, start, "string escape of an invalid code point U+%X", cp);
+            nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, start,
+                            "string escape of an invalid code point U+%X", cp);
             return -1;
         }
         o += put_utf8(o, cp);
@@ -351,8 +354,9 @@ static int lex_tag(parser *P, size_t tag, char kind, size_t *ip, int *nl)
         while (i < len && is_ws(s[i]))
             i++;
         if (i >= len) {
-            nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, tag, "unexpected end of template: this %s is not closed",
-                 kind == '%' ? "'{%' tag" : "'{{' expression");
+            nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, tag,
+                            "unexpected end of template: this %s is not closed",
+                            kind == '%' ? "'{%' tag" : "'{{' expression");
             return -1;
         }
         if (depth == 0) {
@@ -406,7 +410,8 @@ static int lex_tag(parser *P, size_t tag, char kind, size_t *ip, int *nl)
             if (!op && s[i] && strchr("+-*/%~()[]{}.:|,=<>;", s[i]))
                 op = (unsigned char)s[i];
             if (!op) {
-                nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, i, "unexpected character '%c' in a tag", s[i]);
+                nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, i, "unexpected character '%c' in a tag",
+                                s[i]);
                 return -1;
             }
             if (op == '(' || op == '[' || op == '{')
@@ -474,7 +479,8 @@ int nvfp4m_ct_lex(parser *P)
                     break;
                 }
             if (!e) {
-                nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, q, "unterminated comment: no '#}' after this '{#'");
+                nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, q,
+                                "unterminated comment: no '#}' after this '{#'");
                 return -1;
             }
             after = (size_t)(e - s) + 2;

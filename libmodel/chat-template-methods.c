@@ -177,7 +177,8 @@ int nvfp4m_ct_method(ctctx *C, const ctnode *at, const cmethod *m, const cargs *
         } else if (x->t == CV_STR) {
             r = affix(self, x, end);
         } else {
-            return nvfp4m_ct_fail_arg(C, at, str_methods[m->id], "expected a string or a tuple of strings");
+            return nvfp4m_ct_fail_arg(C, at, str_methods[m->id],
+                                      "expected a string or a tuple of strings");
         }
         *out = nvfp4m_ct_mkbool(r);
         return 0;
@@ -185,13 +186,15 @@ int nvfp4m_ct_method(ctctx *C, const ctnode *at, const cmethod *m, const cargs *
     case M_STRIP: case M_LSTRIP: case M_RSTRIP:
         if (x && x->t != CV_STR && x->t != CV_NONE)
             return nvfp4m_ct_need_str(C, at, x, str_methods[m->id]);
-        *out = nvfp4m_ct_do_strip(self, x && x->t == CV_STR ? x : NULL, m->id != M_RSTRIP, m->id != M_LSTRIP);
+        *out = nvfp4m_ct_do_strip(self, x && x->t == CV_STR ? x : NULL, m->id != M_RSTRIP,
+                                  m->id != M_LSTRIP);
         return 0;
     case M_SPLIT: case M_RSPLIT: {
         const cval *sep = nvfp4m_ct_arg(a, 0, "sep"), *ms = nvfp4m_ct_arg(a, 1, "maxsplit");
         long long maxs = ms && ms->t == CV_INT ? ms->u.i : -1;
         if (m->id == M_RSPLIT && maxs >= 0)
-            return nvfp4m_ct_fail(C, at, NVFP4_ERR_UNSUPPORTED, "rsplit with maxsplit is not supported");
+            return nvfp4m_ct_fail(C, at, NVFP4_ERR_UNSUPPORTED,
+                                  "rsplit with maxsplit is not supported");
         return nvfp4m_ct_split(C, at, self, sep, maxs, out);
     }
     case M_UPPER: return nvfp4m_ct_case_map(C, at, self, 'u', out);
@@ -274,8 +277,9 @@ int nvfp4m_ct_method(ctctx *C, const ctnode *at, const cmethod *m, const cargs *
         int ok = self->u.s.n > 0;
         for (size_t i = 0; i < self->u.s.n && ok; i++) {
             char c = self->u.s.p[i];
-            ok = m->id == M_ISDIGIT ? (c >= '0' && c <= '9')
-               : m->id == M_ISALPHA ? nvfp4m_ct_is_cased(c) : nvfp4m_ct_ws_len(self->u.s.p + i, 1) == 1;
+            ok = m->id == M_ISDIGIT   ? (c >= '0' && c <= '9')
+                 : m->id == M_ISALPHA ? nvfp4m_ct_is_cased(c)
+                                      : nvfp4m_ct_ws_len(self->u.s.p + i, 1) == 1;
         }
         *out = nvfp4m_ct_mkbool(ok);
         return 0;
@@ -370,7 +374,8 @@ int nvfp4m_ct_call_global(ctctx *C, const ctnode *at, int fn, const cargs *a, cv
                     if (nvfp4m_ct_dict_set(C, d, &a->v[i].u.d->k[j], &a->v[i].u.d->v[j]))
                         return -1;
             } else {
-                return nvfp4m_ct_fail_arg(C, at, global_names[fn], "expected keyword arguments or a dict");
+                return nvfp4m_ct_fail_arg(C, at, global_names[fn],
+                                          "expected keyword arguments or a dict");
             }
         }
         memset(out, 0, sizeof *out);
@@ -406,7 +411,8 @@ int nvfp4m_ct_call_global(ctctx *C, const ctnode *at, int fn, const cargs *a, cv
             return nvfp4m_ct_fail_arg(C, at, "strftime_now", "the time cannot be represented");
         n = f->u.s.n ? strftime(res, sizeof res, fmt, &tm) : 0;
         if (f->u.s.n && n == 0)
-            return nvfp4m_ct_fail_arg(C, at, "strftime_now", "result longer than 511 bytes or empty");
+            return nvfp4m_ct_fail_arg(C, at, "strftime_now",
+                                      "result longer than 511 bytes or empty");
         return nvfp4m_ct_str(C, res, n, out);
     }
     default:

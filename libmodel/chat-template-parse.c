@@ -181,7 +181,8 @@ static int parse_args(parser *P, ctnode *n)
         if (is_op(P, ')'))
             break;
         if (is_op(P, '*') || is_op(P, OP_POW)) {
-            nvfp4m_ct_pfail(P, NVFP4_ERR_UNSUPPORTED, cur(P)->off, "*args / **kwargs in a call are not supported");
+            nvfp4m_ct_pfail(P, NVFP4_ERR_UNSUPPORTED, cur(P)->off,
+                            "*args / **kwargs in a call are not supported");
             return -1;
         }
         if (cur(P)->t == T_NAME && tok_is_op(peek(P, 1), '=')) {
@@ -194,7 +195,8 @@ static int parse_args(parser *P, ctnode *n)
             next(P);
             kw = 1;
         } else if (kw) {
-            nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, cur(P)->off, "positional argument after a keyword argument");
+            nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, cur(P)->off,
+                            "positional argument after a keyword argument");
             return -1;
         }
         e = parse_expression(P);
@@ -308,10 +310,11 @@ static ctnode *parse_filter_expr(parser *P, ctnode *e)
                 return NULL;
             n->n = strlen(n->s);
             if (!nvfp4m_ct_known_filter(n->s))
-                return nvfp4m_ct_pfail(P, NVFP4_ERR_UNSUPPORTED, P->toks[P->pos - 1].off, "filter '%s' is not supported",
-                            n->s);
+                return nvfp4m_ct_pfail(P, NVFP4_ERR_UNSUPPORTED, P->toks[P->pos - 1].off,
+                                       "filter '%s' is not supported", n->s);
             if (is_op(P, '.')) {
-                nvfp4m_ct_pfail(P, NVFP4_ERR_UNSUPPORTED, cur(P)->off, "dotted filter names are not supported");
+                nvfp4m_ct_pfail(P, NVFP4_ERR_UNSUPPORTED, cur(P)->off,
+                                "dotted filter names are not supported");
                 return NULL;
             }
             if (is_op(P, '(') && parse_args(P, n))
@@ -751,7 +754,8 @@ static ctnode *parse_for(parser *P, size_t off)
             return NULL;
     }
     if (is_name(P, "recursive"))
-        return nvfp4m_ct_pfail(P, NVFP4_ERR_UNSUPPORTED, cur(P)->off, "recursive for loops are not supported");
+        return nvfp4m_ct_pfail(P, NVFP4_ERR_UNSUPPORTED, cur(P)->off,
+                               "recursive for loops are not supported");
     if (expect_bend(P))
         return NULL;
     P->loops++;
@@ -816,7 +820,8 @@ static ctnode *parse_set(parser *P, size_t off)
         return n;
     }
     if (is_op(P, '|'))
-        return nvfp4m_ct_pfail(P, NVFP4_ERR_UNSUPPORTED, cur(P)->off, "filtered block set is not supported");
+        return nvfp4m_ct_pfail(P, NVFP4_ERR_UNSUPPORTED, cur(P)->off,
+                               "filtered block set is not supported");
     if (n->a->kind != E_NAME)
         return unexpected(P, "'='");
     if (expect_bend(P) || parse_body(P, &body, ends, off, "set", &which) || expect_bend(P))
@@ -947,7 +952,8 @@ static ctnode *parse_statement(parser *P)
                         "the '%s' statement is not supported", unsupported[i]);
     for (size_t i = 0; closers[i]; i++)
         if (is_name(P, closers[i]))
-            return nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, cur(P)->off, "unexpected '%s'", closers[i]);
+            return nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, cur(P)->off, "unexpected '%s'",
+                                   closers[i]);
     return nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, cur(P)->off, "unknown statement '%.*s'",
                 (int)(cur(P)->n > 40 ? 40 : cur(P)->n), cur(P)->p);
 }
@@ -965,8 +971,8 @@ static int parse_body(parser *P, nvec *body, const char *const *ends, size_t ope
         if (k->t == T_EOF) {
             if (!ends)
                 break;
-            nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, open_off, "this '%s' is not closed (no '%s')", opener,
-                 ends[0]);
+            nvfp4m_ct_pfail(P, NVFP4_ERR_INVALID, open_off, "this '%s' is not closed (no '%s')",
+                            opener, ends[0]);
             return -1;
         }
         if (k->t == T_DATA) {

@@ -59,7 +59,8 @@ int nvfp4m_ct_put(ctctx *C, const ctnode *at, cbuf *b, const char *s, size_t n)
 {
     if (n > C->max_output || b->n > C->max_output - n)
         return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID,
-                              "the rendered text (or a string in it) exceeds %zu bytes (limit)", C->max_output);
+                              "the rendered text (or a string in it) exceeds %zu bytes (limit)",
+                              C->max_output);
     if (b->n + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap : 256;
         char *np;
@@ -157,7 +158,8 @@ int nvfp4m_ct_dict_set(ctctx *C, cdict *d, const cval *k, const cval *v)
         }
     if (d->n == d->cap) {
         size_t nc = d->cap ? 2 * d->cap : 8;
-        cval *nk = nvfp4m_ct_new(C, NULL, nc * sizeof *nk), *nv = nvfp4m_ct_new(C, NULL, nc * sizeof *nv);
+        cval *nk = nvfp4m_ct_new(C, NULL, nc * sizeof *nk),
+             *nv = nvfp4m_ct_new(C, NULL, nc * sizeof *nv);
         if (!nk || !nv)
             return -1;
         if (d->n) {
@@ -842,7 +844,8 @@ int nvfp4m_ct_iter(ctctx *C, const ctnode *at, const cval *v, clist **out)
         return 0;
     case CV_STR: {
         size_t n = cp_len(v->u.s.p, v->u.s.n), i = 0;
-        if (!(l = nvfp4m_ct_new(C, at, sizeof *l)) || (n && !(l->v = nvfp4m_ct_new(C, at, n * sizeof *l->v))))
+        if (!(l = nvfp4m_ct_new(C, at, sizeof *l)) ||
+            (n && !(l->v = nvfp4m_ct_new(C, at, n * sizeof *l->v))))
             return -1;
         for (size_t k = 0; k < n; k++) {
             size_t j = i + 1;

@@ -237,17 +237,18 @@ START_TEST(test_load)
     ck_assert_ptr_null(nvfp4_chat_template_load(dir, &err));
     ck_assert_int_eq(err.status, NVFP4_ERR_NOT_FOUND);
 
-    write_file(p1, "{\"bos_token\": {\"content\": \"<s>\", \"lstrip\": false}, \"eos_token\": \"</s>\","
-                   " \"chat_template\": \"{{ bos_token }}{% for m in messages %}[{{ m.role }}]"
-                   "{% endfor %}{{ eos_token }}{{ add_generation_prompt }}\"}");
+    write_file(p1,
+               "{\"bos_token\": {\"content\": \"<s>\", \"lstrip\": false}, \"eos_token\": \"</s>\","
+               " \"chat_template\": \"{{ bos_token }}{% for m in messages %}[{{ m.role }}]"
+               "{% endfor %}{{ eos_token }}{{ add_generation_prompt }}\"}");
     t = nvfp4_chat_template_load(dir, &err);
     ck_assert_msg(t != NULL, "%s", err.text);
     out = nvfp4_chat_template_render(t, "[{\"role\":\"user\",\"content\":\"x\"}]", NULL, NULL,
                                      NULL, &err);
     ck_assert_str_eq(out, "<s>[user]</s>False");
     free(out);
-    out = nvfp4_chat_template_render(t, "[]", "{\"eos_token\": \"E\", \"add_generation_prompt\": true}",
-                                     NULL, NULL, &err);
+    out = nvfp4_chat_template_render(
+        t, "[]", "{\"eos_token\": \"E\", \"add_generation_prompt\": true}", NULL, NULL, &err);
     ck_assert_str_eq(out, "<s>ETrue");
     free(out);
     nvfp4_chat_template_free(t);
