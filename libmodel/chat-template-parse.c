@@ -874,15 +874,22 @@ static ctnode *parse_macro(parser *P, size_t off)
     return n;
 }
 
-static ctnode *parse_with(parser *P, size_t off)
+/* {% with a = x, ... %} ... {% endwith %}, and transformers' {% generation %}
+ * ... {% endgeneration %} (its AssistantTracker extension: the body in a scope
+ * of its own, rendered as is) */
+static ctnode *parse_with(parser *P, size_t off, int generation)
 {
-    static const char *const ends[] = {"endwith", NULL};
+    static const char *const ends_with[] = {"endwith", NULL};
+    static const char *const ends_gen[] = {"endgeneration", NULL};
+    const char *const *ends = generation ? ends_gen : ends_with;
     ctnode *n = mk(P, N_WITH, off);
     nvec vals = {0}, body = {0};
     int which;
 
     if (!n)
         return NULL;
+    if (generation && cur(P)->t != T_BEND)
+        return unexpected(P, "'%}'");
     while (cur(P)->t != T_BEND) {
         char *name;
         ctnode *e;
@@ -893,7 +900,8 @@ static ctnode *parse_with(parser *P, size_t off)
             return NULL;
     }
     next(P);
-    if (parse_body(P, &body, ends, off, "with", &which) || expect_bend(P))
+    if (parse_body(P, &body, ends, off, generation ? "generation" : "with", &which) ||
+        expect_bend(P))
         return NULL;
     n->args = vals.v;
     n->names = vals.names;
@@ -906,7 +914,7 @@ static ctnode *parse_statement(parser *P)
 {
     static const char *const unsupported[] = {
         "call", "filter", "include", "import", "from", "extends", "block", "raw",
-        "autoescape", "do", "trans", "print", "debug", "generation", NULL};
+        "autoescape", "do", "trans", "print", "debug", NULL};
     static const char *const closers[] = {
         "endfor", "endif", "elif", "else", "endset", "endmacro", "endwith", "endcall",
         "endfilter", "endblock", "endraw", "endautoescape", "endtrans", "endgeneration", NULL};
@@ -932,9 +940,10 @@ static ctnode *parse_statement(parser *P)
         next(P);
         return parse_macro(P, off);
     }
-    if (is_name(P, "with")) {
+    if (is_name(P, "with") || is_name(P, "generation")) {
+        int gen = is_name(P, "generation");
         next(P);
-        return parse_with(P, off);
+        return parse_with(P, off, gen);
     }
     if (is_name(P, "break") || is_name(P, "continue")) {
         int brk = is_name(P, "break");
