@@ -302,7 +302,7 @@ static int eval_call(ctctx *C, ctframe *F, const ctnode *e, cval *out)
     }
 }
 
-static int eval(ctctx *C, ctframe *F, const ctnode *e, cval *out)
+static int eval_node(ctctx *C, ctframe *F, const ctnode *e, cval *out)
 {
     cval a, b;
 
@@ -447,6 +447,24 @@ static int eval(ctctx *C, ctframe *F, const ctnode *e, cval *out)
     default:
         return nvfp4m_ct_fail(C, e, NVFP4_ERR_INVALID, "internal: not an expression");
     }
+}
+
+/* A left-leaning chain (1 + 1 + ... or x|trim|trim...) parses without
+ * recursion but evaluates with it: bound the depth so that no template
+ * exhausts the stack. */
+#define MAX_EVAL_DEPTH 2000
+
+static int eval(ctctx *C, ctframe *F, const ctnode *e, cval *out)
+{
+    int r;
+
+    if (C->edepth >= MAX_EVAL_DEPTH)
+        return nvfp4m_ct_fail(C, e, NVFP4_ERR_INVALID, "expression nested deeper than %d (limit)",
+                              MAX_EVAL_DEPTH);
+    C->edepth++;
+    r = eval_node(C, F, e, out);
+    C->edepth--;
+    return r;
 }
 
 /* ---- statements ----------------------------------------------------------- */

@@ -178,6 +178,7 @@ typedef struct {
     ctarena ar;
     size_t steps, max_steps, max_output;
     int depth, max_depth, ctl, failed;
+    int edepth;               /* nesting of expression evaluation */
     int64_t now;
     ctframe *root;
 } ctctx;
