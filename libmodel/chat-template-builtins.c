@@ -20,13 +20,13 @@
 
 /* ---- helpers -------------------------------------------------------------- */
 
-static int fail_arg(ctctx *C, const ctnode *at, const char *fn, const char *what)
+int nvfp4m_ct_fail_arg(ctctx *C, const ctnode *at, const char *fn, const char *what)
 {
     return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "%s: %s", fn, what);
 }
 
 /* argument POS or keyword NAME; 1 if present */
-static const cval *arg(const cargs *a, size_t pos, const char *name)
+const cval *nvfp4m_ct_arg(const cargs *a, size_t pos, const char *name)
 {
     size_t npos = 0;
     for (size_t i = 0; i < a->n; i++) {
@@ -40,7 +40,7 @@ static const cval *arg(const cargs *a, size_t pos, const char *name)
     return NULL;
 }
 
-static size_t npositional(const cargs *a)
+size_t nvfp4m_ct_npositional(const cargs *a)
 {
     size_t n = 0;
     for (size_t i = 0; i < a->n; i++)
@@ -48,7 +48,7 @@ static size_t npositional(const cargs *a)
     return n;
 }
 
-static cval mkint(long long i)
+cval nvfp4m_ct_mkint(long long i)
 {
     cval v = {0};
     v.t = CV_INT;
@@ -56,7 +56,7 @@ static cval mkint(long long i)
     return v;
 }
 
-static cval mkbool(int b)
+cval nvfp4m_ct_mkbool(int b)
 {
     cval v = {0};
     v.t = CV_BOOL;
@@ -64,7 +64,7 @@ static cval mkbool(int b)
     return v;
 }
 
-static cval mkstrv(const char *p, size_t n)
+cval nvfp4m_ct_mkstrv(const char *p, size_t n)
 {
     cval v = {0};
     v.t = CV_STR;
@@ -73,24 +73,15 @@ static cval mkstrv(const char *p, size_t n)
     return v;
 }
 
-static void *alloc(ctctx *C, const ctnode *at, size_t n)
+clist *nvfp4m_ct_list_new(ctctx *C, const ctnode *at, size_t n)
 {
-    void *p = nvfp4m_ct_alloc(&C->ar, n);
-    if (!p)
-        nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "the template needs more than %zu bytes of memory (limit)",
-                       C->ar.cap);
-    return p;
-}
-
-static clist *list_new(ctctx *C, const ctnode *at, size_t n)
-{
-    clist *l = alloc(C, at, sizeof *l);
-    if (!l || (n && !(l->v = alloc(C, at, n * sizeof *l->v))))
+    clist *l = nvfp4m_ct_new(C, at, sizeof *l);
+    if (!l || (n && !(l->v = nvfp4m_ct_new(C, at, n * sizeof *l->v))))
         return NULL;
     return l;
 }
 
-static cval listv(clist *l, int tuple)
+cval nvfp4m_ct_listv(clist *l, int tuple)
 {
     cval v = {0};
     v.t = CV_LIST;
@@ -99,7 +90,7 @@ static cval listv(clist *l, int tuple)
     return v;
 }
 
-static int need_str(ctctx *C, const ctnode *at, const cval *v, const char *fn)
+int nvfp4m_ct_need_str(ctctx *C, const ctnode *at, const cval *v, const char *fn)
 {
     if (v->t == CV_STR)
         return 0;
@@ -110,7 +101,7 @@ static int need_str(ctctx *C, const ctnode *at, const cval *v, const char *fn)
 }
 
 /* bytes of the whitespace code point at s (Python str.isspace), or 0 */
-static size_t ws_len(const char *s, size_t n)
+size_t nvfp4m_ct_ws_len(const char *s, size_t n)
 {
     unsigned char c = (unsigned char)s[0];
     if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f))
@@ -144,7 +135,7 @@ static size_t strip_match(const char *s, size_t n, const cval *chars)
 {
     size_t k;
     if (!chars)
-        return ws_len(s, n);
+        return nvfp4m_ct_ws_len(s, n);
     k = u8len(s, n);
     for (size_t i = 0; i < chars->u.s.n;) {
         size_t m = u8len(chars->u.s.p + i, chars->u.s.n - i);
@@ -164,7 +155,7 @@ static size_t prev_cp(const char *s, size_t end)
     return i;
 }
 
-static cval do_strip(const cval *s, const cval *chars, int left, int right)
+cval nvfp4m_ct_do_strip(const cval *s, const cval *chars, int left, int right)
 {
     size_t a = 0, b = s->u.s.n, k;
     const char *p = s->u.s.p;
@@ -178,7 +169,7 @@ static cval do_strip(const cval *s, const cval *chars, int left, int right)
             break;
         b = st;
     }
-    return mkstrv(p + a, b - a);
+    return nvfp4m_ct_mkstrv(p + a, b - a);
 }
 
 static char lower_c(char c)
@@ -191,15 +182,15 @@ static char upper_c(char c)
     return c >= 'a' && c <= 'z' ? (char)(c - 'a' + 'A') : c;
 }
 
-static int is_cased(char c)
+int nvfp4m_ct_is_cased(char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
 /* mode: 'l' lower, 'u' upper, 't' str.title, 'c' capitalize, 'j' jinja's title filter */
-static int case_map(ctctx *C, const ctnode *at, const cval *s, int mode, cval *out)
+int nvfp4m_ct_case_map(ctctx *C, const ctnode *at, const cval *s, int mode, cval *out)
 {
-    char *p = alloc(C, at, s->u.s.n + 1);
+    char *p = nvfp4m_ct_new(C, at, s->u.s.n + 1);
     int prev_cased = 0, word_start = 1;
 
     if (!p || nvfp4m_ct_step(C, at, s->u.s.n / 64))
@@ -212,20 +203,21 @@ static int case_map(ctctx *C, const ctnode *at, const cval *s, int mode, cval *o
         case 'c': p[i] = i == 0 ? upper_c(c) : lower_c(c); break;
         case 't':
             p[i] = prev_cased ? lower_c(c) : upper_c(c);
-            prev_cased = is_cased(c);
+            prev_cased = nvfp4m_ct_is_cased(c);
             break;
         default:                       /* words start after - whitespace ( { [ < */
             p[i] = word_start ? upper_c(c) : lower_c(c);
             if (((unsigned char)c & 0xC0) != 0x80)
-                word_start = strchr("-({[<", c) != NULL || ws_len(s->u.s.p + i, s->u.s.n - i);
+                word_start =
+                    strchr("-({[<", c) != NULL || nvfp4m_ct_ws_len(s->u.s.p + i, s->u.s.n - i);
             break;
         }
     }
-    *out = mkstrv(p, s->u.s.n);
+    *out = nvfp4m_ct_mkstrv(p, s->u.s.n);
     return 0;
 }
 
-static long long find_ll(const cval *hay, const cval *needle, size_t from)
+long long nvfp4m_ct_find_ll(const cval *hay, const cval *needle, size_t from)
 {
     if (needle->u.s.n == 0)
         return (long long)from;
@@ -235,7 +227,7 @@ static long long find_ll(const cval *hay, const cval *needle, size_t from)
     return -1;
 }
 
-static int replace(ctctx *C, const ctnode *at, const cval *s, const cval *old, const cval *new,
+int nvfp4m_ct_replace(ctctx *C, const ctnode *at, const cval *s, const cval *old, const cval *new,
                    long long count, cval *out)
 {
     cbuf b = {0};
@@ -245,7 +237,7 @@ static int replace(ctctx *C, const ctnode *at, const cval *s, const cval *old, c
     if (nvfp4m_ct_step(C, at, s->u.s.n / 64 + 1))
         return -1;
     while (i <= s->u.s.n && (count < 0 || done < count)) {
-        long long j = find_ll(s, old, i);
+        long long j = nvfp4m_ct_find_ll(s, old, i);
         if (j < 0)
             break;
         if (nvfp4m_ct_put(C, at, &b, s->u.s.p + i, (size_t)j - i) ||
@@ -273,11 +265,11 @@ fail:
     return -1;
 }
 
-static int list_push(ctctx *C, const ctnode *at, clist *l, size_t *cap, const cval *v)
+int nvfp4m_ct_list_push(ctctx *C, const ctnode *at, clist *l, size_t *cap, const cval *v)
 {
     if (l->n == *cap) {
         size_t nc = *cap ? 2 * *cap : 8;
-        cval *nv = alloc(C, at, nc * sizeof *nv);
+        cval *nv = nvfp4m_ct_new(C, at, nc * sizeof *nv);
         if (!nv)
             return -1;
         if (l->n)
@@ -290,10 +282,10 @@ static int list_push(ctctx *C, const ctnode *at, clist *l, size_t *cap, const cv
 }
 
 /* str.split / rsplit (rsplit only differs with maxsplit) */
-static int split(ctctx *C, const ctnode *at, const cval *s, const cval *sep, long long maxsplit,
+int nvfp4m_ct_split(ctctx *C, const ctnode *at, const cval *s, const cval *sep, long long maxsplit,
                  cval *out)
 {
-    clist *l = list_new(C, at, 0);
+    clist *l = nvfp4m_ct_list_new(C, at, 0);
     size_t cap = 0, i = 0, n = s->u.s.n;
     const char *p = s->u.s.p;
     long long done = 0;
@@ -303,7 +295,7 @@ static int split(ctctx *C, const ctnode *at, const cval *s, const cval *sep, lon
     if (!sep || sep->t == CV_NONE) {
         for (;;) {
             size_t k, st;
-            while (i < n && (k = ws_len(p + i, n - i)))
+            while (i < n && (k = nvfp4m_ct_ws_len(p + i, n - i)))
                 i += k;
             if (i >= n)
                 break;
@@ -312,31 +304,31 @@ static int split(ctctx *C, const ctnode *at, const cval *s, const cval *sep, lon
                 size_t e = n;
                 while (e > st) {
                     size_t q = prev_cp(p, e);
-                    if (!ws_len(p + q, e - q))
+                    if (!nvfp4m_ct_ws_len(p + q, e - q))
                         break;
                     e = q;
                 }
-                cval v = mkstrv(p + st, e - st);
-                if (list_push(C, at, l, &cap, &v))
+                cval v = nvfp4m_ct_mkstrv(p + st, e - st);
+                if (nvfp4m_ct_list_push(C, at, l, &cap, &v))
                     return -1;
                 break;
             }
-            while (i < n && !ws_len(p + i, n - i))
+            while (i < n && !nvfp4m_ct_ws_len(p + i, n - i))
                 i += u8len(p + i, n - i);
-            cval v = mkstrv(p + st, i - st);
-            if (list_push(C, at, l, &cap, &v))
+            cval v = nvfp4m_ct_mkstrv(p + st, i - st);
+            if (nvfp4m_ct_list_push(C, at, l, &cap, &v))
                 return -1;
             done++;
         }
     } else {
         if (sep->t != CV_STR)
-            return need_str(C, at, sep, "split");
+            return nvfp4m_ct_need_str(C, at, sep, "split");
         if (sep->u.s.n == 0)
             return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "split: empty separator");
         for (;;) {
-            long long j = maxsplit >= 0 && done >= maxsplit ? -1 : find_ll(s, sep, i);
-            cval v = mkstrv(p + i, (j < 0 ? n : (size_t)j) - i);
-            if (list_push(C, at, l, &cap, &v))
+            long long j = maxsplit >= 0 && done >= maxsplit ? -1 : nvfp4m_ct_find_ll(s, sep, i);
+            cval v = nvfp4m_ct_mkstrv(p + i, (j < 0 ? n : (size_t)j) - i);
+            if (nvfp4m_ct_list_push(C, at, l, &cap, &v))
                 return -1;
             if (j < 0)
                 break;
@@ -344,7 +336,7 @@ static int split(ctctx *C, const ctnode *at, const cval *s, const cval *sep, lon
             done++;
         }
     }
-    *out = listv(l, 0);
+    *out = nvfp4m_ct_listv(l, 0);
     return 0;
 }
 
@@ -454,8 +446,8 @@ static int json_val(ctctx *C, const ctnode *at, cbuf *b, const cval *v, const js
         if (nvfp4m_ct_put(C, at, b, "[", 1))
             return -1;
         for (size_t i = 0; i < v->u.l->n; i++)
-            if ((i && nvfp4m_ct_put(C, at, b, o->isep, o->nisep)) || json_nl(C, at, b, o, level + 1) ||
-                json_val(C, at, b, &v->u.l->v[i], o, level + 1))
+            if ((i && nvfp4m_ct_put(C, at, b, o->isep, o->nisep)) ||
+                json_nl(C, at, b, o, level + 1) || json_val(C, at, b, &v->u.l->v[i], o, level + 1))
                 return -1;
         if (json_nl(C, at, b, o, level))
             return -1;
@@ -467,7 +459,7 @@ static int json_val(ctctx *C, const ctnode *at, cbuf *b, const cval *v, const js
             return -1;
         if (n == 0)
             return nvfp4m_ct_put(C, at, b, "{}", 2);
-        if (!(keys = alloc(C, at, n * sizeof *keys)))
+        if (!(keys = nvfp4m_ct_new(C, at, n * sizeof *keys)))
             return -1;
         for (size_t i = 0; i < n; i++)
             keys[i] = &v->u.d->k[i];
@@ -477,7 +469,8 @@ static int json_val(ctctx *C, const ctnode *at, cbuf *b, const cval *v, const js
             return -1;
         for (size_t i = 0; i < n; i++) {
             const cval *val = &v->u.d->v[keys[i] - v->u.d->k];
-            if ((i && nvfp4m_ct_put(C, at, b, o->isep, o->nisep)) || json_nl(C, at, b, o, level + 1) ||
+            if ((i && nvfp4m_ct_put(C, at, b, o->isep, o->nisep)) ||
+                json_nl(C, at, b, o, level + 1) ||
                 json_str(C, at, b, keys[i]->u.s.p, keys[i]->u.s.n, o->ascii) ||
                 nvfp4m_ct_put(C, at, b, o->ksep, o->nksep) || json_val(C, at, b, val, o, level + 1))
                 return -1;
@@ -496,8 +489,8 @@ static int json_val(ctctx *C, const ctnode *at, cbuf *b, const cval *v, const js
 static int tojson(ctctx *C, const ctnode *at, const cval *v, const cargs *a, cval *out)
 {
     jsonopt o = {NULL, 0, ", ", ": ", 2, 2, 0, 0};
-    const cval *ind = arg(a, 1, "indent"), *sep = arg(a, 2, "separators"),
-               *sk = arg(a, 3, "sort_keys"), *ea = arg(a, 0, "ensure_ascii");
+    const cval *ind = nvfp4m_ct_arg(a, 1, "indent"), *sep = nvfp4m_ct_arg(a, 2, "separators"),
+               *sk = nvfp4m_ct_arg(a, 3, "sort_keys"), *ea = nvfp4m_ct_arg(a, 0, "ensure_ascii");
     char spaces[256];
     cbuf b = {0};
     int r;
@@ -516,7 +509,7 @@ static int tojson(ctctx *C, const ctnode *at, const cval *v, const cargs *a, cva
             o.indent = ind->u.s.p;
             o.nindent = ind->u.s.n;
         } else {
-            return fail_arg(C, at, "tojson", "indent must be an int or a string");
+            return nvfp4m_ct_fail_arg(C, at, "tojson", "indent must be an int or a string");
         }
         o.isep = ",";
         o.nisep = 1;
@@ -524,7 +517,7 @@ static int tojson(ctctx *C, const ctnode *at, const cval *v, const cargs *a, cva
     if (sep && sep->t != CV_NONE) {
         if (sep->t != CV_LIST || sep->u.l->n != 2 || sep->u.l->v[0].t != CV_STR ||
             sep->u.l->v[1].t != CV_STR)
-            return fail_arg(C, at, "tojson", "separators must be a pair of strings");
+            return nvfp4m_ct_fail_arg(C, at, "tojson", "separators must be a pair of strings");
         o.isep = sep->u.l->v[0].u.s.p;
         o.nisep = sep->u.l->v[0].u.s.n;
         o.ksep = sep->u.l->v[1].u.s.p;
@@ -558,7 +551,7 @@ int nvfp4m_ct_known_test(const char *name)
 int nvfp4m_ct_test(ctctx *C, const ctnode *at, const char *name, const cval *v,
                    const cargs *a, int *res)
 {
-    const cval *x = arg(a, 0, NULL);
+    const cval *x = nvfp4m_ct_arg(a, 0, NULL);
     int t = v->t;
 
     *res = 0;
@@ -592,7 +585,7 @@ int nvfp4m_ct_test(ctctx *C, const ctnode *at, const char *name, const cval *v,
             return -1;
         for (size_t i = 0; i < s.u.s.n; i++) {
             char c = s.u.s.p[i];
-            if (is_cased(c)) {
+            if (nvfp4m_ct_is_cased(c)) {
                 cased = 1;
                 if (up ? (c >= 'a' && c <= 'z') : (c >= 'A' && c <= 'Z'))
                     ok = 0;
@@ -608,7 +601,7 @@ int nvfp4m_ct_test(ctctx *C, const ctnode *at, const char *name, const cval *v,
                                   nvfp4m_ct_type(v));
         if (name[0] == 'd') {
             if (!x || (x->t != CV_INT && x->t != CV_BOOL))
-                return fail_arg(C, at, "divisibleby", "expected an integer argument");
+                return nvfp4m_ct_fail_arg(C, at, "divisibleby", "expected an integer argument");
             d = x->u.i;
             if (d == 0)
                 return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "divisibleby: modulo by zero");
@@ -674,12 +667,12 @@ static int get_path(ctctx *C, const ctnode *at, const cval *item, const cval *at
     while (p <= end) {
         const char *dot = memchr(p, '.', (size_t)(end - p));
         size_t n = dot ? (size_t)(dot - p) : (size_t)(end - p);
-        cval key = mkstrv(p, n), nx;
+        cval key = nvfp4m_ct_mkstrv(p, n), nx;
         int digits = n > 0;
         for (size_t i = 0; i < n; i++)
             digits &= p[i] >= '0' && p[i] <= '9';
         if (digits && n < 18)
-            key = mkint(strtoll(p, NULL, 10));
+            key = nvfp4m_ct_mkint(strtoll(p, NULL, 10));
         if (nvfp4m_ct_getitem(C, at, &cur, &key, &nx))
             return -1;
         cur = nx;
@@ -696,15 +689,16 @@ static int select_items(ctctx *C, const ctnode *at, const cval *seq, const cargs
                         int keep, cval *out)
 {
     clist *items, *l;
-    const cval *attrv = attr ? arg(a, 0, NULL) : NULL;
-    const cval *test = arg(a, attr ? 1 : 0, NULL);
+    const cval *attrv = attr ? nvfp4m_ct_arg(a, 0, NULL) : NULL;
+    const cval *test = nvfp4m_ct_arg(a, attr ? 1 : 0, NULL);
     cargs rest = *a;
     size_t skip = (attr ? 1 : 0) + (test ? 1 : 0);
 
     if (attr && (!attrv || (attrv->t != CV_STR && attrv->t != CV_INT)))
-        return fail_arg(C, at, attr ? "selectattr" : "select", "expected an attribute name");
+        return nvfp4m_ct_fail_arg(C, at, attr ? "selectattr" : "select",
+                                  "expected an attribute name");
     if (test && test->t != CV_STR)
-        return fail_arg(C, at, "select", "the test must be named by a string");
+        return nvfp4m_ct_fail_arg(C, at, "select", "the test must be named by a string");
     if (test) {
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)test->u.s.n, test->u.s.p);
@@ -717,7 +711,7 @@ static int select_items(ctctx *C, const ctnode *at, const cval *seq, const cargs
     rest.v += skip;
     rest.names += skip;
     rest.n -= skip;
-    if (nvfp4m_ct_iter(C, at, seq, &items) || !(l = list_new(C, at, items->n)) ||
+    if (nvfp4m_ct_iter(C, at, seq, &items) || !(l = nvfp4m_ct_list_new(C, at, items->n)) ||
         nvfp4m_ct_step(C, at, items->n))
         return -1;
     for (size_t i = 0; i < items->n; i++) {
@@ -736,25 +730,25 @@ static int select_items(ctctx *C, const ctnode *at, const cval *seq, const cargs
         if (r == keep)
             l->v[l->n++] = items->v[i];
     }
-    *out = listv(l, 0);
+    *out = nvfp4m_ct_listv(l, 0);
     return 0;
 }
 
 static int to_int(ctctx *C, const ctnode *at, const cval *v, const cval *def, cval *out)
 {
     if (v->t == CV_INT || v->t == CV_BOOL) {
-        *out = mkint(v->u.i);
+        *out = nvfp4m_ct_mkint(v->u.i);
         return 0;
     }
     if (v->t == CV_FLOAT) {
         if (!isfinite(v->u.f) || fabs(v->u.f) >= 9.2e18)
             return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "int: cannot convert %g", v->u.f);
-        *out = mkint((long long)v->u.f);
+        *out = nvfp4m_ct_mkint((long long)v->u.f);
         return 0;
     }
     if (v->t == CV_STR) {
         char buf[128], *end;
-        cval s = do_strip(v, NULL, 1, 1);
+        cval s = nvfp4m_ct_do_strip(v, NULL, 1, 1);
         size_t k = 0;
         for (size_t i = 0; i < s.u.s.n && k < sizeof buf - 1; i++)
             if (s.u.s.p[i] != '_')
@@ -764,17 +758,18 @@ static int to_int(ctctx *C, const ctnode *at, const cval *v, const cval *def, cv
             long long r = strtoll(buf, &end, 10);
             double d;
             if (!*end) {
-                *out = mkint(r);
+                *out = nvfp4m_ct_mkint(r);
                 return 0;
             }
             d = strtod(buf, &end);
-            if (!*end && isfinite(d) && fabs(d) < 9.2e18 && strchr("0123456789+-.", buf[0])) {
-                *out = mkint((long long)d);
+            if (!*end && isfinite(d) && fabs(d) < 9.2e18 &&
+                strspn(buf, "0123456789+-.eE") == strlen(buf)) {
+                *out = nvfp4m_ct_mkint((long long)d);
                 return 0;
             }
         }
     }
-    *out = def ? *def : mkint(0);
+    *out = def ? *def : nvfp4m_ct_mkint(0);
     return 0;
 }
 
@@ -814,7 +809,8 @@ static int html_escape(ctctx *C, const ctnode *at, const cval *s, cval *out)
  * before splitlines). */
 static int indent(ctctx *C, const ctnode *at, const cval *s, const cargs *a, cval *out)
 {
-    const cval *w = arg(a, 0, "width"), *first = arg(a, 1, "first"), *blank = arg(a, 2, "blank");
+    const cval *w = nvfp4m_ct_arg(a, 0, "width"), *first = nvfp4m_ct_arg(a, 1, "first"),
+               *blank = nvfp4m_ct_arg(a, 2, "blank");
     char spaces[256];
     const char *ind = spaces;
     size_t nind = 4, i = 0, line = 0;
@@ -828,32 +824,38 @@ static int indent(ctctx *C, const ctnode *at, const cval *s, const cargs *a, cva
     } else if (w && (w->t == CV_INT || w->t == CV_BOOL)) {
         nind = w->u.i < 0 ? 0 : w->u.i > 255 ? 255 : (size_t)w->u.i;
     } else if (w) {
-        return fail_arg(C, at, "indent", "width must be an int or a string");
+        return nvfp4m_ct_fail_arg(C, at, "indent", "width must be an int or a string");
     }
     if (first && nvfp4m_ct_truthy(first) && (r = nvfp4m_ct_put(C, at, &b, ind, nind)))
         goto out;
-    while (i < s->u.s.n) {
-        size_t st = i, e, nl;
-        while (i < s->u.s.n && !strchr("\n\r\v\f\x1c\x1d\x1e", s->u.s.p[i]))
-            i++;
-        e = i;
-        nl = i < s->u.s.n ? (s->u.s.p[i] == '\r' && i + 1 < s->u.s.n && s->u.s.p[i + 1] == '\n' ? 2 : 1) : 0;
-        i += nl;
-        if (line > 0) {
-            if ((r = nvfp4m_ct_put(C, at, &b, "\n", 1)))
-                goto out;
-            if ((e > st || (blank && nvfp4m_ct_truthy(blank))) &&
-                (r = nvfp4m_ct_put(C, at, &b, ind, nind)))
-                goto out;
-        }
-        if ((r = nvfp4m_ct_put(C, at, &b, s->u.s.p + st, e - st)))
+    /* the lines of s + "\n", as str.splitlines cuts them */
+    {
+        size_t n = s->u.s.n + 1;
+        char *t = nvfp4m_ct_new(C, at, n + 1);
+        if (!t) {
+            r = -1;
             goto out;
-        line++;
-        if (!nl)
-            break;
+        }
+        memcpy(t, s->u.s.p, s->u.s.n);
+        t[n - 1] = '\n';
+        while (i < n) {
+            size_t st = i, e;
+            while (i < n && !strchr("\n\r\v\f\x1c\x1d\x1e", t[i]))
+                i++;
+            e = i;
+            i += t[i] == '\r' && i + 1 < n && t[i + 1] == '\n' ? 2 : 1;
+            if (line > 0) {
+                if ((r = nvfp4m_ct_put(C, at, &b, "\n", 1)))
+                    goto out;
+                if ((e > st || (blank && nvfp4m_ct_truthy(blank))) &&
+                    (r = nvfp4m_ct_put(C, at, &b, ind, nind)))
+                    goto out;
+            }
+            if ((r = nvfp4m_ct_put(C, at, &b, t + st, e - st)))
+                goto out;
+            line++;
+        }
     }
-    /* the appended newline makes a trailing empty line that splitlines drops,
-     * except the text ended with a line break: then one more empty line */
     r = nvfp4m_ct_str(C, b.p ? b.p : "", b.n, out);
 out:
     free(b.p);
@@ -863,15 +865,17 @@ out:
 int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v,
                      const cargs *a, cval *out)
 {
-    const cval *x = arg(a, 0, NULL);
+    const cval *x = nvfp4m_ct_arg(a, 0, NULL);
     cval s;
     clist *items;
 
     if (!strcmp(name, "default") || !strcmp(name, "d")) {
-        const cval *def = arg(a, 0, "default_value"), *boolean = arg(a, 1, "boolean");
-        int use = v->t == CV_UNDEF || (boolean && nvfp4m_ct_truthy(boolean) && !nvfp4m_ct_truthy(v));
+        const cval *def = nvfp4m_ct_arg(a, 0, "default_value"),
+                   *boolean = nvfp4m_ct_arg(a, 1, "boolean");
+        int use =
+            v->t == CV_UNDEF || (boolean && nvfp4m_ct_truthy(boolean) && !nvfp4m_ct_truthy(v));
         if (use)
-            *out = def ? *def : mkstrv("", 0);
+            *out = def ? *def : nvfp4m_ct_mkstrv("", 0);
         else
             *out = *v;
         return 0;
@@ -880,16 +884,16 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
         return tojson(C, at, v, a, out);
     if (!strcmp(name, "length") || !strcmp(name, "count")) {
         switch (v->t) {
-        case CV_UNDEF: *out = mkint(0); return 0;
+        case CV_UNDEF: *out = nvfp4m_ct_mkint(0); return 0;
         case CV_STR: {
             long long n = 0;
             for (size_t i = 0; i < v->u.s.n; i++)
                 n += ((unsigned char)v->u.s.p[i] & 0xC0) != 0x80;
-            *out = mkint(n);
+            *out = nvfp4m_ct_mkint(n);
             return 0;
         }
-        case CV_LIST: *out = mkint((long long)v->u.l->n); return 0;
-        case CV_DICT: *out = mkint((long long)v->u.d->n); return 0;
+        case CV_LIST: *out = nvfp4m_ct_mkint((long long)v->u.l->n); return 0;
+        case CV_DICT: *out = nvfp4m_ct_mkint((long long)v->u.d->n); return 0;
         default:
             return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "object of type '%s' has no len()",
                                   nvfp4m_ct_type(v));
@@ -898,17 +902,17 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
     if (!strcmp(name, "safe") || !strcmp(name, "string"))
         return nvfp4m_ct_to_str(C, at, v, out);
     if (!strcmp(name, "trim")) {
-        const cval *chars = arg(a, 0, "chars");
+        const cval *chars = nvfp4m_ct_arg(a, 0, "chars");
         if (nvfp4m_ct_to_str(C, at, v, &s))
             return -1;
-        *out = do_strip(&s, chars && chars->t == CV_STR ? chars : NULL, 1, 1);
+        *out = nvfp4m_ct_do_strip(&s, chars && chars->t == CV_STR ? chars : NULL, 1, 1);
         return 0;
     }
     if (!strcmp(name, "lower") || !strcmp(name, "upper") || !strcmp(name, "title") ||
         !strcmp(name, "capitalize")) {
         if (nvfp4m_ct_to_str(C, at, v, &s))
             return -1;
-        return case_map(C, at, &s, name[0] == 't' ? 'j' : name[0], out);
+        return nvfp4m_ct_case_map(C, at, &s, name[0] == 't' ? 'j' : name[0], out);
     }
     if (!strcmp(name, "escape") || !strcmp(name, "e") || !strcmp(name, "forceescape")) {
         if (nvfp4m_ct_to_str(C, at, v, &s))
@@ -916,12 +920,13 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
         return html_escape(C, at, &s, out);
     }
     if (!strcmp(name, "replace")) {
-        const cval *old = arg(a, 0, "old"), *new = arg(a, 1, "new"), *cnt = arg(a, 2, "count");
+        const cval *old = nvfp4m_ct_arg(a, 0, "old"), *new = nvfp4m_ct_arg(a, 1, "new"),
+                   *cnt = nvfp4m_ct_arg(a, 2, "count");
         if (!old || !new || old->t != CV_STR || new->t != CV_STR)
-            return fail_arg(C, at, "replace", "expected two string arguments");
+            return nvfp4m_ct_fail_arg(C, at, "replace", "expected two string arguments");
         if (nvfp4m_ct_to_str(C, at, v, &s))
             return -1;
-        return replace(C, at, &s, old, new, cnt && cnt->t == CV_INT ? cnt->u.i : -1, out);
+        return nvfp4m_ct_replace(C, at, &s, old, new, cnt && cnt->t == CV_INT ? cnt->u.i : -1, out);
     }
     if (!strcmp(name, "indent")) {
         if (nvfp4m_ct_to_str(C, at, v, &s))
@@ -929,9 +934,9 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
         return indent(C, at, &s, a, out);
     }
     if (!strcmp(name, "int"))
-        return to_int(C, at, v, arg(a, 0, "default"), out);
+        return to_int(C, at, v, nvfp4m_ct_arg(a, 0, "default"), out);
     if (!strcmp(name, "float")) {
-        const cval *def = arg(a, 0, "default");
+        const cval *def = nvfp4m_ct_arg(a, 0, "default");
         memset(out, 0, sizeof *out);
         out->t = CV_FLOAT;
         if (v->t == CV_INT || v->t == CV_BOOL || v->t == CV_FLOAT) {
@@ -940,7 +945,7 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
         }
         if (v->t == CV_STR && v->u.s.n && v->u.s.n < 100) {
             char buf[101], *end;
-            cval t = do_strip(v, NULL, 1, 1);
+            cval t = nvfp4m_ct_do_strip(v, NULL, 1, 1);
             memcpy(buf, t.u.s.p, t.u.s.n);
             buf[t.u.s.n] = 0;
             out->u.f = strtod(buf, &end);
@@ -960,7 +965,7 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
             return 0;
         }
         if ((v->t == CV_INT || v->t == CV_BOOL) && v->u.i != LLONG_MIN) {
-            *out = mkint(v->u.i < 0 ? -v->u.i : v->u.i);
+            *out = nvfp4m_ct_mkint(v->u.i < 0 ? -v->u.i : v->u.i);
             return 0;
         }
         return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "bad operand type for abs(): '%s'",
@@ -969,26 +974,26 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
     if (!strcmp(name, "items")) {
         clist *l;
         if (v->t == CV_UNDEF) {
-            if (!(l = list_new(C, at, 0)))
+            if (!(l = nvfp4m_ct_list_new(C, at, 0)))
                 return -1;
-            *out = listv(l, 0);
+            *out = nvfp4m_ct_listv(l, 0);
             return 0;
         }
         if (v->t != CV_DICT)
             return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "items: expected a mapping, got '%s'",
                                   nvfp4m_ct_type(v));
-        if (!(l = list_new(C, at, v->u.d->n)) || nvfp4m_ct_step(C, at, v->u.d->n))
+        if (!(l = nvfp4m_ct_list_new(C, at, v->u.d->n)) || nvfp4m_ct_step(C, at, v->u.d->n))
             return -1;
         for (size_t i = 0; i < v->u.d->n; i++) {
-            clist *p = list_new(C, at, 2);
+            clist *p = nvfp4m_ct_list_new(C, at, 2);
             if (!p)
                 return -1;
             p->v[0] = v->u.d->k[i];
             p->v[1] = v->u.d->v[i];
             p->n = 2;
-            l->v[l->n++] = listv(p, 1);
+            l->v[l->n++] = nvfp4m_ct_listv(p, 1);
         }
-        *out = listv(l, 0);
+        *out = nvfp4m_ct_listv(l, 0);
         return 0;
     }
     if (!strcmp(name, "select") || !strcmp(name, "reject"))
@@ -1011,7 +1016,7 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
         return 0;
     }
     if (!strcmp(name, "list") || !strcmp(name, "reverse")) {
-        clist *l = list_new(C, at, items->n);
+        clist *l = nvfp4m_ct_list_new(C, at, items->n);
         if (!l)
             return -1;
         for (size_t i = 0; i < items->n; i++)
@@ -1027,14 +1032,14 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
             free(b.p);
             return r;
         }
-        *out = listv(l, 0);
+        *out = nvfp4m_ct_listv(l, 0);
         return 0;
     }
     if (!strcmp(name, "join")) {
-        const cval *sep = arg(a, 0, "d"), *attr = arg(a, 1, "attribute");
+        const cval *sep = nvfp4m_ct_arg(a, 0, "d"), *attr = nvfp4m_ct_arg(a, 1, "attribute");
         cbuf b = {0};
         int r = 0;
-        cval sepv = mkstrv("", 0);
+        cval sepv = nvfp4m_ct_mkstrv("", 0);
         if (sep && nvfp4m_ct_to_str(C, at, sep, &sepv))
             return -1;
         for (size_t i = 0; i < items->n && !r; i++) {
@@ -1052,15 +1057,16 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
         return r;
     }
     if (!strcmp(name, "map")) {
-        const cval *attr = arg(a, 99, "attribute"), *def = arg(a, 99, "default");
-        clist *l = list_new(C, at, items->n);
+        const cval *attr = nvfp4m_ct_arg(a, 99, "attribute"),
+                   *def = nvfp4m_ct_arg(a, 99, "default");
+        clist *l = nvfp4m_ct_list_new(C, at, items->n);
         char fname[64];
         cargs rest = *a;
         if (!l)
             return -1;
         if (!attr) {
             if (!x || x->t != CV_STR)
-                return fail_arg(C, at, "map", "expected attribute= or a filter name");
+                return nvfp4m_ct_fail_arg(C, at, "map", "expected attribute= or a filter name");
             snprintf(fname, sizeof fname, "%.*s", (int)x->u.s.n, x->u.s.p);
             if (!nvfp4m_ct_known_filter(fname))
                 return nvfp4m_ct_fail(C, at, NVFP4_ERR_UNSUPPORTED,
@@ -1080,12 +1086,12 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
             }
         }
         l->n = items->n;
-        *out = listv(l, 0);
+        *out = nvfp4m_ct_listv(l, 0);
         return 0;
     }
     if (!strcmp(name, "sum")) {
-        const cval *attr = arg(a, 99, "attribute"), *start = arg(a, 1, "start");
-        cval acc = start ? *start : mkint(0);
+        const cval *attr = nvfp4m_ct_arg(a, 99, "attribute"), *start = nvfp4m_ct_arg(a, 1, "start");
+        cval acc = start ? *start : nvfp4m_ct_mkint(0);
         for (size_t i = 0; i < items->n; i++) {
             cval it = items->v[i], r;
             cargs none = {0};
@@ -1100,11 +1106,12 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
                 memset(&r, 0, sizeof r);
                 r.t = CV_FLOAT;
                 r.u.f = fa + fb;
-            } else if ((it.t == CV_INT || it.t == CV_BOOL) && (acc.t == CV_INT || acc.t == CV_BOOL)) {
+            } else if ((it.t == CV_INT || it.t == CV_BOOL) &&
+                       (acc.t == CV_INT || acc.t == CV_BOOL)) {
                 long long z;
                 if (__builtin_add_overflow(acc.u.i, it.u.i, &z))
                     return nvfp4m_ct_fail(C, at, NVFP4_ERR_UNSUPPORTED, "sum: beyond 64 bits");
-                r = mkint(z);
+                r = nvfp4m_ct_mkint(z);
             } else {
                 return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "sum: unsupported item type '%s'",
                                       nvfp4m_ct_type(&it));
@@ -1115,404 +1122,4 @@ int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v
         return 0;
     }
     return nvfp4m_ct_fail(C, at, NVFP4_ERR_UNSUPPORTED, "filter '%s' is not supported", name);
-}
-
-/* ---- methods -------------------------------------------------------------- */
-
-enum {
-    M_STARTSWITH, M_ENDSWITH, M_STRIP, M_LSTRIP, M_RSTRIP, M_SPLIT, M_RSPLIT, M_UPPER, M_LOWER,
-    M_REPLACE, M_TITLE, M_CAPITALIZE, M_FORMAT, M_JOIN, M_FIND, M_COUNT, M_REMOVEPREFIX,
-    M_REMOVESUFFIX, M_ISDIGIT, M_ISALPHA, M_ISSPACE, M_SPLITLINES, M_STR_END,
-    M_GET = 100, M_ITEMS, M_KEYS, M_VALUES, M_CYCLE = 200
-};
-
-static const char *const str_methods[] = {
-    "startswith", "endswith", "strip", "lstrip", "rstrip", "split", "rsplit", "upper", "lower",
-    "replace", "title", "capitalize", "format", "join", "find", "count", "removeprefix",
-    "removesuffix", "isdigit", "isalpha", "isspace", "splitlines"};
-static const char *const dict_methods[] = {"get", "items", "keys", "values"};
-
-static int name_is(const char *name, size_t n, const char *s)
-{
-    return strlen(s) == n && !memcmp(name, s, n);
-}
-
-int nvfp4m_ct_method_id(const cval *self, const char *name, size_t n)
-{
-    if (self->t == CV_STR) {
-        for (int i = 0; i < M_STR_END; i++)
-            if (name_is(name, n, str_methods[i]))
-                return i;
-    } else if (self->t == CV_DICT) {
-        for (int i = 0; i < 4; i++)
-            if (name_is(name, n, dict_methods[i]))
-                return M_GET + i;
-    } else if (self->t == CV_LOOP && name_is(name, n, "cycle")) {
-        return M_CYCLE;
-    }
-    return -1;
-}
-
-static int affix(const cval *s, const cval *p, int end)
-{
-    if (p->t != CV_STR || p->u.s.n > s->u.s.n)
-        return 0;
-    return !memcmp(s->u.s.p + (end ? s->u.s.n - p->u.s.n : 0), p->u.s.p, p->u.s.n);
-}
-
-/* str.format with {} / {0} / {name} fields, no format specs */
-static int str_format(ctctx *C, const ctnode *at, const cval *fmt, const cargs *a, cval *out)
-{
-    cbuf b = {0};
-    size_t auto_i = 0, i = 0;
-    const char *p = fmt->u.s.p;
-    size_t n = fmt->u.s.n;
-    int r = 0;
-
-    while (i < n && !r) {
-        if (p[i] == '{' && i + 1 < n && p[i + 1] == '{') {
-            r = nvfp4m_ct_put(C, at, &b, "{", 1);
-            i += 2;
-        } else if (p[i] == '}' && i + 1 < n && p[i + 1] == '}') {
-            r = nvfp4m_ct_put(C, at, &b, "}", 1);
-            i += 2;
-        } else if (p[i] == '{') {
-            size_t e = i + 1;
-            const cval *v = NULL;
-            char key[64];
-            while (e < n && p[e] != '}')
-                e++;
-            if (e >= n || e - i - 1 >= sizeof key) {
-                r = fail_arg(C, at, "format", "unmatched '{' in format string");
-                break;
-            }
-            snprintf(key, sizeof key, "%.*s", (int)(e - i - 1), p + i + 1);
-            if (strpbrk(key, ":!.[")) {
-                r = nvfp4m_ct_fail(C, at, NVFP4_ERR_UNSUPPORTED,
-                                   "format: field specs ('{%s}') are not supported", key);
-                break;
-            }
-            if (!key[0])
-                v = arg(a, auto_i++, NULL);
-            else if (key[0] >= '0' && key[0] <= '9')
-                v = arg(a, (size_t)atoi(key), NULL);
-            else
-                v = arg(a, 999999, key);
-            if (!v) {
-                r = fail_arg(C, at, "format", "missing argument for a replacement field");
-                break;
-            }
-            r = nvfp4m_ct_write(C, at, &b, v, 0, 0);
-            i = e + 1;
-        } else {
-            size_t st = i;
-            while (i < n && p[i] != '{' && p[i] != '}')
-                i++;
-            if (i == st) {
-                r = fail_arg(C, at, "format", "single '}' in format string");
-                break;
-            }
-            r = nvfp4m_ct_put(C, at, &b, p + st, i - st);
-        }
-    }
-    if (!r)
-        r = nvfp4m_ct_str(C, b.p ? b.p : "", b.n, out);
-    free(b.p);
-    return r;
-}
-
-int nvfp4m_ct_method(ctctx *C, const ctnode *at, const cmethod *m, const cargs *a, cval *out)
-{
-    const cval *self = &m->self, *x = arg(a, 0, NULL), *y = arg(a, 1, NULL);
-
-    if (m->id == M_CYCLE) {
-        size_t k = npositional(a);
-        if (!k)
-            return fail_arg(C, at, "loop.cycle", "no items to cycle");
-        *out = *arg(a, self->u.loop->i % k, NULL);
-        return 0;
-    }
-    if (m->id >= M_GET) {
-        const cdict *d = self->u.d;
-        clist *l;
-        if (m->id == M_GET) {
-            const cval *v;
-            if (!x)
-                return fail_arg(C, at, "get", "expected a key");
-            v = x->t == CV_STR ? nvfp4m_ct_dict_get(d, x->u.s.p, x->u.s.n) : NULL;
-            if (v)
-                *out = *v;
-            else if (y)
-                *out = *y;
-            else {
-                memset(out, 0, sizeof *out);
-                out->t = CV_NONE;
-            }
-            return 0;
-        }
-        if (!(l = list_new(C, at, d->n)) || nvfp4m_ct_step(C, at, d->n))
-            return -1;
-        for (size_t i = 0; i < d->n; i++) {
-            if (m->id == M_ITEMS) {
-                clist *p = list_new(C, at, 2);
-                if (!p)
-                    return -1;
-                p->v[0] = d->k[i];
-                p->v[1] = d->v[i];
-                p->n = 2;
-                l->v[i] = listv(p, 1);
-            } else {
-                l->v[i] = m->id == M_KEYS ? d->k[i] : d->v[i];
-            }
-        }
-        l->n = d->n;
-        *out = listv(l, 0);
-        return 0;
-    }
-    switch (m->id) {
-    case M_STARTSWITH: case M_ENDSWITH: {
-        int end = m->id == M_ENDSWITH, r = 0;
-        if (!x)
-            return fail_arg(C, at, str_methods[m->id], "expected a prefix");
-        if (x->t == CV_LIST && x->tuple) {
-            for (size_t i = 0; i < x->u.l->n && !r; i++)
-                r = affix(self, &x->u.l->v[i], end);
-        } else if (x->t == CV_STR) {
-            r = affix(self, x, end);
-        } else {
-            return fail_arg(C, at, str_methods[m->id], "expected a string or a tuple of strings");
-        }
-        *out = mkbool(r);
-        return 0;
-    }
-    case M_STRIP: case M_LSTRIP: case M_RSTRIP:
-        if (x && x->t != CV_STR && x->t != CV_NONE)
-            return need_str(C, at, x, str_methods[m->id]);
-        *out = do_strip(self, x && x->t == CV_STR ? x : NULL, m->id != M_RSTRIP, m->id != M_LSTRIP);
-        return 0;
-    case M_SPLIT: case M_RSPLIT: {
-        const cval *sep = arg(a, 0, "sep"), *ms = arg(a, 1, "maxsplit");
-        long long maxs = ms && ms->t == CV_INT ? ms->u.i : -1;
-        if (m->id == M_RSPLIT && maxs >= 0)
-            return nvfp4m_ct_fail(C, at, NVFP4_ERR_UNSUPPORTED, "rsplit with maxsplit is not supported");
-        return split(C, at, self, sep, maxs, out);
-    }
-    case M_UPPER: return case_map(C, at, self, 'u', out);
-    case M_LOWER: return case_map(C, at, self, 'l', out);
-    case M_TITLE: return case_map(C, at, self, 't', out);
-    case M_CAPITALIZE: return case_map(C, at, self, 'c', out);
-    case M_REPLACE: {
-        const cval *cnt = arg(a, 2, "count");
-        if (!x || !y || x->t != CV_STR || y->t != CV_STR)
-            return fail_arg(C, at, "replace", "expected two string arguments");
-        return replace(C, at, self, x, y, cnt && cnt->t == CV_INT ? cnt->u.i : -1, out);
-    }
-    case M_FORMAT: return str_format(C, at, self, a, out);
-    case M_JOIN: {
-        clist *items;
-        cbuf b = {0};
-        int r = 0;
-        if (!x || nvfp4m_ct_iter(C, at, x, &items) || nvfp4m_ct_step(C, at, items->n))
-            return x ? -1 : fail_arg(C, at, "join", "expected an iterable");
-        for (size_t i = 0; i < items->n && !r; i++) {
-            if (items->v[i].t != CV_STR) {
-                r = nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID,
-                                   "join: sequence item %zu: expected str instance, %s found", i,
-                                   nvfp4m_ct_type(&items->v[i]));
-                break;
-            }
-            if (i)
-                r = nvfp4m_ct_put(C, at, &b, self->u.s.p, self->u.s.n);
-            if (!r)
-                r = nvfp4m_ct_put(C, at, &b, items->v[i].u.s.p, items->v[i].u.s.n);
-        }
-        if (!r)
-            r = nvfp4m_ct_str(C, b.p ? b.p : "", b.n, out);
-        free(b.p);
-        return r;
-    }
-    case M_FIND: case M_COUNT: {
-        long long j, cnt = 0;
-        size_t from = 0;
-        if (!x || x->t != CV_STR)
-            return need_str(C, at, x ? x : self, str_methods[m->id]);
-        if (nvfp4m_ct_step(C, at, self->u.s.n / 64 + 1))
-            return -1;
-        if (m->id == M_FIND) {
-            j = find_ll(self, x, 0);
-            if (j > 0) {                /* code points before the match */
-                long long k = 0;
-                for (long long i = 0; i < j; i++)
-                    k += ((unsigned char)self->u.s.p[i] & 0xC0) != 0x80;
-                j = k;
-            }
-            *out = mkint(j);
-            return 0;
-        }
-        if (x->u.s.n == 0) {
-            long long k = 1;
-            for (size_t i = 0; i < self->u.s.n; i++)
-                k += ((unsigned char)self->u.s.p[i] & 0xC0) != 0x80;
-            *out = mkint(k);
-            return 0;
-        }
-        while ((j = find_ll(self, x, from)) >= 0) {
-            cnt++;
-            from = (size_t)j + x->u.s.n;
-        }
-        *out = mkint(cnt);
-        return 0;
-    }
-    case M_REMOVEPREFIX: case M_REMOVESUFFIX:
-        if (!x || x->t != CV_STR)
-            return need_str(C, at, x ? x : self, str_methods[m->id]);
-        *out = *self;
-        if (affix(self, x, m->id == M_REMOVESUFFIX)) {
-            out->u.s.n -= x->u.s.n;
-            if (m->id == M_REMOVEPREFIX)
-                out->u.s.p += x->u.s.n;
-        }
-        return 0;
-    case M_ISDIGIT: case M_ISALPHA: case M_ISSPACE: {
-        int ok = self->u.s.n > 0;
-        for (size_t i = 0; i < self->u.s.n && ok; i++) {
-            char c = self->u.s.p[i];
-            ok = m->id == M_ISDIGIT ? (c >= '0' && c <= '9')
-               : m->id == M_ISALPHA ? is_cased(c) : ws_len(self->u.s.p + i, 1) == 1;
-        }
-        *out = mkbool(ok);
-        return 0;
-    }
-    case M_SPLITLINES: {
-        clist *l = list_new(C, at, 0);
-        size_t cap = 0, i = 0, n = self->u.s.n;
-        const char *p = self->u.s.p;
-        if (!l)
-            return -1;
-        while (i < n) {
-            size_t st = i;
-            cval v;
-            while (i < n && !strchr("\n\r\v\f\x1c\x1d\x1e", p[i]))
-                i++;
-            v = mkstrv(p + st, i - st);
-            if (list_push(C, at, l, &cap, &v))
-                return -1;
-            if (i < n)
-                i += p[i] == '\r' && i + 1 < n && p[i + 1] == '\n' ? 2 : 1;
-        }
-        *out = listv(l, 0);
-        return 0;
-    }
-    default:
-        return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "internal: unknown method");
-    }
-}
-
-/* ---- globals -------------------------------------------------------------- */
-
-enum { G_RANGE, G_NAMESPACE, G_DICT, G_RAISE, G_STRFTIME, G_END };
-static const char *const global_names[] = {"range", "namespace", "dict", "raise_exception",
-                                           "strftime_now"};
-
-int nvfp4m_ct_global(const char *name, size_t n)
-{
-    for (int i = 0; i < G_END; i++)
-        if (name_is(name, n, global_names[i]))
-            return i;
-    return -1;
-}
-
-#define MAX_RANGE 100000   /* jinja2's sandbox refuses longer ranges */
-
-int nvfp4m_ct_call_global(ctctx *C, const ctnode *at, int fn, const cargs *a, cval *out)
-{
-    switch (fn) {
-    case G_RANGE: {
-        long long v[3] = {0, 0, 1}, cnt = 0;
-        size_t k = npositional(a);
-        clist *l;
-        if (k < 1 || k > 3 || k != a->n)
-            return fail_arg(C, at, "range", "expected 1 to 3 integer arguments");
-        for (size_t i = 0; i < k; i++) {
-            if (a->v[i].t != CV_INT && a->v[i].t != CV_BOOL)
-                return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID,
-                                      "range: '%s' object cannot be interpreted as an integer",
-                                      nvfp4m_ct_type(&a->v[i]));
-            v[k == 1 ? 1 : i] = a->v[i].u.i;
-        }
-        if (v[2] == 0)
-            return fail_arg(C, at, "range", "arg 3 must not be zero");
-        if (v[2] > 0 && v[1] > v[0])
-            cnt = (long long)(((__int128)v[1] - v[0] - 1) / v[2] + 1);
-        else if (v[2] < 0 && v[0] > v[1])
-            cnt = (long long)(((__int128)v[0] - v[1] - 1) / -(__int128)v[2] + 1);
-        if (cnt > MAX_RANGE || cnt < 0)
-            return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID,
-                                  "range too big: the sandbox blocks ranges larger than %d",
-                                  MAX_RANGE);
-        if (!(l = list_new(C, at, (size_t)cnt)) || nvfp4m_ct_step(C, at, (size_t)cnt))
-            return -1;
-        for (long long i = 0; i < cnt; i++)
-            l->v[i] = mkint(v[0] + i * v[2]);
-        l->n = (size_t)cnt;
-        *out = listv(l, 0);
-        return 0;
-    }
-    case G_NAMESPACE: case G_DICT: {
-        cdict *d = alloc(C, at, sizeof *d);
-        if (!d)
-            return -1;
-        for (size_t i = 0; i < a->n; i++) {
-            if (a->names[i]) {
-                cval k;
-                if (nvfp4m_ct_str(C, a->names[i], strlen(a->names[i]), &k) ||
-                    nvfp4m_ct_dict_set(C, d, &k, &a->v[i]))
-                    return -1;
-            } else if (a->v[i].t == CV_DICT && i == 0) {
-                for (size_t j = 0; j < a->v[i].u.d->n; j++)
-                    if (nvfp4m_ct_dict_set(C, d, &a->v[i].u.d->k[j], &a->v[i].u.d->v[j]))
-                        return -1;
-            } else {
-                return fail_arg(C, at, global_names[fn], "expected keyword arguments or a dict");
-            }
-        }
-        memset(out, 0, sizeof *out);
-        out->t = fn == G_NAMESPACE ? CV_NS : CV_DICT;
-        out->u.d = d;
-        return 0;
-    }
-    case G_RAISE: {
-        cval s;
-        const cval *msg = arg(a, 0, NULL);
-        if (!msg || nvfp4m_ct_to_str(C, at, msg, &s))
-            return msg ? -1 : fail_arg(C, at, "raise_exception", "expected a message");
-        if (!C->failed) {
-            C->failed = 1;
-            nvfp4_error_set(C->err, NVFP4_ERR_INVALID, NULL, NULL, (int64_t)at->off, "%.*s",
-                            (int)(s.u.s.n > 500 ? 500 : s.u.s.n), s.u.s.p);
-            if (C->err)
-                snprintf(C->err->key, sizeof C->err->key, "raise_exception");
-        }
-        return -1;
-    }
-    case G_STRFTIME: {
-        const cval *f = arg(a, 0, NULL);
-        char fmt[256], res[512];
-        struct tm tm;
-        time_t now = C->now >= 0 ? (time_t)C->now : time(NULL);
-        size_t n;
-        if (!f || f->t != CV_STR || f->u.s.n >= sizeof fmt)
-            return fail_arg(C, at, "strftime_now", "expected a format string");
-        memcpy(fmt, f->u.s.p, f->u.s.n);
-        fmt[f->u.s.n] = 0;
-        if (C->now >= 0 ? !gmtime_r(&now, &tm) : !localtime_r(&now, &tm))
-            return fail_arg(C, at, "strftime_now", "the time cannot be represented");
-        n = f->u.s.n ? strftime(res, sizeof res, fmt, &tm) : 0;
-        if (f->u.s.n && n == 0)
-            return fail_arg(C, at, "strftime_now", "result longer than 511 bytes or empty");
-        return nvfp4m_ct_str(C, res, n, out);
-    }
-    default:
-        return nvfp4m_ct_fail(C, at, NVFP4_ERR_INVALID, "internal: unknown function");
-    }
 }

@@ -19,6 +19,7 @@ typedef struct {
     ctchunk *head;
     size_t used;              /* bytes handed out, all chunks */
     size_t cap;               /* refuse beyond this (0: unbounded) */
+    int over;                 /* a request was refused for the cap */
 } ctarena;
 
 void *nvfp4m_ct_alloc(ctarena *a, size_t n);      /* zeroed; NULL when over cap */
@@ -82,6 +83,37 @@ nvfp4_status nvfp4m_ct_error(nvfp4_error *err, nvfp4_status st, const char *name
                              const char *src, size_t off, const char *fmt, ...)
     NVFP4_PRINTF(6, 7);
 
+/* ---- lexer -> parser (chat-template-lex.c, chat-template-parse.c) ---- */
+
+enum { T_EOF, T_DATA, T_VBEGIN, T_VEND, T_BBEGIN, T_BEND, T_NAME, T_STR, T_INT, T_FLOAT, T_OP };
+
+typedef struct {
+    int t;
+    size_t off;
+    const char *p;            /* data, name, decoded string */
+    size_t n;
+    long long i;
+    double f;
+    int op;
+} ctok;
+
+typedef struct {
+    nvfp4_chat_template *t;
+    nvfp4_error *err;
+    ctarena *ar;
+    ctok *toks;
+    size_t ntoks, cap, pos;
+    int depth, loops, failed;
+    nvfp4_status st;
+} parser;
+
+#define MAX_PARSE_DEPTH 200
+
+void *nvfp4m_ct_pfail(parser *P, nvfp4_status st, size_t off, const char *fmt, ...)
+    NVFP4_PRINTF(4, 5);
+void *nvfp4m_ct_poom(parser *P);
+int nvfp4m_ct_lex(parser *P);
+
 /* ---- values (chat-template-eval.c, chat-template-builtins.c) ---- */
 
 typedef enum {
@@ -94,6 +126,7 @@ typedef struct clist clist;
 typedef struct cdict cdict;
 typedef struct cloop cloop;
 typedef struct cmethod cmethod;
+typedef struct ctframe ctframe;
 
 struct cval {
     unsigned char t;
@@ -108,7 +141,7 @@ struct cval {
         clist *l;
         cdict *d;             /* DICT, NS (mutable) */
         cloop *loop;
-        const ctnode *m;      /* MACRO */
+        struct cmacro *mac;   /* MACRO */
         cmethod *bm;
         int fn;               /* FUNC */
     } u;
@@ -125,6 +158,10 @@ struct cloop {
     const clist *items;
     size_t i;
 };
+struct cmacro {
+    const ctnode *m;          /* the macro statement */
+    ctframe *closure;         /* the scope it was defined in */
+};
 struct cmethod {
     cval self;
     int id;
@@ -135,13 +172,13 @@ typedef struct {
     size_t n, cap;
 } cbuf;
 
-typedef struct ctframe ctframe;
 typedef struct {
     const nvfp4_chat_template *t;
     nvfp4_error *err;
     ctarena ar;
     size_t steps, max_steps, max_output;
     int depth, max_depth, ctl, failed;
+    int edepth;               /* nesting of expression evaluation */
     int64_t now;
     ctframe *root;
 } ctctx;
@@ -156,6 +193,7 @@ typedef struct {
 int nvfp4m_ct_fail(ctctx *C, const ctnode *at, nvfp4_status st, const char *fmt, ...)
     NVFP4_PRINTF(4, 5);
 int nvfp4m_ct_step(ctctx *C, const ctnode *at, size_t n);
+int nvfp4m_ct_nomem(ctctx *C, const ctnode *at);
 int nvfp4m_ct_put(ctctx *C, const ctnode *at, cbuf *b, const char *s, size_t n);
 int nvfp4m_ct_write(ctctx *C, const ctnode *at, cbuf *b, const cval *v, int repr, int depth);
 int nvfp4m_ct_to_str(ctctx *C, const ctnode *at, const cval *v, cval *out);
@@ -169,9 +207,30 @@ int nvfp4m_ct_iter(ctctx *C, const ctnode *at, const cval *v, clist **out);
 int nvfp4m_ct_str(ctctx *C, const char *p, size_t n, cval *out);   /* copies */
 int nvfp4m_ct_dict_set(ctctx *C, cdict *d, const cval *k, const cval *v);
 const cval *nvfp4m_ct_dict_get(const cdict *d, const char *k, size_t n);
-int nvfp4m_ct_call_macro(ctctx *C, const ctnode *at, const ctnode *m, const cargs *a, cval *out);
+int nvfp4m_ct_call_macro(ctctx *C, const ctnode *at, const struct cmacro *mac, const cargs *a,
+                         cval *out);
 const char *nvfp4m_ct_type(const cval *v);
 int nvfp4m_ct_undef_error(ctctx *C, const ctnode *at, const cval *v);
+
+/* shared by chat-template-value.c and chat-template-eval.c */
+struct ctframe {
+    ctframe *parent;
+    size_t n, cap;
+    const char **names;
+    size_t *lens;
+    cval *vals;
+};
+
+void *nvfp4m_ct_new(ctctx *C, const ctnode *at, size_t n);
+int nvfp4m_ct_buf_value(ctctx *C, cbuf *b, cval *out);
+cval nvfp4m_ct_undef(const char *name, size_t n);
+ctframe *nvfp4m_ct_frame_new(ctctx *C, const ctnode *at, ctframe *parent);
+int nvfp4m_ct_frame_set(ctctx *C, const ctnode *at, ctframe *f, const char *name, size_t n,
+                        const cval *v);
+const cval *nvfp4m_ct_frame_get(const ctframe *f, const char *name, size_t n);
+int nvfp4m_ct_is_num(const cval *v);
+double nvfp4m_ct_num(const cval *v);
+int nvfp4m_ct_do_slice(ctctx *C, const ctnode *at, const cval *obj, const cval *sv, cval *out);
 
 /* builtins (chat-template-builtins.c) */
 int nvfp4m_ct_filter(ctctx *C, const ctnode *at, const char *name, const cval *v,
@@ -184,5 +243,25 @@ int nvfp4m_ct_global(const char *name, size_t n);                       /* -1: n
 int nvfp4m_ct_call_global(ctctx *C, const ctnode *at, int fn, const cargs *a, cval *out);
 int nvfp4m_ct_known_filter(const char *name);
 int nvfp4m_ct_known_test(const char *name);
+/* helpers shared by chat-template-builtins.c and chat-template-methods.c */
+int nvfp4m_ct_fail_arg(ctctx *C, const ctnode *at, const char *fn, const char *what);
+const cval *nvfp4m_ct_arg(const cargs *a, size_t pos, const char *name);
+size_t nvfp4m_ct_npositional(const cargs *a);
+cval nvfp4m_ct_mkint(long long i);
+cval nvfp4m_ct_mkbool(int b);
+cval nvfp4m_ct_mkstrv(const char *p, size_t n);
+clist *nvfp4m_ct_list_new(ctctx *C, const ctnode *at, size_t n);
+cval nvfp4m_ct_listv(clist *l, int tuple);
+int nvfp4m_ct_need_str(ctctx *C, const ctnode *at, const cval *v, const char *fn);
+size_t nvfp4m_ct_ws_len(const char *s, size_t n);
+cval nvfp4m_ct_do_strip(const cval *s, const cval *chars, int left, int right);
+int nvfp4m_ct_is_cased(char c);
+int nvfp4m_ct_case_map(ctctx *C, const ctnode *at, const cval *s, int mode, cval *out);
+long long nvfp4m_ct_find_ll(const cval *hay, const cval *needle, size_t from);
+int nvfp4m_ct_replace(ctctx *C, const ctnode *at, const cval *s, const cval *old, const cval *new,
+                      long long count, cval *out);
+int nvfp4m_ct_list_push(ctctx *C, const ctnode *at, clist *l, size_t *cap, const cval *v);
+int nvfp4m_ct_split(ctctx *C, const ctnode *at, const cval *s, const cval *sep, long long maxsplit,
+                    cval *out);
 
 #endif

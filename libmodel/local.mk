@@ -16,9 +16,12 @@ libmodel_libnvfp4_model_la_SOURCES = \
 	%reldir%/tokenizer-split.c \
 	%reldir%/chat-template-internal.h \
 	%reldir%/chat-template.c \
+	%reldir%/chat-template-lex.c \
 	%reldir%/chat-template-parse.c \
+	%reldir%/chat-template-value.c \
 	%reldir%/chat-template-eval.c \
-	%reldir%/chat-template-builtins.c
+	%reldir%/chat-template-builtins.c \
+	%reldir%/chat-template-methods.c
 libmodel_libnvfp4_model_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(PCRE2_CFLAGS) \
 	$(ICU_CFLAGS)
 libmodel_libnvfp4_model_la_LIBADD = libkernels/libnvfp4-kernels.la \

@@ -44,6 +44,15 @@ tests_test_tokenizer_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kern
 	libquant/libnvfp4-quant.la libformat/libnvfp4-format.la $(CHECK_LIBS) $(JANSSON_LIBS)
 TESTS += tests/test-tokenizer
 
+check_PROGRAMS += tests/test-template
+tests_test_template_SOURCES = %reldir%/test-template.c %reldir%/testutil.h
+tests_test_template_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_template_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS) -pthread
+tests_test_template_LDFLAGS = -pthread
+tests_test_template_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.la \
+	libquant/libnvfp4-quant.la libformat/libnvfp4-format.la $(CHECK_LIBS) $(JANSSON_LIBS)
+TESTS += tests/test-template
+
 check_PROGRAMS += tests/test-kernels
 tests_test_kernels_SOURCES = %reldir%/test-kernels.c %reldir%/testutil.h %reldir%/kref.h
 tests_test_kernels_CPPFLAGS = $(TEST_CPPFLAGS)
@@ -131,6 +140,10 @@ tests_test_gpu_model_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kern
 	$(JANSSON_LIBS) $(LIBM)
 TESTS += tests/test-gpu-model
 endif
+
+# nvfp4 template and generate --chat (shell)
+TESTS += tests/template.test
+EXTRA_DIST += tests/template.test
 
 # Programs built against the INSTALLED libraries with pkg-config alone:
 # consumer-format with only `pkg-config nvfp4-format` (the format layer

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "cli-model.h"
 
 static void help(FILE *out)
@@ -22,6 +24,8 @@ static void help(FILE *out)
             "  --top-p P           nucleus sampling mass (default 1)\n"
             "  --seed S            random seed for sampling (default 0)\n"
             "  --bos               start the prompt with the model's BOS token\n"
+            "  --chat              put the prompt through MODEL's chat template as one user\n"
+            "                      message, with the generation prompt; print the reply only\n"
             "  --stats             print speed statistics on stderr\n"
             "%s"
             "  -h, --help          show this help\n",
@@ -35,9 +39,28 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* PROMPT as one user message through MODEL's chat template, as
+ * apply_chat_template(add_generation_prompt=True) makes it. */
+static char *chat_prompt(const char *model, const char *prompt, nvfp4_error *err)
+{
+    nvfp4_chat_template *t = nvfp4_chat_template_load(model, err);
+    json_t *msgs = t ? json_pack("[{s:s, s:s}]", "role", "user", "content", prompt) : NULL;
+    char *js = msgs ? json_dumps(msgs, JSON_COMPACT) : NULL, *out = NULL;
+
+    if (js)
+        out = nvfp4_chat_template_render(t, js, "{\"add_generation_prompt\": true}", NULL, NULL,
+                                         err);
+    else if (t)
+        nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, "--prompt", -1, "not valid UTF-8");
+    free(js);
+    json_decref(msgs);
+    nvfp4_chat_template_free(t);
+    return out;
+}
+
 static int run(int argc, char **argv)
 {
-    enum { OPT_PROMPT = CLI_OPT_OTHER, OPT_TEMP, OPT_TOPP, OPT_SEED, OPT_BOS, OPT_STATS };
+    enum { OPT_PROMPT = CLI_OPT_OTHER, OPT_TEMP, OPT_TOPP, OPT_SEED, OPT_BOS, OPT_STATS, OPT_CHAT };
     static const struct option opts[] = {CLI_MODEL_LONG_OPTIONS,
                                          {"prompt", required_argument, NULL, OPT_PROMPT},
                                          {"tokens", required_argument, NULL, 'n'},
@@ -46,13 +69,15 @@ static int run(int argc, char **argv)
                                          {"seed", required_argument, NULL, OPT_SEED},
                                          {"bos", no_argument, NULL, OPT_BOS},
                                          {"stats", no_argument, NULL, OPT_STATS},
+                                         {"chat", no_argument, NULL, OPT_CHAT},
                                          {NULL, 0, NULL, 0}};
     cli_model_opts mo = {0};
     const char *prompt = NULL;
     long ntok = 64;
     double temp = 0, topp = 1, t0, t1, t2;
     unsigned long long seed = 0;
-    int bos = 0, stats = 0, c, rc = CLI_OK;
+    int bos = 0, stats = 0, chat = 0, c, rc = CLI_OK;
+    char *chat_text = NULL;
     const nvfp4_tokenizer *tok;
     nvfp4_model *m = NULL;
     nvfp4_context *ctx = NULL;
@@ -98,6 +123,7 @@ static int run(int argc, char **argv)
             break;
         case OPT_BOS: bos = 1; break;
         case OPT_STATS: stats = 1; break;
+        case OPT_CHAT: chat = 1; break;
         default:
             return cli_usage(&cli_generate, "unknown option '%s'", argv[optind - 1]);
         }
@@ -115,6 +141,10 @@ static int run(int argc, char **argv)
     if (!tok) {
         rc = cli_fail("%s: no tokenizer.json beside the model; use 'nvfp4 logits' with "
                       "token ids instead", argv[optind]);
+        goto out;
+    }
+    if (chat && !(prompt = chat_text = chat_prompt(argv[optind], prompt, &err))) {
+        rc = cli_fail_error(&err);
         goto out;
     }
     if (nvfp4_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n, &err)) {
@@ -143,7 +173,8 @@ static int run(int argc, char **argv)
         goto out;
     }
     nvfp4_sampler_init(&smp, (float)temp, (float)topp, seed);
-    fputs(prompt, stdout);
+    if (!chat)
+        fputs(prompt, stdout);
     fflush(stdout);
     t1 = now();
     if (!(ctx = cli_context_one(m, pos + (size_t)ntok, pos, &seq))) {
@@ -179,6 +210,7 @@ static int run(int argc, char **argv)
                 produced, produced > 1 ? (double)(produced - 1) / (t3 - t2) : 0.0);
     }
 out:
+    free(chat_text);
     free(ids);
     free(all);
     free(logits);
