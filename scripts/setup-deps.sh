@@ -24,10 +24,10 @@ SUDO=
 
 # Build: autotools, libtool, pkg-config, gcc (OpenMP).  Libraries: jansson
 # (JSON), PCRE2 (tokenizer pre-tokenizer regex), ICU (NFC normalization of
-# tokenizers that ask for it), Check (tests).  OpenBLAS only
+# tokenizers that ask for it), libmicrohttpd (nvfp4 serve), Check (tests).  OpenBLAS only
 # for the benchmark baseline.  valgrind for the memory check of the test suite.
 PKGS="build-essential autoconf automake libtool pkg-config \
-libjansson-dev libpcre2-dev libicu-dev check libopenblas-dev valgrind python3 python3-venv"
+libjansson-dev libpcre2-dev libicu-dev libmicrohttpd-dev check libopenblas-dev valgrind python3 python3-venv"
 
 missing=
 for p in $PKGS; do
