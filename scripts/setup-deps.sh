@@ -3,7 +3,8 @@
 # Install what nvfp4 needs on a fresh Debian machine (run as root, or with sudo
 # available).  Idempotent.
 #
-#   scripts/setup-deps.sh            build and test dependencies (C only)
+#   scripts/setup-deps.sh            build and test dependencies (C, and the
+#                                    openai client's venv build/venv-serve)
 #   scripts/setup-deps.sh --python   also the pinned Python venv in build/venv
 #                                    (reference models, fixtures, baselines)
 #   scripts/setup-deps.sh --gpu      also the GPU toolchains' extra packages
@@ -39,6 +40,10 @@ if [ -n "$missing" ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
+
+# The openai client for nvfp4 serve's tests (small; build/venv-serve).
+"$ROOT/scripts/setup-serve-venv.sh" ||
+    echo "setup-deps: no build/venv-serve (tests/serve/serve-openai.test will SKIP)" >&2
 
 if [ "$want_gpu" = 1 ] && [ -x "$ROOT/scripts/setup-gpu-deps.sh" ]; then
     "$ROOT/scripts/setup-gpu-deps.sh"

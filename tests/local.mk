@@ -112,3 +112,16 @@ installcheck-local:
 check-real: all
 	$(SHELL) $(srcdir)/scripts/check-real.sh $(abs_top_builddir)/tools/nvfp4
 .PHONY: check-real
+
+# nvfp4 serve end to end (tests/serve/serve.test): plain HTTP always, the
+# real openai client when build/venv-serve exists (scripts/setup-serve-venv.sh).
+EXTRA_DIST += %reldir%/serve/serve.test %reldir%/serve/serve-http.test \
+	%reldir%/serve/serve-openai.test %reldir%/serve/serve_common.py \
+	%reldir%/serve/serve_http.py %reldir%/serve/serve_openai.py
+if HAVE_MHD
+TESTS += %reldir%/serve/serve-http.test %reldir%/serve/serve-openai.test
+endif
+clean-local: clean-serve-tests
+clean-serve-tests:
+	rm -rf tests/serve-http.d tests/serve-openai.d
+.PHONY: clean-serve-tests
