@@ -12,7 +12,12 @@ libmodel_libnvfp4_model_la_SOURCES = \
 	%reldir%/eval.c \
 	%reldir%/tokenizer-internal.h \
 	%reldir%/tokenizer.c \
-	%reldir%/tokenizer-split.c
+	%reldir%/tokenizer-split.c \
+	%reldir%/chat-template-internal.h \
+	%reldir%/chat-template.c \
+	%reldir%/chat-template-parse.c \
+	%reldir%/chat-template-eval.c \
+	%reldir%/chat-template-builtins.c
 libmodel_libnvfp4_model_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(PCRE2_CFLAGS) \
 	$(ICU_CFLAGS)
 libmodel_libnvfp4_model_la_LIBADD = libkernels/libnvfp4-kernels.la \

@@ -45,4 +45,5 @@ extern const cli_command cli_tokenize;
 extern const cli_command cli_synth;
 extern const cli_command cli_bench;
 extern const cli_command cli_serve;
+extern const cli_command cli_template;
 #endif

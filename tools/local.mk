@@ -13,6 +13,7 @@ tools_nvfp4_SOURCES = \
 	%reldir%/cmd-ppl.c \
 	%reldir%/cmd-logits.c \
 	%reldir%/cmd-tokenize.c \
+	%reldir%/cmd-template.c \
 	%reldir%/cmd-bench.c \
 	%reldir%/cmd-synth.c
 tools_nvfp4_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS) $(JANSSON_CFLAGS)

@@ -15,6 +15,7 @@ static const cli_command *const commands[] = {
     &cli_ppl,
     &cli_logits,
     &cli_tokenize,
+    &cli_template,
     &cli_bench,
     &cli_synth,
 #ifdef HAVE_MHD

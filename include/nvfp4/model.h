@@ -214,6 +214,62 @@ NVFP4_API void nvfp4_sampler_init(nvfp4_sampler *s, float temperature, float top
 NVFP4_API int32_t nvfp4_sampler_sample(nvfp4_sampler *s, const float *logits,
                                        size_t vocab);
 
+/* ---- chat templates (a Jinja2 subset) ------------------------------------- */
+
+/* A chat template (tokenizer_config.json's "chat_template", or
+ * chat_template.jinja) parsed by the Jinja2 subset that chat templates use:
+ * the statements, expressions, filters, tests and string methods of the
+ * Llama 3, Qwen 2.5/3, Mistral, SmolLM2, DeepSeek-V3, Gemma 3 and Phi-3
+ * templates, under the settings of transformers' apply_chat_template
+ * (trim_blocks, lstrip_blocks, loop controls, its tojson, raise_exception,
+ * strftime_now).  Parsed once, immutable: one template may be rendered from
+ * several threads at once.  Errors name the template line and column and the
+ * construct that is unsupported or what failed; err->offset is the byte
+ * offset in the template source. */
+typedef struct nvfp4_chat_template nvfp4_chat_template;
+
+/* Parse LEN bytes of template source.  NAME (may be NULL) names the template
+ * in error messages (as err->file). */
+NVFP4_API nvfp4_chat_template *nvfp4_chat_template_parse(const char *src, size_t len,
+                                                         const char *name,
+                                                         nvfp4_error *err);
+/* The chat template of a model directory: chat_template.jinja if present,
+ * else tokenizer_config.json's "chat_template" (a string, or the list of
+ * {"name", "template"} choosing "default").  The bos/eos/unk/pad tokens of
+ * tokenizer_config.json become defaults of the render variables. */
+NVFP4_API nvfp4_chat_template *nvfp4_chat_template_load(const char *model_dir,
+                                                        nvfp4_error *err);
+NVFP4_API void nvfp4_chat_template_free(nvfp4_chat_template *t);
+
+/* Bounds that keep a hostile template from hanging or exhausting memory;
+ * exceeding one is an NVFP4_ERR_INVALID naming the template line. */
+typedef struct {
+    int64_t now;              /* strftime_now's time, Unix seconds shown in UTC;
+                                 < 0: the current local time */
+    size_t max_output;        /* bytes of rendered text (and of any capture) */
+    size_t max_iterations;    /* loop iterations and macro calls, all told */
+    size_t max_memory;        /* bytes allocated for values while rendering */
+    int max_depth;            /* nesting of macro calls */
+} nvfp4_chat_options;
+
+/* Defaults: now -1, 16 MiB output, 1000000 iterations, 256 MiB, depth 64. */
+NVFP4_API void nvfp4_chat_options_init(nvfp4_chat_options *opt);
+
+/* Render T.  MESSAGES_JSON: a JSON array of message objects (the variable
+ * `messages`).  EXTRA_JSON (may be NULL): a JSON object of further variables
+ * (bos_token, eos_token, add_generation_prompt, tools, ...), overriding the
+ * template's defaults.  As apply_chat_template does, `tools` and `documents`
+ * are none and add_generation_prompt false unless given.  OPT may be NULL
+ * (defaults).  Returns the malloc'ed NUL-terminated text (caller frees), its
+ * length in *len (may be NULL), or NULL with *err set; raise_exception(msg)
+ * gives NVFP4_ERR_INVALID with err->text = msg and err->key =
+ * "raise_exception". */
+NVFP4_API char *nvfp4_chat_template_render(const nvfp4_chat_template *t,
+                                           const char *messages_json,
+                                           const char *extra_json,
+                                           const nvfp4_chat_options *opt, size_t *len,
+                                           nvfp4_error *err);
+
 #ifdef __cplusplus
 }
 #endif
