@@ -23,6 +23,8 @@ static void help(FILE *out)
             "server-sent events), GET /v1/models, POST /tokenize, POST /detokenize,\n"
             "GET /health (503 while loading, 200 ready) and GET /metrics (Prometheus).\n"
             "Requests join the running batch at the next step (continuous batching).\n"
+            "Chat prompts are rendered with the model's chat template (chat_template.jinja\n"
+            "or tokenizer_config.json), ChatML when it has none.\n"
             "SIGINT or SIGTERM stops accepting connections, lets running requests finish\n"
             "for the grace period and cancels the rest.\n\n"
             "  --host ADDR             numeric IPv4/IPv6 address to listen on\n"
@@ -137,6 +139,7 @@ static int run(int argc, char **argv)
     sigset_t sigs;
     int c, sig, rc = CLI_OK;
     srv_sched *sched;
+    nvfp4_chat_template *chat = NULL;
 
     memset(&srv, 0, sizeof srv);
     srv.host = "127.0.0.1";
@@ -144,7 +147,8 @@ static int run(int argc, char **argv)
     srv.max_body = 1 << 20;
     srv.timeout = 600;
     srv.max_connections = 256;
-    srv.chat_end = -1;
+    for (int k = 0; k < 4; k++)
+        srv.chat_end[k] = -1;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -242,7 +246,26 @@ static int run(int argc, char **argv)
     }
     srv.vocab = (size_t)nvfp4_model_vocab_size(srv.model);
     srv.max_ctx = nvfp4_model_max_ctx(srv.model);
-    srv.chat_end = nvfp4_tokenizer_token_id(srv.tok, "<|im_end|>");
+    {
+        /* Chat turns end at the template's end-of-turn token as well as at
+         * the model's EOS: those of ChatML, Llama 3, Phi-3 and Gemma. */
+        static const char *const ends[] = {"<|im_end|>", "<|eot_id|>", "<|end|>",
+                                           "<end_of_turn>"};
+        int k = 0;
+        for (size_t i = 0; i < sizeof ends / sizeof ends[0] && k < 4; i++) {
+            int32_t id = nvfp4_tokenizer_token_id(srv.tok, ends[i]);
+            if (id >= 0)
+                srv.chat_end[k++] = id;
+        }
+    }
+    chat = nvfp4_chat_template_load(argv[optind], &err);
+    if (!chat && err.status != NVFP4_ERR_NOT_FOUND) {
+        snprintf(srv.chat_error, sizeof srv.chat_error,
+                 "the model's chat template is unusable: %.300s", err.text);
+        fprintf(stderr, "nvfp4 serve: warning: %s; /v1/chat/completions will fail\n",
+                srv.chat_error);
+    }
+    srv.chat = chat;
     so.kv_tokens = kv ? (size_t)kv : (size_t)srv.max_ctx * 4;
     sched = srv_sched_start(srv.model, &so, &srv.met, &err);
     if (!sched) {
@@ -274,6 +297,7 @@ static int run(int argc, char **argv)
     pthread_mutex_unlock(&srv.lock);
 out:
     srv_http_stop(&srv);
+    nvfp4_chat_template_free(chat);
     nvfp4_model_free(srv.model);
     pthread_mutex_destroy(&srv.lock);
     pthread_mutex_destroy(&srv.tok_lock);

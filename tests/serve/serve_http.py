@@ -5,6 +5,7 @@ disconnects, queueing, timeouts and shutdown.  argv: nvfp4 model workdir."""
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -130,11 +131,24 @@ lp = r["choices"][0]["logprobs"] if st == 200 else None
 check(lp and len(lp["tokens"]) == 3 and all(len(t) <= 3 for t in lp["top_logprobs"]) and
       all(x <= 0 for x in lp["token_logprobs"]), "logprobs")
 
-# chat, streamed and not
+# chat: the model's template (rendered by `nvfp4 template`), then greedy
+msgs = [{"role": "user", "content": "Name a colour."}]
+mfile = os.path.join(WORK, "messages.json")
+with open(mfile, "w") as f:
+    json.dump(msgs, f)
+rendered = subprocess.run([NVFP4, "template", MODEL, "--messages", mfile],
+                          capture_output=True, timeout=60).stdout.decode()
+check(rendered.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>") and
+      rendered.endswith("<|im_start|>assistant\n"), "nvfp4 template renders the test template")
+chat_ref = generate_ref(NVFP4, MODEL, rendered, 12)[0].decode("utf-8", "replace")
 st, r = srv.json("POST", "/v1/chat/completions",
-                 {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}, AUTH)
+                 {"messages": msgs, "max_tokens": 12, "temperature": 0}, AUTH)
 check(st == 200 and r["object"] == "chat.completion" and
-      r["choices"][0]["message"]["role"] == "assistant", "chat completion")
+      r["choices"][0]["message"]["role"] == "assistant" and
+      r["choices"][0]["message"]["content"] == chat_ref,
+      "chat completion through the model's template equals generate")
+st, tk = srv.json("POST", "/tokenize", {"messages": msgs}, AUTH)
+check(st == 200 and r["usage"]["prompt_tokens"] == tk["count"], "/tokenize of messages")
 
 # ---- 2. errors: each gets its status, the server keeps serving --------------
 def status(method, path, body=None, headers=AUTH):

@@ -165,17 +165,45 @@ static int encode(srv_server *srv, const char *text, size_t len, int32_t **ids, 
     return 0;
 }
 
-/* The chat prompt: ChatML turns ("<|im_start|>role\ncontent<|im_end|>\n")
+/* The chat prompt: the model's chat template (add_generation_prompt true),
+ * or without one ChatML turns ("<|im_start|>role\ncontent<|im_end|>\n")
  * and an open assistant turn. */
-static char *render_chat(const srv_request *r, size_t *len)
+static char *render_chat(srv_server *srv, const srv_request *r, size_t *len, srv_error *e)
 {
     size_t n = 32, at = 0;
     char *s;
 
+    if (srv->chat_error[0]) {
+        srv_error_set(e, 500, "server_error", NULL, "%s", srv->chat_error);
+        return NULL;
+    }
+    if (srv->chat) {
+        json_t *ms = json_array();
+        char *mj;
+        nvfp4_error err;
+        for (size_t i = 0; i < r->n_messages; i++)
+            json_array_append_new(ms, json_pack("{s:s,s:s}", "role", r->messages[i].role,
+                                                "content", r->messages[i].content));
+        mj = json_dumps(ms, JSON_COMPACT);
+        json_decref(ms);
+        if (!mj) {
+            srv_error_set(e, 500, "server_error", NULL, "out of memory");
+            return NULL;
+        }
+        s = nvfp4_chat_template_render(srv->chat, mj, "{\"add_generation_prompt\": true}",
+                                       NULL, len, &err);
+        free(mj);
+        if (!s)
+            srv_error_set(e, 400, "invalid_request_error", "messages",
+                          "the chat template refused the messages: %.250s", err.text);
+        return s;
+    }
     for (size_t i = 0; i < r->n_messages; i++)
         n += strlen(r->messages[i].role) + strlen(r->messages[i].content) + 32;
-    if (!(s = malloc(n)))
+    if (!(s = malloc(n))) {
+        srv_error_set(e, 500, "server_error", NULL, "out of memory");
         return NULL;
+    }
     for (size_t i = 0; i < r->n_messages; i++)
         at += (size_t)sprintf(s + at, "<|im_start|>%s\n%s<|im_end|>\n",
                               !strcmp(r->messages[i].role, "developer") ? "system"
@@ -217,13 +245,10 @@ static enum MHD_Result route_tokenize(srv_server *srv, struct MHD_Connection *c,
             goto fail;
         }
         free(body);
-        text = render_chat(&r, &tlen);
+        text = render_chat(srv, &r, &tlen, &e);
         srv_request_free(&r);
-        if (!text || encode(srv, text, tlen, &ids, &n, &e)) {
-            if (!text)
-                srv_error_set(&e, 500, "server_error", NULL, "out of memory");
+        if (!text || encode(srv, text, tlen, &ids, &n, &e))
             goto fail;
-        }
     } else {
         srv_error_set(&e, 400, "invalid_request_error", "prompt",
                       "'prompt' must be a string (or give 'messages')");
@@ -429,17 +454,15 @@ static int prepare_job(srv_server *srv, srv_job *j, srv_error *e)
     }
     if (j->req.kind == SRV_CHAT) {
         size_t len;
-        char *text = render_chat(&j->req, &len);
+        char *text = render_chat(srv, &j->req, &len, e);
         int rc;
-        if (!text) {
-            srv_error_set(e, 500, "server_error", NULL, "out of memory");
+        if (!text)
             return -1;
-        }
         rc = encode(srv, text, len, &j->prompt, &j->n_prompt, e);
         free(text);
         if (rc)
             return -1;
-        j->extra_eos = srv->chat_end;
+        memcpy(j->extra_eos, srv->chat_end, sizeof j->extra_eos);
     } else if (j->req.prompt_ids) {
         for (size_t i = 0; i < j->req.n_prompt_ids; i++)
             if ((size_t)j->req.prompt_ids[i] >= srv->vocab) {

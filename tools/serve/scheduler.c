@@ -60,7 +60,8 @@ srv_job *srv_job_new(void)
     j->refs = 1;
     j->seq = -1;
     j->pending = -1;
-    j->extra_eos = -1;
+    for (int k = 0; k < 4; k++)
+        j->extra_eos[k] = -1;
     return j;
 }
 
@@ -259,7 +260,8 @@ static int take_token(srv_sched *s, srv_job *j, float *logits, double t)
 
     pthread_mutex_lock(&j->lock);
     j->n_generated++;
-    if (id == s->eos || id == j->extra_eos) {
+    if (id == s->eos || id == j->extra_eos[0] || id == j->extra_eos[1] ||
+        id == j->extra_eos[2] || id == j->extra_eos[3]) {
         /* The end token is not part of the output; text held back for a stop
          * string that never came is released. */
         if (j->raw_len > j->released) {

@@ -135,7 +135,7 @@ struct srv_job {
     size_t max_tokens;
     size_t reserve_blocks;       /* KV blocks it may take, at most */
     double t_submit, deadline;   /* monotonic seconds; deadline 0: none */
-    int32_t extra_eos;           /* a second end token (chat), or -1 */
+    int32_t extra_eos[4];        /* end-of-turn tokens (chat), -1: none */
 
     /* shared with the HTTP side, under lock */
     pthread_mutex_t lock;
@@ -212,7 +212,9 @@ typedef struct {
     int stopping;
     const nvfp4_tokenizer *tok;
     pthread_mutex_t tok_lock;    /* encoding */
-    int32_t chat_end;            /* the chat template's end-of-turn token, or -1 */
+    const nvfp4_chat_template *chat;  /* the model's template, or NULL: ChatML */
+    char chat_error[400];        /* why the model's template is unusable, or "" */
+    int32_t chat_end[4];         /* end-of-turn tokens the vocabulary has, -1: none */
     size_t vocab;
     int max_ctx;
     long long created;
