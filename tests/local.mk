@@ -125,3 +125,6 @@ clean-local: clean-serve-tests
 clean-serve-tests:
 	rm -rf tests/serve-http.d tests/serve-openai.d
 .PHONY: clean-serve-tests
+# libFuzzer harness of the server's request parser and its seed corpus
+# (built by tests/fuzz/local.mk under --enable-fuzzing).
+EXTRA_DIST += %reldir%/fuzz/fuzz-request.c %reldir%/fuzz/corpus/request
