@@ -241,8 +241,9 @@ static nvfp4_status g_sync(void *c, nvfp4_error *err)
         if ((e = gpu_memset(ctx->flag, 0, sizeof(int), ctx->stream)) != GPU_SUCCESS)
             return gerr(e, "sync", err);
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "sync", -1,
-                               "%s: an embedding id or expert index in device memory was "
-                               "out of range; the rows it selected were left zero",
+                               "%s: an embedding id, expert index or KV position, block "
+                               "table or block id in device memory was out of range; the "
+                               "rows it selected were left zero",
                                GPU_VENDOR_NAME);
     }
     return NVFP4_OK;
@@ -570,6 +571,34 @@ static nvfp4_status g_attention(void *c, const float *q, const float *k, const f
                 "attention", err);
 }
 
+static nvfp4_status g_attention_paged(void *c, const float *q, const float *k, const float *v,
+                                      const nvfp4_kv_pages *kv, size_t m, size_t nh,
+                                      size_t nkv, size_t hd, float scale, float *out,
+                                      nvfp4_error *err)
+{
+    gctx *ctx = (gctx *)c;
+    void *scr;
+    size_t need;
+
+    if (hd > GK_ATTN_MAX_HD || nh > 0x7FFFFFFFu || m > 65535)
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, "", "attention_paged", -1,
+                               "%s: head_dim %zu (max %d), %zu heads, %zu tokens (max 65535 "
+                               "per call)",
+                               GPU_VENDOR_NAME, hd, GK_ATTN_MAX_HD, nh, m);
+    (void)gpu_set_device(ctx->device);
+    need = gk_attention_paged_scratch((int64_t)kv->max_len, (int64_t)m, (int64_t)nh,
+                                      (int64_t)hd);
+    if (!(scr = scratch(ctx, need, "attention_paged", err)))
+        return err ? err->status : NVFP4_ERR_DEVICE_OOM;
+    return gerr(gk_attention_paged(q, k, v, kv->k_pool, kv->v_pool, (int64_t)kv->nblocks,
+                                   (int64_t)kv->block, kv->tables, (int64_t)kv->ntables,
+                                   (int64_t)kv->max_blocks, kv->pos, kv->seq,
+                                   (int64_t)kv->max_len, (int64_t)m, (int64_t)nh,
+                                   (int64_t)nkv, (int64_t)hd, scale, out, scr, ctx->flag,
+                                   ctx->stream),
+                "attention_paged", err);
+}
+
 static nvfp4_status g_silu_mul(void *c, const float *gu, size_t m, size_t inter, float *out,
                                nvfp4_error *err)
 {
@@ -788,6 +817,7 @@ static const nvfp4_backend_iface g_iface = {
     g_logsoftmax,
     g_argmax,
     g_gate_add,
+    g_attention_paged,
 };
 
 extern "C" NVFP4_API const nvfp4_backend_iface *nvfp4_backend_entry(uint32_t abi_version)

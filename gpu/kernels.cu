@@ -1328,23 +1328,54 @@ extern "C" gpu_error_t gk_topk(const float *logits, int64_t m, int64_t e, int64_
 #define ATT_CHUNK 256
 #define ATT_SPLIT_MAX_M 8
 
+/* Paged addressing (nvfp4_k_attention_paged): row i is position pos[i] of
+ * the sequence whose block table is row seq[i] of TABLES; position p of it
+ * lives in block tab[p / block], slot p % block.  ok[i] says whether the
+ * row's pos, seq and table entries were in range (att_paged_store_kernel). */
+struct att_pages {
+    const int32_t *pos, *seq, *tables;
+    const int *ok;
+    int64_t block, max_blocks;
+};
+
+GPU_DEV int64_t att_slot(const att_pages &pg, const int32_t *tab, int64_t p)
+{
+    return (int64_t)tab[p / pg.block] * pg.block + p % pg.block;
+}
+
+template <bool PAGED>
 __global__ void __launch_bounds__(ATT_THREADS)
 attention_kernel(const float *__restrict__ q, const float *__restrict__ kc,
                  const float *__restrict__ vc, int64_t pos0, int64_t nh, int64_t nkv,
                  int64_t hd, float scale, float *__restrict__ out, int64_t chunk,
-                 float *__restrict__ part)
+                 float *__restrict__ part, att_pages pg)
 {
     GPU_DYNAMIC_SHARED(float, smem); /* q[hd] | acc[hd] | p[ATT_TILE] */
     __shared__ float sh[32];
     float *qs = smem, *acc = smem + hd, *p = smem + 2 * hd;
     const int64_t h = blockIdx.x, i = blockIdx.y, z = blockIdx.z;
     const int64_t kvh = h / (nh / nkv);
-    const int64_t len = pos0 + i + 1; /* causal: positions 0 .. pos0 + i */
-    const int64_t beg = z * chunk, end = beg + chunk < len ? beg + chunk : len;
+    const int32_t *tab = NULL;
+    int64_t len, beg, end;
     const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
     const int nwarps = blockDim.x / GPU_WARP;
     float run_max = -INFINITY, run_sum = 0.0f;
 
+    if (PAGED) {
+        if (!pg.ok[i]) {
+            /* a row out of range (reported at sync): zeros, never a wild read */
+            if (!part && z == 0)
+                for (int64_t d = threadIdx.x; d < hd; d += blockDim.x)
+                    out[(i * nh + h) * hd + d] = 0.0f;
+            return;
+        }
+        len = (int64_t)pg.pos[i] + 1;
+        tab = pg.tables + (int64_t)pg.seq[i] * pg.max_blocks;
+    } else {
+        len = pos0 + i + 1; /* causal: positions 0 .. pos0 + i */
+    }
+    beg = z * chunk;
+    end = beg + chunk < len ? beg + chunk : len;
     if (beg >= len)
         return; /* this token's context is shorter: the merge skips it */
     for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -1357,7 +1388,8 @@ attention_kernel(const float *__restrict__ q, const float *__restrict__ kc,
         float tmax = -INFINITY, tsum = 0.0f, new_max, alpha;
 
         for (int j = warp; j < tn; j += nwarps) {
-            const float *kr = kc + ((t0 + j) * nkv + kvh) * hd;
+            const int64_t slot = PAGED ? att_slot(pg, tab, t0 + j) : t0 + j;
+            const float *kr = kc + (slot * nkv + kvh) * hd;
             float dot = 0.0f;
             for (int64_t d = lane; d < hd; d += GPU_WARP)
                 dot = fmaf(qs[d], kr[d], dot);
@@ -1379,8 +1411,10 @@ attention_kernel(const float *__restrict__ q, const float *__restrict__ kc,
         run_sum = run_sum * alpha + tsum;
         for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
             float a = acc[d] * alpha;
-            for (int j = 0; j < tn; j++)
-                a = fmaf(p[j], vc[((t0 + j) * nkv + kvh) * hd + d], a);
+            for (int j = 0; j < tn; j++) {
+                const int64_t slot = PAGED ? att_slot(pg, tab, t0 + j) : t0 + j;
+                a = fmaf(p[j], vc[(slot * nkv + kvh) * hd + d], a);
+            }
             acc[d] = a;
         }
         run_max = new_max;
@@ -1404,16 +1438,23 @@ attention_kernel(const float *__restrict__ q, const float *__restrict__ kc,
 }
 
 /* Merge the chunk records of one (head, token), in chunk order. */
+template <bool PAGED>
 __global__ void attention_merge_kernel(const float *__restrict__ part, int64_t pos0,
                                        int64_t nh, int64_t hd, int64_t chunk, int64_t nsplit,
-                                       float *__restrict__ out)
+                                       float *__restrict__ out, att_pages pg)
 {
     const int64_t h = blockIdx.x, i = blockIdx.y;
-    const int64_t len = pos0 + i + 1;
-    const int64_t used = (len + chunk - 1) / chunk;
     const float *rec = part + (i * nh + h) * nsplit * (hd + 2);
     float mx = -INFINITY, sum = 0.0f;
+    int64_t len, used;
 
+    if (PAGED && !pg.ok[i]) {
+        for (int64_t d = threadIdx.x; d < hd; d += blockDim.x)
+            out[(i * nh + h) * hd + d] = 0.0f;
+        return;
+    }
+    len = PAGED ? (int64_t)pg.pos[i] + 1 : pos0 + i + 1;
+    used = (len + chunk - 1) / chunk;
     for (int64_t z = 0; z < used; z++)
         mx = fmaxf(mx, rec[z * (hd + 2)]);
     for (int64_t z = 0; z < used; z++)
@@ -1426,14 +1467,15 @@ __global__ void attention_merge_kernel(const float *__restrict__ part, int64_t p
     }
 }
 
-static int64_t attention_splits(int64_t pos0, int64_t m)
+/* LEN: the longest context of the call (positions + 1). */
+static int64_t attention_splits(int64_t len, int64_t m)
 {
-    return m <= ATT_SPLIT_MAX_M ? (pos0 + m + ATT_CHUNK - 1) / ATT_CHUNK : 1;
+    return m <= ATT_SPLIT_MAX_M ? (len + ATT_CHUNK - 1) / ATT_CHUNK : 1;
 }
 
 extern "C" size_t gk_attention_scratch(int64_t pos0, int64_t m, int64_t nh, int64_t hd)
 {
-    const int64_t ns = attention_splits(pos0, m);
+    const int64_t ns = attention_splits(pos0 + m, m);
     return ns > 1 ? (size_t)m * (size_t)nh * (size_t)ns * (size_t)(hd + 2) * sizeof(float)
                   : 0;
 }
@@ -1448,7 +1490,8 @@ extern "C" gpu_error_t gk_attention(const float *q, const float *k, const float 
     const size_t row = (size_t)nkv * (size_t)hd;
     const size_t bytes = (size_t)m * row * sizeof(float);
     const size_t shmem = (2 * (size_t)hd + ATT_TILE) * sizeof(float);
-    const int64_t ns = attention_splits(pos0, m);
+    const int64_t ns = attention_splits(pos0 + m, m);
+    const att_pages none = {NULL, NULL, NULL, NULL, 1, 1};
     gpu_error_t e;
 
     (void)max_ctx;
@@ -1458,15 +1501,92 @@ extern "C" gpu_error_t gk_attention(const float *q, const float *k, const float 
         return e;
     if (ns > 1) {
         dim3 grid((unsigned)nh, (unsigned)m, (unsigned)ns);
-        attention_kernel<<<grid, ATT_THREADS, shmem, s>>>(q, k_cache, v_cache, pos0, nh, nkv,
-                                                          hd, scale, out, ATT_CHUNK, scratch);
-        attention_merge_kernel<<<dim3((unsigned)nh, (unsigned)m), ATT_THREADS, 0, s>>>(
-            scratch, pos0, nh, hd, ATT_CHUNK, ns, out);
+        attention_kernel<false><<<grid, ATT_THREADS, shmem, s>>>(
+            q, k_cache, v_cache, pos0, nh, nkv, hd, scale, out, ATT_CHUNK, scratch, none);
+        attention_merge_kernel<false><<<dim3((unsigned)nh, (unsigned)m), ATT_THREADS, 0, s>>>(
+            scratch, pos0, nh, hd, ATT_CHUNK, ns, out, none);
     } else {
         /* prefill: heads x tokens blocks already fill the device */
         dim3 grid((unsigned)nh, (unsigned)m, 1);
-        attention_kernel<<<grid, ATT_THREADS, shmem, s>>>(q, k_cache, v_cache, pos0, nh, nkv,
-                                                          hd, scale, out, pos0 + m, NULL);
+        attention_kernel<false><<<grid, ATT_THREADS, shmem, s>>>(
+            q, k_cache, v_cache, pos0, nh, nkv, hd, scale, out, pos0 + m, NULL, none);
+    }
+    return launched();
+}
+
+/* One block per row: check the row's position, table row and the table
+ * entries it reaches (the registry cannot read device memory), note the
+ * verdict in ok[i] (a bad row raises FLAG, reported at sync), and store a
+ * good row's k and v in its slot. */
+__global__ void att_paged_store_kernel(const float *__restrict__ k, const float *__restrict__ v,
+                                       float *__restrict__ kp, float *__restrict__ vp,
+                                       att_pages pg, int64_t nblocks, int64_t ntables,
+                                       int64_t max_len, int64_t row, int *ok, int *flag)
+{
+    __shared__ int good;
+    const int64_t i = blockIdx.x;
+
+    if (threadIdx.x == 0) {
+        const int32_t p = pg.pos[i], sq = pg.seq[i];
+        int g = p >= 0 && p < max_len && sq >= 0 && sq < ntables;
+        for (int64_t b = 0; g && b <= p / pg.block; b++) {
+            const int32_t id = pg.tables[(int64_t)sq * pg.max_blocks + b];
+            g = id >= 0 && id < nblocks;
+        }
+        good = g;
+        ok[i] = g;
+        if (!g)
+            gpu_atomic_cas(flag, 0, 1);
+    }
+    gpu_syncthreads();
+    if (good) {
+        const int64_t slot =
+            att_slot(pg, pg.tables + (int64_t)pg.seq[i] * pg.max_blocks, pg.pos[i]);
+        for (int64_t d = threadIdx.x; d < row; d += blockDim.x) {
+            kp[slot * row + d] = k[i * row + d];
+            vp[slot * row + d] = v[i * row + d];
+        }
+    }
+}
+
+extern "C" size_t gk_attention_paged_scratch(int64_t max_len, int64_t m, int64_t nh,
+                                             int64_t hd)
+{
+    const int64_t ns = attention_splits(max_len, m);
+    /* ok[m] (padded to 16 bytes), then the split records */
+    size_t okb = ((size_t)m * sizeof(int) + 15) / 16 * 16;
+    return okb + (ns > 1 ? (size_t)m * (size_t)nh * (size_t)ns * (size_t)(hd + 2) *
+                               sizeof(float)
+                         : 0);
+}
+
+extern "C" gpu_error_t gk_attention_paged(const float *q, const float *k, const float *v,
+                                          float *k_pool, float *v_pool, int64_t nblocks,
+                                          int64_t block, const int32_t *tables,
+                                          int64_t ntables, int64_t max_blocks,
+                                          const int32_t *pos, const int32_t *seq,
+                                          int64_t max_len, int64_t m, int64_t nh,
+                                          int64_t nkv, int64_t hd, float scale, float *out,
+                                          void *scratch, int *flag, gpu_stream_t s)
+{
+    const size_t shmem = (2 * (size_t)hd + ATT_TILE) * sizeof(float);
+    const int64_t ns = attention_splits(max_len, m);
+    int *ok = (int *)scratch;
+    float *part = (float *)((char *)scratch + ((size_t)m * sizeof(int) + 15) / 16 * 16);
+    att_pages pg = {pos, seq, tables, ok, block, max_blocks};
+
+    att_paged_store_kernel<<<(unsigned)m, ATT_THREADS, 0, s>>>(
+        k, v, k_pool, v_pool, pg, nblocks, ntables, max_len, nkv * hd, ok, flag);
+    if (ns > 1) {
+        dim3 grid((unsigned)nh, (unsigned)m, (unsigned)ns);
+        attention_kernel<true><<<grid, ATT_THREADS, shmem, s>>>(
+            q, k_pool, v_pool, 0, nh, nkv, hd, scale, out, ATT_CHUNK, part, pg);
+        attention_merge_kernel<true><<<dim3((unsigned)nh, (unsigned)m), ATT_THREADS, 0, s>>>(
+            part, 0, nh, hd, ATT_CHUNK, ns, out, pg);
+    } else {
+        dim3 grid((unsigned)nh, (unsigned)m, 1);
+        attention_kernel<true><<<grid, ATT_THREADS, shmem, s>>>(
+            q, k_pool, v_pool, 0, nh, nkv, hd, scale, out, max_len, NULL, pg);
     }
     return launched();
 }

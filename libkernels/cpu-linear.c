@@ -27,6 +27,10 @@
  *
  * Outputs (rows) are partitioned across threads; every output is reduced by
  * one thread in a fixed order, so results do not depend on thread count.
+ * The order is also the same for every m (batch invariance): one accumulator
+ * per output and token in every kernel (GEMV, GEMM, paired rows), k walked in
+ * the same stretches whose partial sums are added to y in k order, so a
+ * token's outputs are the same bits alone or among any other tokens.
  */
 #include "config.h"
 
@@ -294,8 +298,9 @@ row_avx2_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const 
     const __m256i eight = _mm256_set1_epi32(8);
     const __m256i sh0 = _mm256_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12);
     const __m256i sh1 = _mm256_setr_epi32(16, 16, 20, 20, 24, 24, 28, 28);
-    /* few tokens: two accumulators per token to hide the FMA latency */
-    const size_t na = nt <= 2 ? 2 : 1;
+    /* one accumulator per token whatever nt: the same sums for a row in a
+     * GEMV as in a GEMM (batch invariance) */
+    const size_t na = 1;
     /* acc[t * na + a]: at most 8 registers, small enough for GCC to keep
      * every one in a register */
     __m256 acc[8];
@@ -352,8 +357,9 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
     /* lane l takes nibble l/2 of the low (l even) or high (l odd) half */
     const __m512i shifts =
         _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
-    /* few tokens: four accumulators per token to hide the FMA latency */
-    const size_t na = nt <= 2 ? 4 : 1;
+    /* one accumulator per token whatever nt: the same sums for a row in a
+     * GEMV as in a GEMM (batch invariance) */
+    const size_t na = 1;
     /* acc[t * na + a]: at most 8 registers, small enough for GCC to keep
      * every one in a register */
     __m512 acc[8];
@@ -412,7 +418,7 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
 /* One token, four rows: the activation block loaded once feeds four rows,
  * and the per-row set-up (scale decoding, the final reduction) of short
  * rows is shared.  Each row sees exactly the operations of row_avx512_body
- * with nt = 1 (accumulator b % 4, same order, same reduction), so grouping
+ * with nt = 1 (one accumulator, same order, same reduction), so grouping
  * rows changes no bit. */
 #define GEMV_ROWS 4
 #define GEMV_SEG 256
@@ -430,13 +436,12 @@ gemv4_avx512(const cpu_kweight *w, int64_t r, const float *x, const krange *kr, 
     const __m512i shifts =
         _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
     const uint8_t *row[GEMV_ROWS];
-    __m512 acc[GEMV_ROWS][4];
+    __m512 acc[GEMV_ROWS];
     float bsa[GEMV_ROWS][GEMV_SEG];
 
     for (int i = 0; i < GEMV_ROWS; i++) {
         row[i] = w->packed + (size_t)(r + i) * k / 2;
-        for (int a = 0; a < 4; a++)
-            acc[i][a] = _mm512_setzero_ps();
+        acc[i] = _mm512_setzero_ps();
     }
     for (size_t seg = kr->b0; seg < kr->b1; seg += GEMV_SEG) {
         const size_t cnt = kr->b1 - seg < GEMV_SEG ? kr->b1 - seg : GEMV_SEG;
@@ -468,16 +473,14 @@ gemv4_avx512(const cpu_kweight *w, int64_t r, const float *x, const krange *kr, 
                         _mm512_permutexvar_ps(
                             _mm512_srlv_epi32(_mm512_set1_epi64((long long)q), shifts), lut),
                         _mm512_set1_ps(bsa[i][j + u]));
-                    acc[i][u] = _mm512_fmadd_ps(wv, xv, acc[i][u]);
+                    acc[i] = _mm512_fmadd_ps(wv, xv, acc[i]);
                 }
             }
         }
     }
     for (int i = 0; i < GEMV_ROWS; i++) {
-        __m512 v = _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]),
-                                 _mm512_add_ps(acc[i][2], acc[i][3]));
         float *yo = y + (size_t)r + (size_t)i;
-        *yo = kr->acc ? *yo + _mm512_reduce_add_ps(v) : _mm512_reduce_add_ps(v);
+        *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[i]) : _mm512_reduce_add_ps(acc[i]);
     }
 }
 
@@ -1126,10 +1129,12 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
     const size_t units = path == PATH_VNNI ? nch : (k + 15) / 16;
     size_t ku, rt;
 
+    /* Stretches of k whose partial sums are added to y one after the other:
+     * the same for every m, so that a row sums in the same order in a GEMV
+     * as in any GEMM (batch invariance; every kernel below keeps one
+     * accumulator per output and token). */
     if (path == PATH_VNNI)
-        ku = m == 1 ? units : 6;              /* 256 int8 per token per chunk */
-    else if (m == 1)
-        ku = k * 4 <= 32 * 1024 ? units : 512; /* 32 KB of one token */
+        ku = 6;                               /* 8 tokens x 6 x 256 int8 = 12 KB */
     else
         ku = 64;                              /* 8 tokens x 1024 floats = 32 KB */
     if (m <= TOK_TILE) {
@@ -1145,6 +1150,35 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
 #pragma omp parallel for schedule(static) num_threads(nth)
         for (int64_t tile = 0; tile < ntiles; tile++) {
             const size_t r0 = (size_t)tile * rt, r1 = r0 + rt < n ? r0 + rt : n;
+            if (m == 1) {
+                /* One token: the same stretches, but each row (or group of
+                 * four) runs through all of them before the next, so that
+                 * rows stream from memory one after the other; the partial
+                 * sums reach y in the same order as in the GEMM. */
+                for (size_t r = r0; r < r1;) {
+                    size_t g = 1;
+#ifdef CPU_X86
+                    /* the float kernel's single accumulator per row is
+                     * latency-bound alone: four rows at every k */
+                    if ((path == PATH_AVX512 || (path == PATH_VNNI && k <= GEMV4_MAX_K)) &&
+                        r + GEMV_ROWS <= r1)
+                        g = GEMV_ROWS;
+#endif
+                    for (size_t u0 = 0; u0 < units; u0 += ku) {
+                        krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
+#ifdef CPU_X86
+                        if (g == GEMV_ROWS && path == PATH_AVX512)
+                            gemv4_avx512(w, (int64_t)r, x, &kr, y);
+                        else if (g == GEMV_ROWS)
+                            gemv4_vnni(w, (int64_t)r, a, nch, &kr, y);
+                        else
+#endif
+                            row_call(path, w, (int64_t)r, x, a, nch, 0, &kr, 1, y);
+                    }
+                    r += g;
+                }
+                continue;
+            }
             for (size_t t0 = 0; t0 < m; t0 += TOK_TILE) {
                 const size_t nt = m - t0 < TOK_TILE ? m - t0 : TOK_TILE;
                 for (size_t u0 = 0; u0 < units; u0 += ku) {
@@ -1166,12 +1200,6 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
                             dense_row2_avx512(w, p0, (int64_t)r, l0, x, t0, &kr, y);
                             r += 2;
                         }
-                    if (path == PATH_AVX512 && m == 1 && k <= GEMV4_MAX_K)
-                        for (; r + GEMV_ROWS <= r1; r += GEMV_ROWS)
-                            gemv4_avx512(w, (int64_t)r, x, &kr, y);
-                    if (path == PATH_VNNI && m == 1 && k <= GEMV4_MAX_K)
-                        for (; r + GEMV_ROWS <= r1; r += GEMV_ROWS)
-                            gemv4_vnni(w, (int64_t)r, a, nch, &kr, y);
 #endif
                     for (; r < r1; r++)
                         row_call(path, w, (int64_t)r, x, a, nch, t0, &kr, nt, y);

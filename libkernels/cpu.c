@@ -399,7 +399,9 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
         memcpy((float *)page_row(kv->v_pool, tab, bs, kvw, p), v + i * kvw,
                kvw * sizeof(float));
     }
-#pragma omp parallel for schedule(static) num_threads(nth)
+    /* a decode step of a short context is a few microseconds: one thread */
+#pragma omp parallel for schedule(static) num_threads(nth) \
+    if (m * nh * maxlen * hd >= 8 * CPU_PAR_MIN)
     for (size_t it = 0; it < m * nh; it++) {
         size_t i = it / nh, h = it % nh, kvh = h / group, len = (size_t)kv->pos[i] + 1;
         const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;

@@ -48,6 +48,8 @@ struct nvfp4_context {
     int32_t *refs;                        /* [nblocks] holders per block */
     int32_t *free_ids;                    /* stack of free block ids */
     size_t nfree;
+    int32_t *pend;                        /* [nblocks] writers of a shared block */
+    int32_t *touched;                     /* [nblocks] shared blocks a batch writes */
     seq_t *seqs;
     size_t max_seqs;
 
@@ -170,6 +172,8 @@ void nvfp4_context_free(nvfp4_context *c)
     free(c->v_pool);
     free(c->refs);
     free(c->free_ids);
+    free(c->pend);
+    free(c->touched);
     for (size_t i = 0; c->seqs && i < c->max_seqs; i++)
         free(c->seqs[i].blocks);
     free(c->seqs);
@@ -241,7 +245,10 @@ nvfp4_context *nvfp4_context_create(nvfp4_model *m, const nvfp4_context_options 
     c->refs = calloc(c->nblocks, sizeof(int32_t));
     c->free_ids = malloc(c->nblocks * sizeof(int32_t));
     c->seqs = calloc(c->max_seqs, sizeof(seq_t));
-    if (!c->k_pool || !c->v_pool || !c->refs || !c->free_ids || !c->seqs) {
+    c->pend = calloc(c->nblocks, sizeof(int32_t));
+    c->touched = malloc(c->nblocks * sizeof(int32_t));
+    if (!c->k_pool || !c->v_pool || !c->refs || !c->free_ids || !c->seqs || !c->pend ||
+        !c->touched) {
         nomem(err);
         nvfp4_context_free(c);
         return NULL;
@@ -550,7 +557,7 @@ nvfp4_status nvfp4_context_run(nvfp4_context *c, const nvfp4_batch_entry *ent, s
                                nvfp4_error *err)
 {
     const size_t V = c ? (size_t)c->m->hp.vocab : 0;
-    size_t total = 0, need = 0, r_rows = 0, max_len = 0, row, lrow, ntab;
+    size_t total = 0, need = 0, r_rows = 0, max_len = 0, row, lrow, ntab, ntouched = 0;
     nvfp4_status st = NVFP4_OK;
 
     nvfp4_error_clear(err);
@@ -561,7 +568,6 @@ nvfp4_status nvfp4_context_run(nvfp4_context *c, const nvfp4_batch_entry *ent, s
     for (size_t e = 0; e < nent; e++) {
         const nvfp4_batch_entry *b = &ent[e];
         seq_t *s = get_seq(c, b->seq);
-        size_t first, last;
 
         if (!s)
             return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
@@ -600,14 +606,35 @@ nvfp4_status nvfp4_context_run(nvfp4_context *c, const nvfp4_batch_entry *ent, s
                                    "run", c->max_batch);
         r_rows += b->logits == NVFP4_LOGITS_ALL ? b->n_tokens
                   : b->logits == NVFP4_LOGITS_LAST ? 1 : 0;
-        /* blocks this entry writes: new ones, and shared ones to copy */
-        first = s->len / c->block;
-        last = (s->len + b->n_tokens - 1) / c->block;
-        for (size_t j = first; j <= last; j++)
-            if (j >= s->nblk || c->refs[s->blocks[j]] > 1)
-                need++;
         if (s->len + b->n_tokens > max_len)
             max_len = s->len + b->n_tokens;
+    }
+    /* 2. the blocks the batch writes: new ones, and copies of shared ones */
+    for (size_t e = 0; e < nent; e++) {
+        const seq_t *s = &c->seqs[ent[e].seq];
+        size_t first, last;
+
+        if (ent[e].n_tokens == 0)
+            continue;
+        first = s->len / c->block;
+        last = (s->len + ent[e].n_tokens - 1) / c->block;
+        for (size_t j = first; j <= last; j++) {
+            if (j >= s->nblk) {
+                need++;
+            } else if (c->refs[s->blocks[j]] > 1) {
+                /* only the block at the end can be shared (truncate gives the
+                 * rest back), so at most one per entry */
+                if (c->pend[s->blocks[j]]++ == 0)
+                    c->touched[ntouched++] = s->blocks[j];
+            }
+        }
+    }
+    /* a shared block written by k of its r holders: k copies, or r - 1 when
+     * all write (the last one writes in place) */
+    for (size_t i = 0; i < ntouched; i++) {
+        int32_t b = c->touched[i];
+        need += (size_t)(c->pend[b] >= c->refs[b] ? c->refs[b] - 1 : c->pend[b]);
+        c->pend[b] = 0;
     }
     if (total == 0)
         return NVFP4_OK;
@@ -618,7 +645,7 @@ nvfp4_status nvfp4_context_run(nvfp4_context *c, const nvfp4_batch_entry *ent, s
                                "sequences", need, c->block, c->nfree, c->nblocks);
 
     lock(c);
-    /* 2. give every entry the blocks it writes (copy-on-write of shared ones) */
+    /* 3. give every entry the blocks it writes (copy-on-write of shared ones) */
     for (size_t e = 0; e < nent && st == NVFP4_OK; e++) {
         seq_t *s = &c->seqs[ent[e].seq];
         size_t first, last;
@@ -641,7 +668,7 @@ nvfp4_status nvfp4_context_run(nvfp4_context *c, const nvfp4_batch_entry *ent, s
     if (st != NVFP4_OK)
         goto out;
 
-    /* 3. stage the rows: those without logits first, then the logit rows in
+    /* 4. stage the rows: those without logits first, then the logit rows in
      * entry order; each entry's table as row e of the tables */
     row = 0;
     lrow = total - r_rows;

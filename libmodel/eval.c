@@ -25,6 +25,9 @@ nvfp4_status nvfp4_model_perplexity(nvfp4_model *m, const int32_t *tokens, size_
     float *logits = NULL;
     double nll = 0;
     nvfp4_status rc = NVFP4_OK;
+    nvfp4_context *c = NULL;
+    nvfp4_context_options co;
+    nvfp4_seq seq = -1;
 
     memset(out, 0, sizeof(*out));
     if (prefix < 0)
@@ -49,6 +52,17 @@ nvfp4_status nvfp4_model_perplexity(nvfp4_model *m, const int32_t *tokens, size_
         rc = nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, NULL, -1, "out of memory");
         goto out;
     }
+    /* a context of its own: one window of ctx tokens at a time */
+    nvfp4_context_options_init(&co);
+    co.kv_tokens = ctx;
+    co.max_batch_tokens = ctx;
+    co.max_seqs = 1;
+    if (!(c = nvfp4_context_create(m, &co, err))) {
+        rc = err ? err->status : NVFP4_ERR_NOMEM;
+        goto out;
+    }
+    if ((rc = nvfp4_seq_create(c, &seq, err)))
+        goto out;
     while (predicted < n) {
         size_t len, score, start;
         if (predicted == 0) {
@@ -71,10 +85,12 @@ nvfp4_status nvfp4_model_perplexity(nvfp4_model *m, const int32_t *tokens, size_
             }
             start = len - score;
         }
-        nvfp4_model_reset(m);
-        rc = nvfp4_model_forward(m, win, len, 0, logits, 0, err);
-        if (rc)
-            goto out;
+        {
+            nvfp4_batch_entry b = {seq, win, len, NVFP4_LOGITS_ALL, logits};
+            if ((rc = nvfp4_seq_truncate(c, seq, 0, err)) ||
+                (rc = nvfp4_context_run(c, &b, 1, err)))
+                goto out;
+        }
         for (size_t i = 0; i < score; i++) {
             const float *row = logits + (start + i) * V;
             int32_t target = tokens[predicted + i];
@@ -94,6 +110,7 @@ nvfp4_status nvfp4_model_perplexity(nvfp4_model *m, const int32_t *tokens, size_
     out->tokens = n;
     out->token_ppl = exp(nll / (double)n);
 out:
+    nvfp4_context_free(c);
     free(win);
     free(logits);
     return rc;

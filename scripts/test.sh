@@ -3,7 +3,8 @@
 # The whole test suite from a clean clone on a fresh Debian machine:
 # install dependencies, build, run `make check`, the suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer and under valgrind (memcheck),
-# and `make distcheck`.
+# and `make distcheck`; ThreadSanitizer on test-context's two threads sharing
+# one model.
 #
 #   scripts/test.sh            everything above (about 15 minutes on 2 cores)
 #   scripts/test.sh --quick    one plain build and make check
@@ -76,6 +77,22 @@ fi
 
 run_suite sanitize CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
     LDFLAGS="-fsanitize=address,undefined"
+
+# ThreadSanitizer: two threads, each with its own context, on one shared
+# model (test-context's "threads" case).  libgomp is not built with TSan, so
+# its thread pool would be reported falsely: the case runs with
+# OMP_NUM_THREADS=1 and models opened with threads = 1, which leaves the
+# library's own threads (the two contexts) as the only concurrency.
+echo "== tsan: test-context threads (OMP_NUM_THREADS=1)"
+rm -rf build/tsan
+mkdir -p build/tsan
+(cd build/tsan && ../../configure -q CFLAGS="-O1 -g -fsanitize=thread" \
+    LDFLAGS="-fsanitize=thread" >/dev/null &&
+    make -j"$JOBS" libmodel/libnvfp4-model.la >/dev/null &&
+    make -j"$JOBS" tests/test-context >/dev/null &&
+    OMP_NUM_THREADS=1 CK_RUN_CASE=threads CK_FORK=no TSAN_OPTIONS="halt_on_error=1" \
+        ./tests/test-context) ||
+    { echo "tests: $PASSED passed, 1 failed, $SKIPPED skipped"; exit 1; }
 
 if [ "${NVFP4_VALGRIND:-1}" = 1 ]; then
     # NVFP4_NO_JIT: valgrind cannot follow PCRE2's JIT code.  A test that

@@ -63,6 +63,16 @@ tests_test_model_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.
 	$(JANSSON_LIBS) $(LIBM)
 TESTS += tests/test-model
 
+check_PROGRAMS += tests/test-context
+tests_test_context_SOURCES = %reldir%/test-context.c %reldir%/testutil.h \
+	%reldir%/modelref.h
+tests_test_context_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_context_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_context_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.la \
+	libquant/libnvfp4-quant.la libformat/libnvfp4-format.la $(CHECK_LIBS) \
+	$(JANSSON_LIBS) $(LIBM)
+TESTS += tests/test-context
+
 # GPU: the kernels' number formats on the host (always), and the backends on
 # a device (SKIP, exit 77, without one; modules from the build tree).
 check_PROGRAMS += tests/test-gpu-numerics

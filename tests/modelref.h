@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <nvfp4/model.h>
 
@@ -142,6 +143,123 @@ static inline void fixture_check_greedy(nvfp4_model *m, const fixture *f, const 
                       json_integer_value(json_array_get(want, i)));
         ck_assert_int_eq(nvfp4_model_forward(m, &tok, 1, pos++, logits, 1, &err), NVFP4_OK);
     }
+}
+
+/* ---- random batches on a context ----------------------------------------------
+ * Jobs are token sequences fed to sequences of one context in random
+ * batches: each step takes a random subset of the unfinished jobs, each
+ * with a random chunk (a decode token or a prefill stretch) and a random
+ * logits mode; the rows whose logits came back are in GOT (n * V floats)
+ * with HAVE[i] set.  Fixed seed: the same schedule every run. */
+typedef struct {
+    const int32_t *toks;
+    size_t n, fed;
+    nvfp4_seq id;
+    float *got;
+    unsigned char *have;
+} batch_job;
+
+static inline uint64_t mr_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline void batch_job_init(batch_job *j, const int32_t *toks, size_t n, size_t V)
+{
+    j->toks = toks;
+    j->n = n;
+    j->fed = 0;
+    j->id = -1;
+    j->got = calloc(n * V, sizeof(float));
+    j->have = calloc(n, 1);
+}
+
+static inline void batch_job_free(batch_job *j)
+{
+    free(j->got);
+    free(j->have);
+}
+
+/* Run JOBS (sequences created here) to the end in random batches of at
+ * most MAXB entries; returns the number of batches. */
+static inline size_t run_random_batches(nvfp4_context *c, batch_job *jobs, size_t nj,
+                                        size_t maxb, size_t V, uint64_t *rng)
+{
+    nvfp4_batch_entry *ent = calloc(nj, sizeof(*ent));
+    size_t *who = calloc(nj, sizeof(size_t));
+    float **tmp = calloc(nj, sizeof(float *));
+    size_t steps = 0, left = nj;
+    nvfp4_error err;
+
+    for (size_t i = 0; i < nj; i++) {
+        ck_assert_int_eq(nvfp4_seq_create(c, &jobs[i].id, &err), NVFP4_OK);
+        tmp[i] = malloc(V * sizeof(float));
+    }
+    while (left > 0) {
+        size_t ne = 0;
+        for (size_t i = 0; i < nj && ne < maxb; i++) {
+            batch_job *j = &jobs[i];
+            size_t rest = j->n - j->fed, len;
+            uint64_t r = mr_next(rng);
+            if (rest == 0 || (r & 1))
+                continue;
+            /* half decode tokens, half prefill chunks of 1..rest */
+            len = (r >> 1) & 1 ? 1 : 1 + (size_t)((r >> 8) % rest);
+            ent[ne].seq = j->id;
+            ent[ne].tokens = j->toks + j->fed;
+            ent[ne].n_tokens = len;
+            switch ((r >> 4) % 4) {
+            case 0: ent[ne].logits = NVFP4_LOGITS_NONE; ent[ne].out = NULL; break;
+            case 1: ent[ne].logits = NVFP4_LOGITS_LAST; ent[ne].out = tmp[i]; break;
+            default: ent[ne].logits = NVFP4_LOGITS_ALL; ent[ne].out = j->got + j->fed * V; break;
+            }
+            who[ne++] = i;
+        }
+        if (ne == 0)
+            continue;
+        ck_assert_msg(nvfp4_context_run(c, ent, ne, &err) == NVFP4_OK, "batch %zu: %s", steps,
+                      err.text);
+        for (size_t e = 0; e < ne; e++) {
+            batch_job *j = &jobs[who[e]];
+            if (ent[e].logits == NVFP4_LOGITS_LAST) {
+                memcpy(j->got + (j->fed + ent[e].n_tokens - 1) * V, tmp[who[e]],
+                       V * sizeof(float));
+                j->have[j->fed + ent[e].n_tokens - 1] = 1;
+            } else if (ent[e].logits == NVFP4_LOGITS_ALL) {
+                memset(j->have + j->fed, 1, ent[e].n_tokens);
+            }
+            j->fed += ent[e].n_tokens;
+            ck_assert_uint_eq(nvfp4_seq_length(c, j->id), j->fed);
+            if (j->fed == j->n)
+                left--;
+        }
+        steps++;
+    }
+    for (size_t i = 0; i < nj; i++) {
+        nvfp4_seq_free(c, jobs[i].id);
+        free(tmp[i]);
+    }
+    free(tmp);
+    free(ent);
+    free(who);
+    return steps;
+}
+
+/* Largest |got - want| over the rows of J that came back. */
+static inline double batch_job_max_diff(const batch_job *j, const float *want, size_t V)
+{
+    double mx = 0;
+    for (size_t t = 0; t < j->n; t++)
+        for (size_t i = 0; j->have[t] && i < V; i++) {
+            double d = fabs((double)j->got[t * V + i] - (double)want[t * V + i]);
+            ck_assert_msg(isfinite(j->got[t * V + i]), "logit %zu of row %zu not finite", i, t);
+            if (d > mx)
+                mx = d;
+        }
+    return mx;
 }
 
 #endif /* NVFP4_TEST_MODELREF_H */

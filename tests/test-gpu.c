@@ -704,6 +704,136 @@ START_TEST(test_attention)
 }
 END_TEST
 
+/* Paged attention through scrambled block tables: three sequences decoding
+ * together (one with a 300-position context: the split-and-merge decode
+ * path), then a 20-row prefill chunk of one beside a decode token of
+ * another (the one-pass path), against the CPU backend's paged op (itself
+ * bit-identical to its contiguous attention, test-kernels) at the 1e-5 of
+ * test_attention; the pools afterwards equal the CPU's exactly.  A table
+ * entry outside the pool is skipped and reported at the next sync. */
+START_TEST(test_attention_paged)
+{
+    enum { NH = 4, NKV = 2, HD = 64, BS = 16, NB = 64, MAXB = 20, ROW = NKV * HD };
+    const size_t pool = (size_t)NB * BS * ROW;
+    static const int32_t pos1[3] = {299, 40, 5}, seq1[3] = {0, 1, 2};
+    int32_t pos2[21], seq2[21], tab[3 * MAXB];
+    float *kp = malloc(pool * 4), *vp = malloc(pool * 4), *kc = malloc(pool * 4);
+    float *vc = malloc(pool * 4), *q = malloc(21 * NH * HD * 4), *k = malloc(21 * ROW * 4);
+    float *v = malloc(21 * ROW * 4), *want = malloc(21 * NH * HD * 4);
+    float *got = malloc(21 * NH * HD * 4);
+    nvfp4_backend *be = open_gpu(), *cpu;
+    nvfp4_error err;
+    nvfp4_kv_pages kv, hk;
+    float *dkp, *dvp, *dq, *dk, *dv, *dout;
+    int32_t *dtab, *dpos, *dseq;
+
+    cpu = nvfp4_backend_open("cpu", &err);
+    ck_assert_ptr_nonnull(cpu);
+    for (int i = 0; i < 3 * MAXB; i++)
+        tab[i] = (int32_t)((i * 37 + 11) % NB); /* distinct ids, scrambled */
+    for (size_t i = 0; i < pool; i++)
+        kp[i] = frand(-1, 1), vp[i] = frand(-1, 1);
+    for (size_t i = 0; i < 21 * NH * HD; i++)
+        q[i] = frand(-1, 1);
+    for (size_t i = 0; i < 21 * ROW; i++)
+        k[i] = frand(-1, 1), v[i] = frand(-1, 1);
+    for (int i = 0; i < 20; i++)
+        pos2[i] = 41 + i, seq2[i] = 1;
+    pos2[20] = 300;
+    seq2[20] = 0;
+    dkp = dput(be, kp, pool * 4);
+    dvp = dput(be, vp, pool * 4);
+    dtab = dput(be, tab, sizeof(tab));
+    dout = dput(be, NULL, 21 * NH * HD * 4);
+    memcpy(kc, kp, pool * 4);
+    memcpy(vc, vp, pool * 4);
+    for (int step = 0; step < 2; step++) {
+        const size_t m = step ? 21 : 3;
+        const int32_t *pos = step ? pos2 : pos1, *seq = step ? seq2 : seq1;
+        memset(&kv, 0, sizeof(kv));
+        kv.nblocks = NB;
+        kv.block = BS;
+        kv.ntables = 3;
+        kv.max_blocks = MAXB;
+        kv.max_len = step ? 301 : 300;
+        hk = kv;
+        hk.k_pool = kc;
+        hk.v_pool = vc;
+        hk.tables = tab;
+        hk.pos = pos;
+        hk.seq = seq;
+        ck_assert_int_eq(nvfp4_k_attention_paged(cpu, q, k, v, &hk, m, NH, NKV, HD, 0.125f,
+                                                 want, &err),
+                         NVFP4_OK);
+        dq = dput(be, q, m * NH * HD * 4);
+        dk = dput(be, k, m * ROW * 4);
+        dv = dput(be, v, m * ROW * 4);
+        dpos = dput(be, pos, m * 4);
+        dseq = dput(be, seq, m * 4);
+        kv.k_pool = dkp;
+        kv.v_pool = dvp;
+        kv.tables = dtab;
+        kv.pos = dpos;
+        kv.seq = dseq;
+        ck_assert_msg(nvfp4_k_attention_paged(be, dq, dk, dv, &kv, m, NH, NKV, HD, 0.125f,
+                                              dout, &err) == NVFP4_OK,
+                      "%s", err.text);
+        ck_assert_msg(nvfp4_backend_sync(be, &err) == NVFP4_OK, "%s", err.text);
+        dget(be, got, dout, m * NH * HD * 4);
+        for (size_t i = 0; i < m * NH * HD; i++)
+            ck_assert_msg(fabs(got[i] - want[i]) <= 1e-5, "paged step %d element %zu: %.9g vs %.9g",
+                          step, i, got[i], want[i]);
+        dget(be, kp, dkp, pool * 4);
+        ck_assert(memcmp(kp, kc, pool * 4) == 0);
+        dget(be, vp, dvp, pool * 4);
+        ck_assert(memcmp(vp, vc, pool * 4) == 0);
+        if (step == 1) {
+            /* a table entry outside the pool: the row is zeros, the sync says why */
+            int32_t bad[3 * MAXB];
+            memcpy(bad, tab, sizeof(bad));
+            bad[MAXB + 3] = NB + 5; /* sequence 1, block 3 (positions 48..63) */
+            nvfp4_backend_upload(be, dtab, bad, sizeof(bad), &err);
+            ck_assert_int_eq(nvfp4_k_attention_paged(be, dq, dk, dv, &kv, m, NH, NKV, HD,
+                                                     0.125f, dout, &err),
+                             NVFP4_OK);
+            ck_assert_int_eq(nvfp4_backend_sync(be, &err), NVFP4_ERR_INVALID);
+            ck_assert_msg(strstr(err.text, "KV position"), "%s", err.text);
+            dget(be, got, dout, m * NH * HD * 4);
+            /* rows 7.. of sequence 1 (positions 48..) reach the bad block;
+             * row 0 (position 41) and sequence 0's row do not */
+            for (size_t c = 0; c < NH * HD; c++) {
+                ck_assert(got[7 * NH * HD + c] == 0.0f);
+                ck_assert(got[19 * NH * HD + c] == 0.0f);
+                ck_assert(fabs(got[c] - want[c]) <= 1e-5);
+                ck_assert(fabs(got[20 * NH * HD + c] - want[20 * NH * HD + c]) <= 1e-5);
+            }
+            ck_assert_int_eq(nvfp4_backend_sync(be, &err), NVFP4_OK); /* reported once */
+        }
+        nvfp4_backend_release(be, dq);
+        nvfp4_backend_release(be, dk);
+        nvfp4_backend_release(be, dv);
+        nvfp4_backend_release(be, dpos);
+        nvfp4_backend_release(be, dseq);
+    }
+    ck_assert(nvfp4_backend_supports(be, NVFP4_OP_ATTENTION_PAGED));
+    nvfp4_backend_release(be, dkp);
+    nvfp4_backend_release(be, dvp);
+    nvfp4_backend_release(be, dtab);
+    nvfp4_backend_release(be, dout);
+    nvfp4_backend_free(be);
+    nvfp4_backend_free(cpu);
+    free(kp);
+    free(vp);
+    free(kc);
+    free(vc);
+    free(q);
+    free(k);
+    free(v);
+    free(want);
+    free(got);
+}
+END_TEST
+
 /* Router: softmax, top k with the lower index first on ties, renormalised
  * or not.  Row 2 repeats one logit at experts 3, 9 and 40. */
 START_TEST(test_topk)
@@ -992,6 +1122,7 @@ int main(void)
     tcase_add_test(tc, test_rowwise);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_attention_paged);
     tcase_add_test(tc, test_topk);
     tcase_add_test(tc, test_moe);
     tcase_add_test(tc, test_moe_w4a4);

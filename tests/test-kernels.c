@@ -386,6 +386,54 @@ START_TEST(test_row_grouping)
 }
 END_TEST
 
+/* Batch invariance: a token's outputs are the same bits computed alone
+ * (GEMV), among the 19 tokens of one call (GEMM tiles of 8 and a tail), or
+ * in a 9-token call starting elsewhere; k long enough that every kernel
+ * walks it in several stretches (4144 = 259 blocks: 64-block stretches and
+ * 6-chunk VNNI stretches, with tails), at every ISA level and 1..3 threads. */
+START_TEST(test_batch_invariance)
+{
+    enum { N = 21, K = 4144, M = 19 };
+    static const char *const names[] = {"w4a16", "w4a4", "bf16"};
+    static uint16_t dense[N * K];
+    static float x[M * K], y[M * N], y1[N], y9[9 * N];
+    nvfp4_tensor td;
+
+    for (size_t i = 0; i < sizeof(dense) / sizeof(dense[0]); i++)
+        dense[i] = (uint16_t)(0x3C00 + rnd() % 0x0400 + (rnd() & 0x8000));
+    make_tensor(&td, "dense.inv", NVFP4_DTYPE_BF16, N, K, dense);
+    for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
+        x[i] = frand(-2, 2);
+    for (int scheme = 0; scheme < 3; scheme++) {
+        syn_linear sl;
+        nvfp4_linear lin;
+
+        syn_make(&sl, "invariance", scheme == 1 ? NVFP4_SCHEME_W4A4 : NVFP4_SCHEME_W4A16, N, K,
+                 0.01f, scheme == 1 ? 0.02f : 0.0f);
+        lin = sl.lin;
+        if (scheme == 2) {
+            lin.scheme = NVFP4_SCHEME_NONE;
+            lin.dense = &td;
+        }
+        for (size_t l = 0; l < 4; l++) {
+            run_linear_all_threads(isa_levels[l], &lin, 1, x, M, y, M * N);
+            run_linear_all_threads(isa_levels[l], &lin, 1, x + 5 * K, 9, y9, 9 * N);
+            for (size_t t = 0; t < M; t++) {
+                run_linear_all_threads(isa_levels[l], &lin, 1, x + t * K, 1, y1, N);
+                ck_assert_msg(memcmp(y1, y + t * N, sizeof(y1)) == 0,
+                              "%s %s token %zu: alone differs from in a batch of %d",
+                              isa_levels[l], names[scheme], t, M);
+                if (t >= 5 && t < 14)
+                    ck_assert_msg(memcmp(y9 + (t - 5) * N, y + t * N, sizeof(y1)) == 0,
+                                  "%s %s token %zu: a batch of 9 differs from one of %d",
+                                  isa_levels[l], names[scheme], t, M);
+            }
+        }
+        syn_free(&sl);
+    }
+}
+END_TEST
+
 /* §5 bit for bit: an identity W4A4 weight (code 1.0, block scale 1.0,
  * global 1.0) makes y = x' exactly on every path (one non-zero product per
  * output, each rounded once as the reference rounds q * (s / gs)), so the
@@ -982,6 +1030,123 @@ START_TEST(test_attention)
 }
 END_TEST
 
+/* Paged attention: two sequences with scrambled block tables in one call
+ * (one decoding, one prefilling a chunk) give each row the bits of the
+ * contiguous-cache attention of its sequence alone; the new rows land in
+ * their slots; out-of-range positions, tables and block ids are refused. */
+static void attention_paged_case(const char *isa)
+{
+    enum { BS = 4, NB = 8, MAXB = 4, NH = 4, NKV = 2, HD = 20, ROW = NKV * HD };
+    /* sequence A: 9 cached + 1 new (decode); B: 2 cached + 5 new (prefill) */
+    enum { A0 = 9, AM = 1, B0 = 2, BM = 5, M = AM + BM };
+    const int32_t tab[2 * MAXB] = {6, 1, 4, 0, /* A */ 3, 7, 0, 0 /* B */};
+    static float kp[NB * BS * ROW], vp[NB * BS * ROW];
+    static float ka[16 * ROW], va[16 * ROW], kb[16 * ROW], vb[16 * ROW];
+    float q[M * NH * HD], k[M * ROW], v[M * ROW], out[M * NH * HD], want[M * NH * HD];
+    int32_t pos[M], seq[M];
+    const float scale = 1.0f / sqrtf((float)HD);
+    nvfp4_kv_pages kv;
+    nvfp4_error err;
+    nvfp4_backend *be;
+
+    setenv("NVFP4_CPU_ISA", isa, 1);
+    be = open_cpu();
+    unsetenv("NVFP4_CPU_ISA");
+    for (int i = 0; i < 16 * ROW; i++)
+        ka[i] = frand(-1, 1), va[i] = frand(-1, 1), kb[i] = frand(-1, 1), vb[i] = frand(-1, 1);
+    /* the cached positions into their slots */
+    for (int p = 0; p < A0; p++) {
+        memcpy(kp + ((size_t)tab[p / BS] * BS + p % BS) * ROW, ka + p * ROW, ROW * 4);
+        memcpy(vp + ((size_t)tab[p / BS] * BS + p % BS) * ROW, va + p * ROW, ROW * 4);
+    }
+    for (int p = 0; p < B0; p++) {
+        memcpy(kp + ((size_t)tab[MAXB + p / BS] * BS + p % BS) * ROW, kb + p * ROW, ROW * 4);
+        memcpy(vp + ((size_t)tab[MAXB + p / BS] * BS + p % BS) * ROW, vb + p * ROW, ROW * 4);
+    }
+    for (int i = 0; i < M * NH * HD; i++)
+        q[i] = frand(-2, 2);
+    /* rows: B's chunk, then A's decode token (any order is allowed) */
+    for (int i = 0; i < M; i++) {
+        int isb = i < BM, p = isb ? B0 + i : A0;
+        seq[i] = isb ? 1 : 0;
+        pos[i] = p;
+        memcpy(k + i * ROW, (isb ? kb : ka) + p * ROW, ROW * 4);
+        memcpy(v + i * ROW, (isb ? vb : va) + p * ROW, ROW * 4);
+    }
+    memset(&kv, 0, sizeof(kv));
+    kv.k_pool = kp;
+    kv.v_pool = vp;
+    kv.nblocks = NB;
+    kv.block = BS;
+    kv.tables = tab;
+    kv.ntables = 2;
+    kv.max_blocks = MAXB;
+    kv.pos = pos;
+    kv.seq = seq;
+    kv.max_len = A0 + AM;
+    for (int th = 1; th <= 2; th++) {
+        nvfp4_backend_set_threads(be, th);
+        ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale, out,
+                                                 &err),
+                         NVFP4_OK);
+        /* the same rows through contiguous caches, one sequence at a time */
+        ck_assert_int_eq(nvfp4_k_attention(be, q, k, v, kb, vb, 16, B0, BM, NH, NKV, HD, scale,
+                                           want, &err),
+                         NVFP4_OK);
+        ck_assert_int_eq(nvfp4_k_attention(be, q + BM * NH * HD, k + BM * ROW, v + BM * ROW, ka,
+                                           va, 16, A0, AM, NH, NKV, HD, scale,
+                                           want + BM * NH * HD, &err),
+                         NVFP4_OK);
+        ck_assert_msg(memcmp(out, want, sizeof(out)) == 0, "%s: paged differs", isa);
+    }
+    for (int i = 0; i < M; i++) {
+        const int32_t *t = tab + seq[i] * MAXB;
+        ck_assert(memcmp(kp + ((size_t)t[pos[i] / BS] * BS + pos[i] % BS) * ROW, k + i * ROW,
+                         ROW * 4) == 0);
+        ck_assert(memcmp(vp + ((size_t)t[pos[i] / BS] * BS + pos[i] % BS) * ROW, v + i * ROW,
+                         ROW * 4) == 0);
+    }
+    /* refusals, each naming what is wrong */
+    pos[0] = A0 + AM;
+    ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale, out, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_msg(strstr(err.text, "row 0: position 10 (max_len 10)"), "%s", err.text);
+    pos[0] = B0;
+    seq[1] = 2;
+    ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale, out, &err),
+                     NVFP4_ERR_INVALID);
+    seq[1] = 1;
+    {
+        int32_t bad[2 * MAXB];
+        memcpy(bad, tab, sizeof(bad));
+        bad[MAXB + 1] = NB;
+        kv.tables = bad;
+        ck_assert_int_eq(
+            nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale, out, &err),
+            NVFP4_ERR_INVALID);
+        ck_assert_msg(strstr(err.text, "block 1 of table 1 is 8"), "%s", err.text);
+        kv.tables = tab;
+    }
+    kv.max_len = MAXB * BS + 1;
+    ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale, out, &err),
+                     NVFP4_ERR_INVALID);
+    kv.max_len = A0 + AM;
+    ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, 3, 2, HD, scale, out, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, NULL, M, NH, NKV, HD, scale, out, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert(nvfp4_backend_supports(be, NVFP4_OP_ATTENTION_PAGED));
+    ck_assert_str_eq(nvfp4_op_name(NVFP4_OP_ATTENTION_PAGED), "attention_paged");
+    nvfp4_backend_free(be);
+}
+
+START_TEST(test_attention_paged)
+{
+    attention_paged_case("scalar");
+    attention_paged_case("vnni");
+}
+END_TEST
+
 START_TEST(test_rowops)
 {
     nvfp4_error err;
@@ -1215,6 +1380,8 @@ int main(void)
     tcase_add_test(tc, test_rmsnorm);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_attention_paged);
+    tcase_add_test(tc, test_batch_invariance);
     tcase_add_test(tc, test_rowops);
     tcase_add_test(tc, test_topk);
     tcase_add_test(tc, test_moe);

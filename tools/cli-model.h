@@ -34,6 +34,13 @@ typedef struct {
 int cli_model_option(cli_model_opts *o, int c, const char *arg);
 /* Open the model or print the error; NULL on failure. */
 nvfp4_model *cli_model_open(const char *path, const cli_model_opts *o, int max_ctx);
+/* A context of KV_TOKENS for one sequence fed up to BATCH tokens a run, and
+ * that sequence in *SEQ; NULL after printing the error. */
+nvfp4_context *cli_context_one(nvfp4_model *m, size_t kv_tokens, size_t batch, nvfp4_seq *seq);
+/* Feed N tokens to SEQ; the last token's (LAST) or every token's logits into
+ * OUT.  0, or the tool's exit status after printing the error. */
+int cli_feed(nvfp4_context *c, nvfp4_seq seq, const int32_t *toks, size_t n, int last,
+             float *out);
 extern const char *cli_model_options_help;
 
 #endif

@@ -9,6 +9,9 @@
  * Decode: after a prefill of P tokens, N tokens one at a time, each the
  * greedy choice from the previous logits (the logits of every step come
  * back to the host, as they do for a real generation).
+ * --batch B: B sequences in one context (prompts of different token ids),
+ * prefilled together (as many whole prompts per pass as fit 2048 tokens)
+ * and decoded together, one token of each per pass: aggregate tok/s.
  */
 #include "config.h"
 
@@ -36,10 +39,14 @@ static void help(FILE *out)
             "Measure prefill and decode tokens per second on token ids (no tokenizer\n"
             "needed: works on checkpoints written by `nvfp4 synth`).  Prefill: one\n"
             "untimed warm-up pass, then the best and mean of R passes of P tokens from\n"
-            "an empty cache.  Decode: N greedy tokens one at a time after a prefill of P.\n\n"
+            "an empty cache.  Decode: N greedy tokens one at a time after a prefill of P.\n"
+            "With --batch B, B sequences share one context: their prompts are prefilled\n"
+            "together and each decode pass runs one token of every sequence; the rates\n"
+            "are aggregates (tokens of all sequences per second).\n\n"
             "  -p, --prompt N   prompt tokens (default 512)\n"
             "  -n, --tokens N   decoded tokens (default 128)\n"
             "  -r, --reps R     timed prefill passes (default 3)\n"
+            "  -b, --batch B    sequences decoded together (default 1)\n"
             "  --seed S         seed of the prompt's token ids (default 0)\n"
             "  --json           one JSON object on stdout instead of text\n"
             "%s"
@@ -63,24 +70,29 @@ static int run(int argc, char **argv)
                                          {"prompt", required_argument, NULL, 'p'},
                                          {"tokens", required_argument, NULL, 'n'},
                                          {"reps", required_argument, NULL, 'r'},
+                                         {"batch", required_argument, NULL, 'b'},
                                          {"seed", required_argument, NULL, OPT_SEED},
                                          {"json", no_argument, NULL, CLI_OPT_JSON},
                                          {NULL, 0, NULL, 0}};
     cli_model_opts mo = {0};
-    long P = 512, N = 128, R = 3;
+    long P = 512, N = 128, R = 3, B = 1;
     unsigned long long seed = 0;
     int json = 0, c, rc = CLI_INVALID;
     nvfp4_model *m = NULL;
     nvfp4_error err;
-    int32_t *ids = NULL, tok;
+    int32_t *ids = NULL, *toks = NULL, tok;
     float *logits = NULL;
+    nvfp4_context *ctx = NULL;
+    nvfp4_context_options co;
+    nvfp4_batch_entry *ent = NULL;
+    long per;
     double t0, load_s, best = INFINITY, sum = 0, dec_s = 0;
     size_t V;
     struct rusage ru;
 
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "p:n:r:", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "p:n:r:b:", opts, NULL)) != -1) {
         int r = cli_model_option(&mo, c, optarg);
         if (r == 1)
             continue;
@@ -100,6 +112,11 @@ static int run(int argc, char **argv)
         case 'r':
             if (positive(optarg, &R))
                 return cli_usage(&cli_bench, "--reps: expected a positive count, got '%s'",
+                                 optarg);
+            break;
+        case 'b':
+            if (positive(optarg, &B) || B > 4096)
+                return cli_usage(&cli_bench, "--batch: expected a count of 1..4096, got '%s'",
                                  optarg);
             break;
         case OPT_SEED: {
@@ -125,25 +142,54 @@ static int run(int argc, char **argv)
         return CLI_INVALID;
     load_s = now() - t0;
     V = (size_t)nvfp4_model_vocab_size(m);
-    ids = malloc((size_t)P * sizeof(*ids));
-    logits = malloc(V * sizeof(float));
-    if (!ids || !logits) {
+    per = P >= 2048 ? 1 : 2048 / P; /* whole prompts per prefill pass */
+    if (per > B)
+        per = B;
+    nvfp4_context_options_init(&co);
+    /* every sequence holds whole blocks */
+    co.kv_tokens = (size_t)B * (((size_t)(P + N) + NVFP4_KV_BLOCK - 1) / NVFP4_KV_BLOCK) *
+                   NVFP4_KV_BLOCK;
+    co.max_batch_tokens = (size_t)(per * P > B ? per * P : B);
+    co.max_seqs = (int)B;
+    ids = malloc((size_t)B * (size_t)P * sizeof(*ids));
+    logits = malloc((size_t)B * V * sizeof(float));
+    ent = calloc((size_t)B, sizeof(*ent));
+    toks = malloc((size_t)B * sizeof(*toks));
+    if (!ids || !logits || !ent || !toks) {
         rc = cli_fail("out of memory");
         goto out;
     }
-    for (long i = 0; i < P; i++) /* any token, no special meaning */
+    if (!(ctx = nvfp4_context_create(m, &co, &err))) {
+        rc = cli_fail_error(&err);
+        goto out;
+    }
+    for (long i = 0; i < B * P; i++) /* any token, no special meaning */
         ids[i] = (int32_t)(cli_splitmix64(seed + (uint64_t)i * 0x9e3779b97f4a7c15ull) % V);
-    if (!json)
-        fprintf(stderr, "bench: %s, %s backend, loaded in %.2f s; prefill %ld tokens x %ld, "
-                "decode %ld tokens\n", nvfp4_model_arch(m),
-                nvfp4_backend_name(nvfp4_model_backend(m)), load_s, P, R, N);
-    for (long r = -1; r < R; r++) {
-        double t;
-        nvfp4_model_reset(m);
-        t = now();
-        if (nvfp4_model_forward(m, ids, (size_t)P, 0, logits, 1, &err)) {
+    for (long b = 0; b < B; b++) {
+        if (nvfp4_seq_create(ctx, &ent[b].seq, &err)) {
             rc = cli_fail_error(&err);
             goto out;
+        }
+        ent[b].logits = NVFP4_LOGITS_LAST;
+        ent[b].out = logits + (size_t)b * V;
+    }
+    if (!json)
+        fprintf(stderr, "bench: %s, %s backend, loaded in %.2f s; %ld sequence(s), prefill "
+                "%ld tokens x %ld, decode %ld tokens\n", nvfp4_model_arch(m),
+                nvfp4_backend_name(nvfp4_model_backend(m)), load_s, B, P, R, N);
+    for (long r = -1; r < R; r++) {
+        double t = now();
+        for (long b0 = 0; b0 < B; b0 += per) {
+            long nb = B - b0 < per ? B - b0 : per;
+            for (long b = b0; b < b0 + nb; b++) {
+                nvfp4_seq_truncate(ctx, ent[b].seq, 0, NULL);
+                ent[b].tokens = ids + (size_t)b * (size_t)P;
+                ent[b].n_tokens = (size_t)P;
+            }
+            if (nvfp4_context_run(ctx, ent + b0, (size_t)nb, &err)) {
+                rc = cli_fail_error(&err);
+                goto out;
+            }
         }
         t = now() - t;
         if (r < 0)
@@ -152,14 +198,20 @@ static int run(int argc, char **argv)
         if (t < best)
             best = t;
     }
-    /* the cache holds the prompt: decode greedily from its last logits */
+    /* the cache holds the prompts: decode greedily from their last logits */
     t0 = now();
     for (long i = 0; i < N; i++) {
-        tok = 0;
-        for (size_t v = 1; v < V; v++)
-            if (logits[v] > logits[tok])
-                tok = (int32_t)v;
-        if (nvfp4_model_forward(m, &tok, 1, (size_t)(P + i), logits, 1, &err)) {
+        for (long b = 0; b < B; b++) {
+            const float *lg = logits + (size_t)b * V;
+            tok = 0;
+            for (size_t v = 1; v < V; v++)
+                if (lg[v] > lg[tok])
+                    tok = (int32_t)v;
+            toks[b] = tok;
+            ent[b].tokens = &toks[b];
+            ent[b].n_tokens = 1;
+        }
+        if (nvfp4_context_run(ctx, ent, (size_t)B, &err)) {
             rc = cli_fail_error(&err);
             goto out;
         }
@@ -167,21 +219,28 @@ static int run(int argc, char **argv)
     dec_s = now() - t0;
     getrusage(RUSAGE_SELF, &ru);
     if (json)
-        printf("{\"model\": \"%s\", \"arch\": \"%s\", \"backend\": \"%s\", \"load_s\": %.4f, "
+        printf("{\"model\": \"%s\", \"arch\": \"%s\", \"backend\": \"%s\", \"threads\": %d, "
+               "\"load_s\": %.4f, \"batch\": %ld, "
                "\"prompt_tokens\": %ld, \"prefill_best_s\": %.6f, \"prefill_mean_s\": %.6f, "
                "\"prefill_tok_s\": %.2f, \"decode_tokens\": %ld, \"decode_s\": %.6f, "
-               "\"decode_tok_s\": %.2f, \"max_rss_kb\": %ld}\n",
+               "\"decode_tok_s\": %.2f, \"decode_step_ms\": %.3f, \"max_rss_kb\": %ld}\n",
                argv[optind], nvfp4_model_arch(m), nvfp4_backend_name(nvfp4_model_backend(m)),
-               load_s, P, best, sum / R, P / best, N, dec_s, N / dec_s, ru.ru_maxrss);
+               nvfp4_backend_threads(nvfp4_model_backend(m)), load_s, B, P, best, sum / R,
+               (double)(B * P) / best, N, dec_s, (double)(B * N) / dec_s, 1e3 * dec_s / N,
+               ru.ru_maxrss);
     else
-        printf("prefill %ld tokens: %.2f tok/s (best %.4f s, mean %.4f s)\n"
-               "decode  %ld tokens: %.2f tok/s (%.2f ms/token)\n"
+        printf("prefill %ld x %ld tokens: %.2f tok/s (best %.4f s, mean %.4f s)\n"
+               "decode  %ld x %ld tokens: %.2f tok/s (%.2f ms per step of %ld)\n"
                "peak RSS %.1f MB\n",
-               P, P / best, best, sum / R, N, N / dec_s, 1e3 * dec_s / N, ru.ru_maxrss / 1024.0);
+               B, P, (double)(B * P) / best, best, sum / R, B, N, (double)(B * N) / dec_s,
+               1e3 * dec_s / N, B, ru.ru_maxrss / 1024.0);
     rc = CLI_OK;
 out:
     free(ids);
     free(logits);
+    free(ent);
+    free(toks);
+    nvfp4_context_free(ctx);
     nvfp4_model_free(m);
     return rc;
 }

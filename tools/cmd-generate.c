@@ -53,7 +53,9 @@ static int run(int argc, char **argv)
     unsigned long long seed = 0;
     int bos = 0, stats = 0, c, rc = CLI_OK;
     const nvfp4_tokenizer *tok;
-    nvfp4_model *m;
+    nvfp4_model *m = NULL;
+    nvfp4_context *ctx = NULL;
+    nvfp4_seq seq;
     nvfp4_error err;
     nvfp4_sampler smp;
     int32_t *ids = NULL, *all = NULL, next;
@@ -142,10 +144,12 @@ static int run(int argc, char **argv)
     fputs(prompt, stdout);
     fflush(stdout);
     t1 = now();
-    if (nvfp4_model_forward(m, all, pos, 0, logits, 1, &err)) {
-        rc = cli_fail_error(&err);
+    if (!(ctx = cli_context_one(m, pos + (size_t)ntok, pos, &seq))) {
+        rc = CLI_INVALID;
         goto out;
     }
+    if ((rc = cli_feed(ctx, seq, all, pos, 1, logits)) != 0)
+        goto out;
     t2 = now();
     for (produced = 0; produced < ntok; produced++) {
         const char *bytes;
@@ -158,11 +162,8 @@ static int run(int argc, char **argv)
             fwrite(bytes, 1, len, stdout);
         fflush(stdout);
         all[pos] = next;
-        if (produced + 1 < ntok &&
-            nvfp4_model_forward(m, &all[pos], 1, pos, logits, 1, &err)) {
-            rc = cli_fail_error(&err);
+        if (produced + 1 < ntok && (rc = cli_feed(ctx, seq, &all[pos], 1, 1, logits)) != 0)
             goto out;
-        }
         pos++;
     }
     fputc('\n', stdout);
@@ -179,6 +180,7 @@ out:
     free(ids);
     free(all);
     free(logits);
+    nvfp4_context_free(ctx);
     nvfp4_model_free(m);
     return rc;
 }

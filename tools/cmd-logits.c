@@ -34,7 +34,8 @@ static int run(int argc, char **argv)
     int32_t *ids = NULL;
     size_t n = 0, V;
     nvfp4_model *m;
-    nvfp4_error err;
+    nvfp4_context *ctx = NULL;
+    nvfp4_seq seq;
     float *logits;
     FILE *f;
     int c, rc = CLI_OK;
@@ -69,8 +70,10 @@ static int run(int argc, char **argv)
     logits = malloc(n * V * sizeof(float));
     if (!logits) {
         rc = cli_fail("out of memory for %zu x %zu logits", n, V);
-    } else if (nvfp4_model_forward(m, ids, n, 0, logits, 0, &err)) {
-        rc = cli_fail_error(&err);
+    } else if (!(ctx = cli_context_one(m, n, n, &seq))) {
+        rc = CLI_INVALID;
+    } else if ((rc = cli_feed(ctx, seq, ids, n, 0, logits)) != 0) {
+        /* reported */
     } else if (!(f = fopen(outp, "wb"))) {
         rc = cli_fail("%s: cannot create", outp);
     } else {
@@ -81,6 +84,7 @@ static int run(int argc, char **argv)
     }
     free(logits);
     free(ids);
+    nvfp4_context_free(ctx);
     nvfp4_model_free(m);
     return rc;
 }
