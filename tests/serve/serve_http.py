@@ -223,7 +223,7 @@ for stream in (True, False):
         AUTH)
     if stream:
         r = c.getresponse()
-        r.fp.readline()          # the first event has come
+        r.readline()          # the first event has come
     else:
         time.sleep(0.3)
     c.sock.shutdown(socket.SHUT_RDWR)
@@ -250,8 +250,11 @@ check(rc == 0, "SIGTERM: clean exit (%r)" % rc)
 
 # ---- 4. a full batch queues, a full queue is 429, timeouts are 504 ---------
 srv = Server(NVFP4, MODEL, os.path.join(WORK, "server2.log"), "--max-seqs", "1",
-             "--max-queue", "1", "--timeout", "0.5", "--max-batch-tokens", "16", "--grace", "0.5")
+             "--max-queue", "1", "--timeout", "2", "--max-batch-tokens", "16", "--grace", "0.5")
 out = {}
+
+
+started = {t: threading.Event() for t in "abc"}
 
 
 def long_stream(tag):
@@ -259,15 +262,21 @@ def long_stream(tag):
     c.request("POST", "/v1/completions", json.dumps(
         {"prompt": "a b c", "max_tokens": 4000, "stream": True, "temperature": 0}))
     r = c.getresponse()
+    first = r.readline()
+    started[tag].set()
     out[tag] = (r.status, sse_events(r))
+    if first.startswith(b"data: "):
+        out[tag][1].insert(0, first.decode().rstrip("\r\n")[6:])
 
 
 ta = threading.Thread(target=long_stream, args=("a",))
 ta.start()
-time.sleep(0.2)
+started["a"].wait(30)
 tb = threading.Thread(target=long_stream, args=("b",))
 tb.start()
-time.sleep(0.2)
+t0 = time.time()
+while time.time() - t0 < 5 and srv.metric("nvfp4_sequences_queued") != 1:
+    time.sleep(0.01)
 st, r = srv.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2})
 check(st == 429 and r["error"]["type"] == "rate_limit_error", "full queue: 429")
 ta.join(30)
@@ -283,7 +292,7 @@ srv.stop()
 srv = srv2 = Server(NVFP4, MODEL, os.path.join(WORK, "server3.log"), "--grace", "0.3")
 tc = threading.Thread(target=long_stream, args=("c",))
 tc.start()
-time.sleep(0.2)
+started["c"].wait(30)
 t0 = time.time()
 rc = srv2.stop()
 tc.join(30)

@@ -31,6 +31,7 @@ typedef struct {
     char *body;
     size_t len, cap;
     int too_large;
+    size_t discarded;
 } conn_ctx;
 
 static uint64_t id_counter;
@@ -828,11 +829,12 @@ static int authorized(const srv_server *srv, struct MHD_Connection *c)
     return diff == 0;
 }
 
+/* 1: serving; 0: loading; -1: stopping. */
 static int ready(srv_server *srv)
 {
     int r;
     pthread_mutex_lock(&srv->lock);
-    r = srv->sched != NULL && !srv->stopping;
+    r = srv->stopping ? -1 : srv->sched != NULL;
     pthread_mutex_unlock(&srv->lock);
     return r;
 }
@@ -861,8 +863,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         /* Everything that needs no body is answered before reading it. */
         if (cx->route == R_HEALTH) {
             int ok = ready(srv);
-            return send_text(srv, c, ok ? 200 : 503, "application/json",
-                             strdup(ok ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}"));
+            return send_text(srv, c, ok > 0 ? 200 : 503, "application/json",
+                             strdup(ok > 0   ? "{\"status\":\"ok\"}"
+                                    : ok == 0 ? "{\"status\":\"loading\"}"
+                                              : "{\"status\":\"stopping\"}"));
         }
         if (!authorized(srv, c))
             return send_errorf(srv, c, 401, "authentication_error", NULL,
@@ -875,10 +879,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!allowed)
             return send_errorf(srv, c, 405, "invalid_request_error", NULL,
                                "method not allowed on this route");
-        if (!ready(srv))
+        if ((allowed = ready(srv)) <= 0)
             return send_errorf(srv, c, 503, "server_error", NULL,
-                               srv->sched ? "the server is shutting down"
-                                          : "the model is still loading");
+                               allowed < 0 ? "the server is shutting down"
+                                           : "the model is still loading");
         cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > srv->max_body) {
             char msg[128];
@@ -892,8 +896,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         size_t n = *upload_size;
         *upload_size = 0;
         if (cx->too_large || cx->len + n > srv->max_body) {
+            /* libmicrohttpd takes no response before the body has been
+             * read: the rest is discarded and answered with 413, but a body
+             * that goes on past 16 times the limit loses its connection. */
             cx->too_large = 1;
-            return MHD_YES;
+            cx->discarded += n;
+            return cx->discarded / 16 > srv->max_body ? MHD_NO : MHD_YES;
         }
         if (cx->len + n + 1 > cx->cap) {
             size_t cap = (cx->len + n + 1) * 2;
@@ -917,10 +925,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     switch (cx->route) {
     case R_MODELS: return route_models(srv, c);
     case R_METRICS: {
-        char *text;
-        pthread_mutex_lock(&srv->lock);
-        pthread_mutex_unlock(&srv->lock);
-        text = srv_metrics_render(&srv->met);
+        char *text = srv_metrics_render(&srv->met);
         return send_text(srv, c, 200, "text/plain; version=0.0.4", text);
     }
     case R_TOKENIZE: return route_tokenize(srv, c, cx);
