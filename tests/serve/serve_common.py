@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Start `nvfp4 serve` on 127.0.0.1 at a free port and talk HTTP to it."""
+import atexit
 import http.client
 import json
 import os
@@ -43,6 +44,8 @@ class Server:
         self.proc = subprocess.Popen(
             [nvfp4, "serve", model, "--port", "0", "--threads", "1"] + list(args),
             stdout=self.logf, stderr=subprocess.STDOUT, env=e)
+        # a test that dies half way leaves no server behind
+        atexit.register(self.kill)
         self.port = None
         deadline = time.time() + 60
         while time.time() < deadline:
