@@ -3,7 +3,8 @@
 # Install what nvfp4 needs on a fresh Debian machine (run as root, or with sudo
 # available).  Idempotent.
 #
-#   scripts/setup-deps.sh            build and test dependencies (C only)
+#   scripts/setup-deps.sh            build and test dependencies (C, and the
+#                                    openai client's venv build/venv-serve)
 #   scripts/setup-deps.sh --python   also the pinned Python venv in build/venv
 #                                    (reference models, fixtures, baselines)
 #   scripts/setup-deps.sh --gpu      also the GPU toolchains' extra packages
@@ -24,13 +25,13 @@ SUDO=
 
 # Build: autotools, libtool, pkg-config, gcc (OpenMP).  Libraries: jansson
 # (JSON), PCRE2 (tokenizer pre-tokenizer regex), ICU (NFC normalization of
-# tokenizers that ask for it), Check (tests).  OpenBLAS only
+# tokenizers that ask for it), libmicrohttpd (nvfp4 serve), Check (tests).  OpenBLAS only
 # for the benchmark baseline.  valgrind for the memory check of the test suite.
 # clang and its runtime libraries (libFuzzer, sanitizers) for scripts/fuzz.sh;
 # debhelper, dpkg-dev, fakeroot and lintian for the Debian packages
 # (scripts/deb-check.sh).
 PKGS="build-essential autoconf automake libtool pkg-config \
-libjansson-dev libpcre2-dev libicu-dev check libopenblas-dev valgrind python3 python3-venv \
+libjansson-dev libpcre2-dev libicu-dev libmicrohttpd-dev check libopenblas-dev valgrind python3 python3-venv \
 clang libclang-rt-14-dev debhelper dpkg-dev fakeroot lintian"
 # Documentation checks of make check: groff (tests/man.test renders the
 # manual page with warnings on) and doxygen (tests/doxygen.test, make html).
@@ -46,6 +47,10 @@ if [ -n "$missing" ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
+
+# The openai client for nvfp4 serve's tests (small; build/venv-serve).
+"$ROOT/scripts/setup-serve-venv.sh" ||
+    echo "setup-deps: no build/venv-serve (tests/serve/serve-openai.test will SKIP)" >&2
 
 if [ "$want_gpu" = 1 ] && [ -x "$ROOT/scripts/setup-gpu-deps.sh" ]; then
     "$ROOT/scripts/setup-gpu-deps.sh"

@@ -184,3 +184,19 @@ clean-local: clean-hostile
 clean-hostile:
 	-rm -rf tests/hostile
 .PHONY: clean-hostile
+
+# nvfp4 serve end to end (tests/serve/serve.test): plain HTTP always, the
+# real openai client when build/venv-serve exists (scripts/setup-serve-venv.sh).
+EXTRA_DIST += %reldir%/serve/serve.test %reldir%/serve/serve-http.test \
+	%reldir%/serve/serve-openai.test %reldir%/serve/serve_common.py \
+	%reldir%/serve/serve_http.py %reldir%/serve/serve_openai.py
+if HAVE_MHD
+TESTS += %reldir%/serve/serve-http.test %reldir%/serve/serve-openai.test
+endif
+clean-local: clean-serve-tests
+clean-serve-tests:
+	rm -rf tests/serve-http.d tests/serve-openai.d
+.PHONY: clean-serve-tests
+# libFuzzer harness of the server's request parser and its seed corpus
+# (built by tests/fuzz/local.mk under --enable-fuzzing).
+EXTRA_DIST += %reldir%/fuzz/fuzz-request.c %reldir%/fuzz/corpus/request

@@ -50,5 +50,6 @@ extern const cli_command cli_logits;
 extern const cli_command cli_tokenize;
 extern const cli_command cli_synth;
 extern const cli_command cli_bench;
+extern const cli_command cli_serve;
 extern const cli_command cli_template;
 #endif

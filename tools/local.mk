@@ -22,3 +22,16 @@ tools_nvfp4_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS) $(JANSSON_CFLAGS)
 tools_nvfp4_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS)
 tools_nvfp4_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.la \
 	libquant/libnvfp4-quant.la libformat/libnvfp4-format.la $(JANSSON_LIBS) $(LIBM)
+
+if HAVE_MHD
+tools_nvfp4_SOURCES += \
+	%reldir%/cmd-serve.c \
+	%reldir%/serve/serve.h \
+	%reldir%/serve/http.c \
+	%reldir%/serve/scheduler.c \
+	%reldir%/serve/sample.c \
+	%reldir%/serve/request.c \
+	%reldir%/serve/metrics.c
+tools_nvfp4_CFLAGS += $(MHD_CFLAGS)
+tools_nvfp4_LDADD += $(MHD_LIBS) -lpthread
+endif

@@ -20,6 +20,9 @@ static const cli_command *const commands[] = {
     &cli_template,
     &cli_bench,
     &cli_synth,
+#ifdef HAVE_MHD
+    &cli_serve,
+#endif
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -79,6 +82,9 @@ static void usage(FILE *out)
     for (size_t i = 0; i < NCOMMANDS; i++)
         fprintf(out, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
     fprintf(out,
+#ifndef HAVE_MHD
+            "  (serve: not built; configure did not find libmicrohttpd)\n"
+#endif
             "\nOptions:\n"
             "  -h, --help     show this help and exit\n"
             "  -V, --version  show the version and exit\n\n"
