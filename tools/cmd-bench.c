@@ -105,9 +105,8 @@ static int run(int argc, char **argv)
                 return cli_usage(&cli_bench, "%s", msg);
             break;
         case 'b':
-            if (positive(optarg, &B) || B > 4096)
-                return cli_usage(&cli_bench, "--batch: expected a count of 1..4096, got '%s'",
-                                 optarg);
+            if ((msg = cli_int_arg("--batch", optarg, 1, 4096, &B)))
+                return cli_usage(&cli_bench, "%s", msg);
             break;
         case OPT_SEED: {
             char *end;
