@@ -22,6 +22,7 @@ struct nvfp4_qconfig {
     char *file;          /* config.json, for messages */
     nvfp4_scheme global; /* global_quant_config, classified at parse time */
     nvfp4q_dialect *dl;  /* ModelOpt / compressed-tensors (dialect.c); NULL for Quark */
+    char producer[64];   /* Quark's "quark VERSION" (parse time), "" otherwise */
 };
 
 static const char supported_text[] =
@@ -274,6 +275,11 @@ nvfp4_qconfig *nvfp4_qconfig_parse(const nvfp4_config *cfg, nvfp4_error *err)
         goto fail;
     }
     q->qc = json_incref(qc);
+    {
+        json_t *v = json_object_get(qc, "version");
+        snprintf(q->producer, sizeof(q->producer), "quark%s%.40s",
+                 json_is_string(v) ? " " : "", json_is_string(v) ? json_string_value(v) : "");
+    }
 
     method = spec_str(qc, "quant_method");
     if (!method) {
@@ -569,19 +575,11 @@ nvfp4_dialect nvfp4_qconfig_dialect(const nvfp4_qconfig *q)
 
 const char *nvfp4_qconfig_producer(const nvfp4_qconfig *q)
 {
-    static _Thread_local char buf[64];
-    json_t *v;
-
     if (!q)
         return "";
     if (q->dl)
         return nvfp4q_dialect_producer(q->dl);
-    if (!q->qc)
-        return "";
-    v = json_object_get(q->qc, "version");
-    snprintf(buf, sizeof(buf), "quark%s%.40s", json_is_string(v) ? " " : "",
-             json_is_string(v) ? json_string_value(v) : "");
-    return buf;
+    return q->producer;
 }
 
 const char *nvfp4_qconfig_kv_cache(const nvfp4_qconfig *q)

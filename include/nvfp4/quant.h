@@ -384,6 +384,9 @@ NVFP4_API void nvfp4_linear_release(nvfp4_linear *lin);
 NVFP4_API nvfp4_status nvfp4_linear_dequant(const nvfp4_linear *lin, float *out,
                                             nvfp4_error *err);
 
+/** nvfp4_linear_fuse_check()'s @p rescale that keeps every member's own scale. */
+#define NVFP4_FUSE_KEEP_SCALES 2
+
 /**
  * Check a fused group (§4): its members (q/k/v, gate/up, an expert's
  * w1/w3) must carry identical weight_scale_2.  When they differ: with
@@ -406,8 +409,6 @@ NVFP4_API nvfp4_status nvfp4_linear_dequant(const nvfp4_linear *lin, float *out,
  *         and its scale; ::NVFP4_ERR_INVALID (a member not loaded as NVFP4,
  *         or members of different schemes or K); ::NVFP4_ERR_NOMEM
  */
-/** nvfp4_linear_fuse_check()'s @p rescale that keeps every member's own scale. */
-#define NVFP4_FUSE_KEEP_SCALES 2
 NVFP4_API nvfp4_status nvfp4_linear_fuse_check(const char *layer, nvfp4_linear *shards,
                                                size_t count, int rescale,
                                                float *input_scale, nvfp4_error *err);
