@@ -137,7 +137,10 @@ START_TEST(test_prefill_default)
      * likely the mma path's dense GEMM, which holds float32 activations as
      * two BF16 halves (16 significant bits), moves the attention enough to
      * flip §5 rounding ties in the W4A4 layers after it (llama_excl_block,
-     * whose dense attention feeds no W4A4 layer, passes); not yet proven. */
+     * whose dense attention feeds no W4A4 layer, passes).  Localised: with
+     * that k_proj stored as F32, so that it alone takes the float32 GEMM,
+     * the default path is within 7e-6; whether the 16-bit split or a bug of
+     * the dense MMA for this layer is to blame is not yet known. */
     if (!strcmp(name, "llama_excl_k")) {
         fprintf(stderr, "%s %s prefill (default): skipped, see test_prefill_default\n",
                 gpu_name, name);
