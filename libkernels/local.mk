@@ -17,7 +17,7 @@ libkernels_libnvfp4_kernels_la_CPPFLAGS = $(AM_CPPFLAGS) \
 libkernels_libnvfp4_kernels_la_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS) $(JANSSON_CFLAGS) \
 	-ffp-contract=off
 libkernels_libnvfp4_kernels_la_LIBADD = libquant/libnvfp4-quant.la \
-	libformat/libnvfp4-format.la $(LIBM) -ldl -lpthread
+	libformat/libnvfp4-format.la $(LIBM) $(DL_LIBS) $(PTHREAD_LIBS)
 libkernels_libnvfp4_kernels_la_LDFLAGS = $(OPENMP_CFLAGS) \
 	-version-info $(NVFP4_KERNELS_LT_VERSION) -no-undefined \
 	-Wl,--no-undefined \

@@ -24,10 +24,15 @@ libmodel_libnvfp4_model_la_SOURCES = \
 	%reldir%/chat-template-methods.c
 libmodel_libnvfp4_model_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(PCRE2_CFLAGS) \
 	$(ICU_CFLAGS)
+# ICU_UC_LIBS: $(ICU_LIBS) without libicudata, libicuuc's own dependency
+# (icu-uc.pc lists both; configure.ac): linked directly it would be NEEDED
+# for nothing.  $(AM_LDFLAGS) (--as-needed) is
+# placed after the libraries by libtool, so it only drops what the compiler
+# driver appends: libgomp for the -fopenmp libnvfp4-kernels.la passes on.
 libmodel_libnvfp4_model_la_LIBADD = libkernels/libnvfp4-kernels.la \
 	libquant/libnvfp4-quant.la libformat/libnvfp4-format.la \
-	$(JANSSON_LIBS) $(PCRE2_LIBS) $(ICU_LIBS) $(LIBM)
-libmodel_libnvfp4_model_la_LDFLAGS = \
+	$(JANSSON_LIBS) $(PCRE2_LIBS) $(ICU_UC_LIBS) $(LIBM)
+libmodel_libnvfp4_model_la_LDFLAGS = $(AM_LDFLAGS) \
 	-version-info $(NVFP4_MODEL_LT_VERSION) -no-undefined \
 	-Wl,--no-undefined \
 	-Wl,--version-script=$(srcdir)/%reldir%/libnvfp4-model.sym

@@ -3,8 +3,8 @@
 TEST_CPPFLAGS = $(AM_CPPFLAGS) -DTEST_DATA_DIR='"$(abs_top_srcdir)/tests/data"' \
 	-DNVFP4_TOOL='"$(abs_top_builddir)/tools/nvfp4"'
 AM_TESTS_ENVIRONMENT = top_srcdir='$(top_srcdir)' top_builddir='$(top_builddir)' \
-	NM='$(NM)' READELF='$(READELF)'; \
-	export top_srcdir top_builddir NM READELF;
+	NM='$(NM)' READELF='$(READELF)' nvfp4_libdir='$(libdir)'; \
+	export top_srcdir top_builddir NM READELF nvfp4_libdir;
 EXTRA_DIST += tests/data
 
 # Link hygiene, no Check needed: the exports of each .so = the NVFP4_API
