@@ -70,7 +70,7 @@ for i, (res, (ref_text, ref_n)) in enumerate(zip(results, refs)):
     usage = chunks[-1].get("usage") or {}
     ids = {c["id"] for c in chunks}
     # the server sends invalid UTF-8 (a token that is part of a character) as
-    # U+FFFD, byte by byte
+    # U+FFFD per maximal subpart, as Python's "replace" does
     ok = ok and text == ref_text.decode("utf-8", "replace") and len(ids) == 1
     # one chunk per token, none lost or repeated: the count of token chunks
     # is the usage count (minus the end-of-sequence token, not shown)
@@ -149,6 +149,24 @@ check(st == 200 and r["object"] == "chat.completion" and
       "chat completion through the model's template equals generate")
 st, tk = srv.json("POST", "/tokenize", {"messages": msgs}, AUTH)
 check(st == 200 and r["usage"]["prompt_tokens"] == tk["count"], "/tokenize of messages")
+
+# prefix caching: a prompt whose first blocks another running sequence has
+# cached forks it, and its greedy output still equals generate's
+long_prompt = " ".join(WORDS * 2)
+long_ref = generate_ref(NVFP4, MODEL, long_prompt + " again", 10)[0]
+c = srv.conn()
+c.request("POST", "/v1/completions", json.dumps(
+    {"prompt": long_prompt, "max_tokens": 3000, "temperature": 0, "stream": True}), AUTH)
+first = c.getresponse()
+first.readline()
+before = srv.metric("nvfp4_prefix_cached_tokens_total", AUTH)
+st, r = srv.json("POST", "/v1/completions", {"prompt": long_prompt + " again", "max_tokens": 10,
+                                             "temperature": 0}, AUTH)
+after = srv.metric("nvfp4_prefix_cached_tokens_total", AUTH)
+c.close()
+check(st == 200 and r["choices"][0]["text"] == long_ref.decode("utf-8", "replace") and
+      after - before >= 16, "shared prefix (%s tokens reused): output equals generate" %
+      (after - before))
 
 # ---- 2. errors: each gets its status, the server keeps serving --------------
 def status(method, path, body=None, headers=AUTH):

@@ -39,7 +39,9 @@ static uint64_t id_counter;
 /* ---- JSON helpers ---------------------------------------------------------- */
 
 /* BYTES as a JSON string: invalid UTF-8 (a token may be a piece of a
- * character) becomes U+FFFD, as the tokenizers library's decode does. */
+ * character) becomes U+FFFD, one for each maximal subpart of an ill-formed
+ * sequence (Unicode's recommended practice, as Rust's from_utf8_lossy in
+ * the tokenizers library and Python's "replace" do). */
 static json_t *json_bytes(const char *s, size_t n)
 {
     char *o = malloc(n * 3 + 1);
@@ -50,27 +52,36 @@ static json_t *json_bytes(const char *s, size_t n)
         return NULL;
     while (i < n) {
         unsigned char c = (unsigned char)s[i];
-        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
-                                : (c & 0xF8) == 0xF0 ? 4 : 0;
-        int ok = len > 0 && i + len <= n && c != 0;
-        for (size_t t = 1; ok && t < len; t++)
-            ok = ((unsigned char)s[i + t] & 0xC0) == 0x80;
-        if (ok && len > 1) {
-            uint32_t cp = c & (0x7F >> len);
-            for (size_t t = 1; t < len; t++)
-                cp = cp << 6 | ((unsigned char)s[i + t] & 0x3F);
-            ok = !(cp < (len == 2 ? 0x80u : len == 3 ? 0x800u : 0x10000u) || cp > 0x10FFFF ||
-                   (cp >= 0xD800 && cp <= 0xDFFF));
-        }
-        if (ok) {
-            memcpy(o + k, s + i, len);
-            k += len;
-            i += len;
-        } else {
+        size_t need = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+                      : c >= 0xF0 && c <= 0xF4 ? 4 : 1;
+        size_t got = 1;
+        if (c >= 0x80 && need == 1) {           /* not a lead byte */
             memcpy(o + k, "\xEF\xBF\xBD", 3);
             k += 3;
             i++;
+            continue;
         }
+        while (got < need && i + got < n) {
+            unsigned char d = (unsigned char)s[i + got];
+            unsigned char lo = 0x80, hi = 0xBF;
+            if (got == 1) {
+                if (c == 0xE0) lo = 0xA0;
+                else if (c == 0xED) hi = 0x9F;
+                else if (c == 0xF0) lo = 0x90;
+                else if (c == 0xF4) hi = 0x8F;
+            }
+            if (d < lo || d > hi)
+                break;
+            got++;
+        }
+        if (got == need) {
+            memcpy(o + k, s + i, got);
+            k += got;
+        } else {
+            memcpy(o + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+        }
+        i += got;
     }
     j = json_stringn(o, k);
     free(o);

@@ -109,6 +109,10 @@ char *srv_metrics_render(srv_metrics *m)
         "# HELP nvfp4_prompt_tokens_total Prompt tokens prefilled.\n"
         "# TYPE nvfp4_prompt_tokens_total counter\n"
         "nvfp4_prompt_tokens_total %llu\n"
+        "# HELP nvfp4_prefix_cached_tokens_total Prompt tokens whose KV was shared from a "
+        "running sequence.\n"
+        "# TYPE nvfp4_prefix_cached_tokens_total counter\n"
+        "nvfp4_prefix_cached_tokens_total %llu\n"
         "# HELP nvfp4_generation_tokens_total Tokens generated.\n"
         "# TYPE nvfp4_generation_tokens_total counter\n"
         "nvfp4_generation_tokens_total %llu\n"
@@ -124,7 +128,8 @@ char *srv_metrics_render(srv_metrics *m)
         "# HELP nvfp4_kv_blocks_total KV cache blocks in the pool.\n"
         "# TYPE nvfp4_kv_blocks_total gauge\n"
         "nvfp4_kv_blocks_total %zu\n",
-        (unsigned long long)m->prompt_tokens, (unsigned long long)m->generation_tokens,
+        (unsigned long long)m->prompt_tokens, (unsigned long long)m->prefix_cached_tokens,
+        (unsigned long long)m->generation_tokens,
         m->running, m->queued, m->kv_used, m->kv_total);
     hist(&b, "nvfp4_time_to_first_token_seconds",
          "Time from a request's arrival to its first generated token.", &m->ttft);

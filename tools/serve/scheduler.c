@@ -150,7 +150,9 @@ int srv_sched_submit(srv_sched *s, srv_job *j)
                       j->n_prompt, j->max_tokens, j->reserve_blocks, NVFP4_KV_BLOCK,
                       s->blocks_total);
         rc = -1;
-    } else if (s->n_queued >= s->o.max_queue) {
+    } else if (s->n_queued >= s->o.max_queue + (s->o.max_seqs - s->n_run)) {
+        /* Jobs about to take a free slot pass through the queue without
+         * counting against --max-queue. */
         srv_error_set(&j->error, 429, "rate_limit_error", NULL,
                       "the server is busy: %d requests are waiting; retry later", s->n_queued);
         rc = -1;
@@ -353,6 +355,39 @@ static void update_gauges(srv_sched *s)
     pthread_mutex_unlock(&s->met->lock);
 }
 
+/* Prefix caching: when a running sequence has already cached at least a
+ * block of J's prompt, J forks it (the blocks are shared, copy-on-write)
+ * and cuts the fork to the common prefix, so only the rest is prefilled.
+ * Its reservation stays whole, so the pool still cannot run out.  Returns
+ * the tokens reused (J's sequence made), or 0 (nothing made). */
+static size_t share_prefix(srv_sched *s, srv_job *j)
+{
+    srv_job *best = NULL;
+    size_t best_len = 0;
+    nvfp4_error err;
+
+    for (int i = 0; i < s->n_run; i++) {
+        srv_job *p = s->run[i];
+        size_t n = p->n_fed < j->n_prompt - 1 ? p->n_fed : j->n_prompt - 1, k = 0;
+        while (k < n && p->prompt[k] == j->prompt[k])
+            k++;
+        if (k > best_len) {
+            best_len = k;
+            best = p;
+        }
+    }
+    if (!best || best_len < NVFP4_KV_BLOCK)
+        return 0;
+    if (nvfp4_seq_fork(s->ctx, best->seq, &j->seq, &err))
+        return 0;
+    if (nvfp4_seq_truncate(s->ctx, j->seq, best_len, &err)) {
+        nvfp4_seq_free(s->ctx, j->seq);
+        j->seq = -1;
+        return 0;
+    }
+    return best_len;
+}
+
 /* Under s->lock: cancelled and timed-out jobs leave, queued ones come in. */
 static void housekeeping(srv_sched *s, double t)
 {
@@ -407,14 +442,20 @@ static void housekeeping(srv_sched *s, double t)
            s->reserved + s->qhead->reserve_blocks <= s->blocks_total) {
         srv_job *j = s->qhead;
         nvfp4_error err;
-        if (nvfp4_seq_create(s->ctx, &j->seq, &err))
+        size_t reuse = share_prefix(s, j);
+        if (!reuse && nvfp4_seq_create(s->ctx, &j->seq, &err))
             break;
         s->qhead = j->next;
         if (!s->qhead)
             s->qtail = NULL;
         s->n_queued--;
         s->reserved += j->reserve_blocks;
-        j->n_fed = 0;
+        j->n_fed = reuse;
+        if (reuse) {
+            pthread_mutex_lock(&s->met->lock);
+            s->met->prefix_cached_tokens += reuse;
+            pthread_mutex_unlock(&s->met->lock);
+        }
         if (j->req.presence_penalty != 0 || j->req.frequency_penalty != 0) {
             j->counts = calloc(s->V, sizeof *j->counts);
             if (!j->counts) {

@@ -103,6 +103,7 @@ typedef struct {
     uint64_t requests[6];        /* by route: completions, chat, models, tokenize, detokenize, other */
     uint64_t responses_by_class[6]; /* 1xx..5xx by first digit (index 1..5) */
     uint64_t prompt_tokens, generation_tokens;
+    uint64_t prefix_cached_tokens;  /* prompt tokens taken from another sequence's KV */
     int running, queued;
     size_t kv_used, kv_total;
     srv_hist ttft, itl;
