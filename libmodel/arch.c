@@ -135,15 +135,9 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
     const char *path = nvfp4_config_path(cfg);
     const char *rope_type = NULL;
     const char *rp;
-    nvfp4_status rc;
     json_t *v;
 
     memset(hp, 0, sizeof(*hp));
-#define TRY(x)                                                                           \
-    do {                                                                                 \
-        if ((rc = (x)) != NVFP4_OK)                                                      \
-            return rc;                                                                   \
-    } while (0)
     TRY(need_int(cfg, "hidden_size", &hp->hidden, err));
     TRY(need_int(cfg, "num_hidden_layers", &hp->layers, err));
     TRY(need_int(cfg, "num_attention_heads", &hp->heads, err));
@@ -290,7 +284,6 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
     if (!nvfp4m_hparams_layer_is_moe(hp, arch, 0) && hp->inter <= 0 && arch->moe == MOE_NONE)
         return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, path, "intermediate_size", -1,
                                "required key is missing");
-#undef TRY
     return NVFP4_OK;
 }
 

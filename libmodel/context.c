@@ -20,12 +20,6 @@
 
 #include "model-internal.h"
 
-#define TRY(x)                                                                           \
-    do {                                                                                 \
-        nvfp4_status rc_ = (x);                                                          \
-        if (rc_ != NVFP4_OK)                                                             \
-            return rc_;                                                                  \
-    } while (0)
 
 /* The lm_head runs over at most this many rows at a time, so the backend
  * never holds [n, vocab] logits beside the caller's buffer (100 MB each for

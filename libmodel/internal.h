@@ -66,4 +66,12 @@ nvfp4_status nvfp4m_check_tokenizer(const nvfp4_tokenizer *tok, const char *path
 nvfp4_status nvfp4m_check_logits(const float *logits, size_t rows, size_t vocab,
                                  size_t pos0, nvfp4_error *err);
 
+/* Return the status of a failed call (the call has filled the error). */
+#define TRY(x)                                                                           \
+    do {                                                                                 \
+        nvfp4_status rc_ = (x);                                                          \
+        if (rc_ != NVFP4_OK)                                                             \
+            return rc_;                                                                  \
+    } while (0)
+
 #endif

@@ -25,12 +25,6 @@
 
 /* ---- small helpers ---------------------------------------------------------- */
 
-#define TRY(x)                                                                           \
-    do {                                                                                 \
-        nvfp4_status rc_ = (x);                                                          \
-        if (rc_ != NVFP4_OK)                                                             \
-            return rc_;                                                                  \
-    } while (0)
 
 static nvfp4_status nomem(nvfp4_error *err)
 {
