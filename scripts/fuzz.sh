@@ -14,7 +14,7 @@ set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SECS=${1:-60}
 [ $# -gt 0 ] && shift
-ALL="fuzz-safetensors fuzz-index fuzz-config fuzz-qconfig fuzz-tokenizer fuzz-model-config fuzz-model-header"
+ALL="fuzz-safetensors fuzz-index fuzz-config fuzz-qconfig fuzz-tokenizer fuzz-model-config fuzz-model-header fuzz-template fuzz-request"
 HARNESSES=${*:-$ALL}
 JOBS=${JOBS:-2}
 B="$ROOT/build/fuzz"

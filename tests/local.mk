@@ -199,4 +199,4 @@ clean-serve-tests:
 .PHONY: clean-serve-tests
 # libFuzzer harness of the server's request parser and its seed corpus
 # (built by tests/fuzz/local.mk under --enable-fuzzing).
-EXTRA_DIST += %reldir%/fuzz/fuzz-request.c %reldir%/fuzz/corpus/request
+# (tests/fuzz/local.mk builds fuzz-request and distributes its corpus)

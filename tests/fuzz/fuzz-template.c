@@ -4,7 +4,7 @@
  * (up to the first NUL) and, after the NUL, an optional JSON message list;
  * it is parsed and rendered under small bounds so that every input finishes
  * quickly.  Errors are expected; crashes, hangs, leaks and sanitizer reports
- * are the findings.  Seeds: tests/fuzz/corpus/template/.
+ * are the findings.  Seeds: tests/fuzz/corpus/fuzz-template/.
  */
 #include <stdint.h>
 #include <stdlib.h>

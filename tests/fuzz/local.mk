@@ -8,7 +8,7 @@ EXTRA_DIST += %reldir%/nvfp4.dict %reldir%/corpus
 if ENABLE_FUZZING
 noinst_PROGRAMS += %reldir%/fuzz-safetensors %reldir%/fuzz-index %reldir%/fuzz-config \
 	%reldir%/fuzz-qconfig %reldir%/fuzz-tokenizer %reldir%/fuzz-model-config \
-	%reldir%/fuzz-model-header
+	%reldir%/fuzz-model-header %reldir%/fuzz-template %reldir%/fuzz-request
 FUZZ_CPPFLAGS = $(AM_CPPFLAGS) -DTEST_DATA_DIR='"$(abs_top_srcdir)/tests/data"'
 FUZZ_ALL_CFLAGS = $(AM_CFLAGS) $(FUZZ_CFLAGS) $(JANSSON_CFLAGS)
 FUZZ_LIBS = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.la \
@@ -42,4 +42,13 @@ tests_fuzz_fuzz_model_header_SOURCES = %reldir%/fuzz-model-header.c %reldir%/fuz
 tests_fuzz_fuzz_model_header_CPPFLAGS = $(FUZZ_CPPFLAGS)
 tests_fuzz_fuzz_model_header_CFLAGS = $(FUZZ_ALL_CFLAGS)
 tests_fuzz_fuzz_model_header_LDADD = $(FUZZ_LIBS) $(PCRE2_LIBS) $(ICU_LIBS)
+# chat templates (libmodel) and the server's request parser (tools/serve)
+tests_fuzz_fuzz_template_SOURCES = %reldir%/fuzz-template.c
+tests_fuzz_fuzz_template_CPPFLAGS = $(FUZZ_CPPFLAGS)
+tests_fuzz_fuzz_template_CFLAGS = $(FUZZ_ALL_CFLAGS)
+tests_fuzz_fuzz_template_LDADD = $(FUZZ_LIBS) $(PCRE2_LIBS) $(ICU_LIBS)
+tests_fuzz_fuzz_request_SOURCES = %reldir%/fuzz-request.c tools/serve/request.c tools/serve/serve.h
+tests_fuzz_fuzz_request_CPPFLAGS = $(FUZZ_CPPFLAGS)
+tests_fuzz_fuzz_request_CFLAGS = $(FUZZ_ALL_CFLAGS)
+tests_fuzz_fuzz_request_LDADD = $(JANSSON_LIBS) $(LIBM)
 endif
