@@ -119,7 +119,7 @@ if [ "${NVFP4_VALGRIND:-1}" = 1 ]; then
     (cd build/plain && for t in tests/test-*; do
         [ -x "$t" ] && [ "${t%.*}" = "$t" ] || continue
         rc=0
-        NVFP4_NO_JIT=1 CK_TIMEOUT_MULTIPLIER=20 ./libtool --mode=execute valgrind -q \
+        NVFP4_NO_JIT=1 NVFP4_TEST_QUICK=1 CK_TIMEOUT_MULTIPLIER=20 ./libtool --mode=execute valgrind -q \
             --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite \
             "$t" > "$t.valgrind.log" 2>&1 || rc=$?
         case $rc in
