@@ -417,8 +417,14 @@ static unsigned long re_size_alt(const char **p, int depth)
             s++;
             continue;
         }
+        int reps = 0;
         a = re_size_atom(&s, depth);
         while (*s == '*' || *s == '+' || *s == '?' || *s == '{') {
+            /* Stacked repetitions ("a+*", "a?++") make regcomp's epsilon
+             * closures explode even when the copies stay few (fuzz-qconfig:
+             * 15 s in calc_eclosure_iter); no layer name needs them. */
+            if (++reps > 1)
+                a = RE_SIZE_MAX + 1;
             if (*s == '{') {
                 unsigned long long m = 0, n;
                 s++;
