@@ -8,16 +8,21 @@ libkernels_libnvfp4_kernels_la_SOURCES = \
 	%reldir%/cpu-internal.h \
 	%reldir%/registry.c \
 	%reldir%/cpu.c \
-	%reldir%/cpu-linear.c
+	%reldir%/cpu-linear.c \
+	%reldir%/comm-impl.h \
+	%reldir%/comm.c
+if HAVE_MPI
+libkernels_libnvfp4_kernels_la_SOURCES += %reldir%/comm-mpi.c
+endif
 # GPU backend plugins are looked up in $(pkglibdir)/backends (backend-impl.h).
 libkernels_libnvfp4_kernels_la_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DNVFP4_BACKEND_DIR='"$(pkglibdir)/backends"'
 # -ffp-contract=off: the scalar code keeps the reference's float32 operation
 # order (no silently fused multiply-add); SIMD kernels use explicit FMAs.
 libkernels_libnvfp4_kernels_la_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS) $(JANSSON_CFLAGS) \
-	-ffp-contract=off
+	$(MPI_CFLAGS) -ffp-contract=off
 libkernels_libnvfp4_kernels_la_LIBADD = libquant/libnvfp4-quant.la \
-	libformat/libnvfp4-format.la $(LIBM) $(DL_LIBS) $(PTHREAD_LIBS)
+	libformat/libnvfp4-format.la $(LIBM) $(DL_LIBS) $(PTHREAD_LIBS) $(MPI_LIBS)
 libkernels_libnvfp4_kernels_la_LDFLAGS = $(OPENMP_CFLAGS) \
 	-version-info $(NVFP4_KERNELS_LT_VERSION) -no-undefined \
 	-Wl,--no-undefined \

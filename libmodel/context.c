@@ -75,9 +75,10 @@ static void unlock(nvfp4_context *c)
         pthread_mutex_unlock(&c->m->lock);
 }
 
+/* this rank's KV heads (parallel.c) */
 static size_t kv_row(const nvfp4_model *m)
 {
-    return (size_t)m->hp.kv_heads * (size_t)m->hp.head_dim;
+    return (size_t)m->par->kv_heads * (size_t)m->hp.head_dim;
 }
 
 /* ---- create / free ---------------------------------------------------------- */
@@ -103,9 +104,9 @@ static nvfp4_status alloc_scratch(nvfp4_context *c, nvfp4_error *err)
 {
     const hparams *hp = &c->m->hp;
     const size_t n = c->max_batch;
-    size_t H = (size_t)hp->hidden, qd = (size_t)(hp->heads * hp->head_dim);
+    size_t H = (size_t)hp->hidden, qd = (size_t)(c->m->par->heads * hp->head_dim);
     size_t kd = kv_row(c->m), V = (size_t)hp->vocab;
-    size_t inter = (size_t)hp->inter, E = (size_t)hp->experts, K = (size_t)hp->topk;
+    size_t inter = (size_t)c->m->par->inter, E = (size_t)hp->experts, K = (size_t)hp->topk;
     size_t ntab = n < c->max_seqs ? n : c->max_seqs;
 
     if ((size_t)hp->shared_inter > inter)
@@ -213,7 +214,8 @@ nvfp4_context *nvfp4_context_create(nvfp4_model *m, const nvfp4_context_options 
     }
     c->m = m;
     c->be = m->be;
-    c->locked_backend = strcmp(nvfp4_backend_name(m->be), "cpu") != 0;
+    /* (ranks of a split model run their collectives one batch at a time) */
+    c->locked_backend = strcmp(nvfp4_backend_name(m->be), "cpu") != 0 || m->par->size > 1;
     c->block = NVFP4_KV_BLOCK;
     c->max_blocks = ((size_t)m->max_ctx + c->block - 1) / c->block;
     c->max_batch = o.max_batch_tokens ? o.max_batch_tokens : 512;
@@ -459,7 +461,7 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
     const nvfp4_model *m = c->m;
     const hparams *hp = &m->hp;
     nvfp4_backend *be = c->be;
-    size_t H = (size_t)hp->hidden, nh = (size_t)hp->heads, nkv = (size_t)hp->kv_heads;
+    size_t H = (size_t)hp->hidden, nh = (size_t)m->par->heads, nkv = (size_t)m->par->kv_heads;
     size_t hd = (size_t)hp->head_dim, V = (size_t)hp->vocab;
     float eps = (float)hp->eps, scale = 1.0f / sqrtf((float)hd);
     nvfp4_kv_pages kv;
@@ -477,7 +479,7 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
     kv.pos = c->pos;
     kv.seq = c->rseq;
     kv.max_len = max_len;
-    TRY(nvfp4_k_embed(be, m->embed, c->ids, n, c->x, err));
+    TRY(nvfp4m_par_embed(c->m, c->ids, c->h_ids, n, c->x, err));
 
     for (int64_t l = 0; l < hp->layers; l++) {
         layer_t *L = &m->layers[l];
@@ -497,6 +499,7 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
         TRY(nvfp4_k_attention_paged(be, c->q, c->k, c->v, &kv, n, nh, nkv, hd, scale, c->att,
                                     err));
         TRY(nvfp4_k_linear(be, L->o, c->att, n, c->o, err));
+        TRY(nvfp4m_par_reduce(c->m, c->o, n * H, err));
         TRY(nvfp4_k_add(be, c->x, c->o, n * H, c->x, err));
 
         TRY(nvfp4_k_rmsnorm(be, c->x, L->ln2, n, H, eps, c->h, err));
@@ -509,8 +512,9 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
                 TRY(shared_expert(c, L, n, err));
         } else {
             TRY(nvfp4_k_linear(be, L->gu, c->h, n, c->gu, err));
-            TRY(nvfp4_k_silu_mul(be, c->gu, n, (size_t)hp->inter, c->act, err));
+            TRY(nvfp4_k_silu_mul(be, c->gu, n, (size_t)m->par->inter, c->act, err));
             TRY(nvfp4_k_linear(be, L->down, c->act, n, c->mlp, err));
+            TRY(nvfp4m_par_reduce(c->m, c->mlp, n * H, err));
         }
         TRY(nvfp4_k_add(be, c->x, c->mlp, n * H, c->x, err));
     }
@@ -522,7 +526,7 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
                             err));
         for (size_t r = 0; r < r_rows; r += LOGIT_ROWS) {
             size_t cnt = r_rows - r < LOGIT_ROWS ? r_rows - r : LOGIT_ROWS, got = 0;
-            TRY(nvfp4_k_linear(be, m->lm_head, c->h + r * H, cnt, c->logits, err));
+            TRY(nvfp4m_par_lm_head(c->m, c->h + r * H, cnt, c->logits, err));
             while (got < cnt) {
                 size_t want, take;
                 while (e < nent && (ent[e].logits == NVFP4_LOGITS_NONE ||
@@ -558,6 +562,7 @@ nvfp4_status nvfp4_context_run(nvfp4_context *c, const nvfp4_batch_entry *ent, s
     if (!c || (nent && !ent))
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
                                "nvfp4_context_run needs a context and entries");
+    TRY(nvfp4m_par_check_batch(c->m, ent, nent, err));
     /* 1. check the whole batch; nothing changes before it passes */
     for (size_t e = 0; e < nent; e++) {
         const nvfp4_batch_entry *b = &ent[e];

@@ -9,6 +9,8 @@ libmodel_libnvfp4_model_la_SOURCES = \
 	%reldir%/model-internal.h \
 	%reldir%/model.c \
 	%reldir%/context.c \
+	%reldir%/parallel.h \
+	%reldir%/parallel.c \
 	%reldir%/eval.c \
 	%reldir%/validate.c \
 	%reldir%/tokenizer-internal.h \

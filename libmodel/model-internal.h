@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "internal.h"
+#include "parallel.h"
 
 typedef struct {
     nvfp4_kweight *q, *k, *v, *o;
@@ -54,6 +55,8 @@ struct nvfp4_model {
     /* nvfp4_model_forward's context and sequence, created at first use. */
     nvfp4_context *dflt;
     nvfp4_seq dflt_seq;
+    /* This rank's part under tensor parallelism (parallel.c); always set. */
+    nvfp4m_par *par;
 };
 
 /* Free the default context (nvfp4_model_free). */

@@ -337,6 +337,7 @@ static nvfp4_status load_attention(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_
                                -1, "%s has biases on q/k/v; this one is missing",
                                m->arch_name);
 #undef P
+    TRY(nvfp4m_par_split_attention(m, q, k, v, o, err));
     /* §4: one fused q/k/v GEMM in vLLM; shared weight_scale_2, max input scale.
      * q, k and v are three kweights here, so a group the exclusions split
      * (one shard unquantized, or schemes differ) runs as three separate
@@ -431,6 +432,7 @@ static nvfp4_status load_dense_mlp(nvfp4_model *m, const char *pre, int64_t inte
 #undef P
     if (m->dry)
         return NVFP4_OK;
+    TRY(nvfp4m_par_split_mlp(m, pre, g, u, d, err));
     TRY(fuse_gate_up(m, pre, g, u, 0, gu, err));
     return upload(m, d, 1, down, err);
 }
@@ -614,6 +616,7 @@ static nvfp4_status assemble(nvfp4_model *m, nvfp4_error *err)
     }
     if (m->dry)
         return NVFP4_OK;
+    TRY(nvfp4m_par_split_vocab(m, emb, head, err));
     TRY(upload(m, emb, 1, &m->embed, err));
     if (head == emb)
         m->lm_head = m->embed;
@@ -704,7 +707,7 @@ nvfp4_model *nvfp4_model_open(const char *path, const nvfp4_model_options *opt,
         nvfp4m_check_counts(m->ck, m->cfg, m->arch, &m->hp, err))
         goto fail;
     m->qc = nvfp4_qconfig_parse(m->cfg, err);
-    if (!m->qc)
+    if (!m->qc || nvfp4m_par_open(m, err))
         goto fail;
 
     /* Dry run first so that every missing tensor is named at once. */
@@ -829,6 +832,7 @@ void nvfp4_model_free(nvfp4_model *m)
     for (size_t i = 0; i < m->nslices; i++)
         free(m->slices[i]);
     free(m->slices);
+    nvfp4m_par_free(m);
     for (size_t i = 0; i < m->nprefixes; i++)
         free(m->prefixes[i]);
     free(m->prefixes);

@@ -36,6 +36,9 @@ clang libclang-rt-14-dev debhelper dpkg-dev fakeroot lintian"
 # Documentation checks of make check: groff (tests/man.test renders the
 # manual page with warnings on) and doxygen (tests/doxygen.test, make html).
 PKGS="$PKGS groff-base doxygen"
+# Open MPI: the MPI communicator (configure --with-mpi, auto) and the split
+# runs of tests/mpi.test (mpirun).
+PKGS="$PKGS libopenmpi-dev openmpi-bin"
 
 missing=
 for p in $PKGS; do

@@ -19,6 +19,10 @@ typedef struct {
 } cli_command;
 
 /* Print "nvfp4: message" on stderr; returns CLI_INVALID. */
+/* This process's rank under mpirun (nvfp4_comm_world()); only rank 0 prints
+ * and writes output files. */
+extern int cli_rank, cli_ranks;
+
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print an nvfp4_error; returns CLI_INVALID. */
 int cli_fail_error(const nvfp4_error *err);

@@ -79,6 +79,8 @@ static int run(int argc, char **argv)
         rc = CLI_INVALID;
     } else if ((rc = cli_feed(ctx, seq, ids, n, 0, logits)) != 0) {
         /* reported */
+    } else if (cli_rank != 0) {
+        /* under mpirun rank 0 writes the file */
     } else if (!(f = fopen(outp, "wb"))) {
         rc = cli_fail("%s: cannot create", outp);
     } else {

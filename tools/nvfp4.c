@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nvfp4/kernels.h>
+
 #include "cli.h"
 
 static const cli_command *const commands[] = {
@@ -26,11 +28,16 @@ static const cli_command *const commands[] = {
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
+int cli_rank = 0, cli_ranks = 1;
+
 int cli_fail(const char *fmt, ...)
 {
     va_list ap;
 
-    fputs("nvfp4: ", stderr);
+    if (cli_ranks > 1)
+        fprintf(stderr, "nvfp4 (rank %d of %d): ", cli_rank, cli_ranks);
+    else
+        fputs("nvfp4: ", stderr);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -92,6 +99,32 @@ static void usage(FILE *out)
             "Exit status: 0 success, 1 invalid input, 2 wrong usage.\n");
 }
 
+/* Under mpirun every rank runs the command on its part of the model
+ * (libmodel/parallel.c); rank 0 alone prints.  A rank that fails ends the
+ * job (MPI_Abort: the launcher stops the others, which may be waiting for
+ * it in a collective, and names the rank). */
+static int run_command(const cli_command *cmd, int argc, char **argv)
+{
+    nvfp4_error err;
+    nvfp4_comm *w = nvfp4_comm_world(&err);
+    int rc;
+
+    if (!w)
+        return cli_fail_error(&err);
+    cli_rank = nvfp4_comm_rank(w);
+    cli_ranks = nvfp4_comm_size(w);
+    if (cli_rank != 0 && !freopen("/dev/null", "w", stdout))
+        return cli_fail("rank %d: cannot redirect its output to /dev/null", cli_rank);
+    rc = cmd->run(argc, argv);
+    if (rc != CLI_OK && cli_ranks > 1) {
+        fprintf(stderr, "nvfp4: rank %d of %d failed (exit status %d); ending the job\n",
+                cli_rank, cli_ranks, rc);
+        fflush(NULL);
+        nvfp4_comm_abort(w, rc);
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -117,7 +150,7 @@ int main(int argc, char **argv)
                 return CLI_OK;
             }
         }
-        return commands[i]->run(argc - 1, argv + 1);
+        return run_command(commands[i], argc - 1, argv + 1);
     }
     fprintf(stderr, "nvfp4: unknown command '%s'\n", argv[1]);
     usage(stderr);

@@ -573,6 +573,98 @@ NVFP4_API nvfp4_status nvfp4_k_logsoftmax(nvfp4_backend *be, const float *x, siz
 NVFP4_API nvfp4_status nvfp4_k_argmax(nvfp4_backend *be, const float *x, size_t m,
                                       size_t n, int32_t *out, nvfp4_error *err);
 
+/* ---- the communicator (tensor and expert parallelism) ---------------------- */
+
+/** A group of processes that run one model split between them (opaque): the
+ *  process alone, or the ranks of an MPI job.  Process-wide, never freed by
+ *  the caller. */
+typedef struct nvfp4_comm nvfp4_comm;
+
+/**
+ * The communicator of this process.  Under `mpirun` (Open MPI's or a PMI
+ * launcher's environment) in a build configured with MPI, the first call runs
+ * MPI_Init_thread (errors returned, never fatal: MPI_ERRORS_RETURN) and the
+ * result spans MPI_COMM_WORLD; MPI_Finalize runs at exit.  Otherwise, or with
+ * `NVFP4_COMM=single` in the environment, it is the process alone: rank 0
+ * of 1, every collective the identity.  Thread-safe; the collectives of one
+ * communicator are serialised by a lock.
+ * @param err filled on failure, or NULL
+ * @return the communicator, valid until the process exits; NULL when MPI
+ *         failed to start (::NVFP4_ERR_BACKEND)
+ */
+NVFP4_API nvfp4_comm *nvfp4_comm_world(nvfp4_error *err);
+/**
+ * @param c a communicator
+ * @return "single" or "mpi"; static storage
+ */
+NVFP4_API const char *nvfp4_comm_name(const nvfp4_comm *c);
+/**
+ * @param c a communicator, or NULL (0)
+ * @return this process's rank, from 0
+ */
+NVFP4_API int nvfp4_comm_rank(const nvfp4_comm *c);
+/**
+ * @param c a communicator, or NULL (1)
+ * @return the number of ranks
+ */
+NVFP4_API int nvfp4_comm_size(const nvfp4_comm *c);
+/**
+ * Sum @p n floats over the ranks, in place on every rank.  The sum is taken
+ * in rank order (the ranks' buffers gathered, then added from rank 0 up), so
+ * every rank gets the same bits, whatever the transport's reduction
+ * algorithm.  Collective: every rank calls it with the same @p n.
+ * @param c the communicator
+ * @param buf @p n floats, host memory
+ * @param n count
+ * @param err filled on failure, or NULL
+ * @return ::NVFP4_OK; ::NVFP4_ERR_BACKEND naming the failed MPI call;
+ *         ::NVFP4_ERR_NOMEM
+ */
+NVFP4_API nvfp4_status nvfp4_comm_allreduce_sum(nvfp4_comm *c, float *buf, size_t n,
+                                                nvfp4_error *err);
+/**
+ * Gather every rank's bytes, in rank order, on every rank.  Collective.
+ * @param c the communicator
+ * @param send this rank's bytes (counts[rank] of them, or @p bytes)
+ * @param bytes each rank's count when @p counts is NULL
+ * @param counts per-rank byte counts (the same array on every rank), or NULL
+ * @param recv the sum of the counts bytes; may not overlap @p send
+ * @param err filled on failure, or NULL
+ * @return ::NVFP4_OK; ::NVFP4_ERR_BACKEND; ::NVFP4_ERR_INVALID (a count
+ *         above INT_MAX, MPI's limit)
+ */
+NVFP4_API nvfp4_status nvfp4_comm_allgather(nvfp4_comm *c, const void *send, size_t bytes,
+                                            const size_t *counts, void *recv,
+                                            nvfp4_error *err);
+/**
+ * Copy @p bytes from rank @p root to every rank.  Collective.
+ * @param c the communicator
+ * @param buf the bytes: read on @p root, written on the others
+ * @param bytes count, at most INT_MAX
+ * @param root the sending rank
+ * @param err filled on failure, or NULL
+ * @return ::NVFP4_OK; ::NVFP4_ERR_BACKEND; ::NVFP4_ERR_INVALID
+ */
+NVFP4_API nvfp4_status nvfp4_comm_broadcast(nvfp4_comm *c, void *buf, size_t bytes, int root,
+                                            nvfp4_error *err);
+/**
+ * Bytes this rank has sent through the collectives so far (for benchmarks:
+ * what an all-reduce, all-gather or broadcast puts on the wire from this
+ * rank, counted as its buffer once per other rank for the gathers).
+ * @param c the communicator, or NULL (0)
+ * @return the count
+ */
+NVFP4_API uint64_t nvfp4_comm_bytes_sent(const nvfp4_comm *c);
+/**
+ * End every rank of the job: MPI_Abort with @p code (the launcher kills the
+ * others and names this rank); the process alone: nothing (the caller
+ * exits).  For a rank that failed while the others may be waiting in a
+ * collective.
+ * @param c the communicator, or NULL
+ * @param code the exit status
+ */
+NVFP4_API void nvfp4_comm_abort(nvfp4_comm *c, int code);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * MPI transport of the communicator (comm.c).  MPI_COMM_WORLD with
+ * MPI_ERRORS_RETURN, so that a failed call is an nvfp4 error naming it
+ * rather than the process dying inside MPI; a rank that dies is noticed by
+ * the launcher (Open MPI's mpirun ends the job and names the rank), and a
+ * rank that fails calls nvfp4_comm_abort().
+ */
+#include "config.h"
+
+#include <stdlib.h>
+
+#include <mpi.h>
+
+#include "comm-impl.h"
+
+static nvfp4_status mpi_fail(int rc, const char *call, nvfp4_comm *c, nvfp4_error *err)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
+        len = 0;
+    msg[len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = '\0';
+    return nvfp4_error_set(err, NVFP4_ERR_BACKEND, NULL, NULL, -1, "%s failed on rank %d: %s",
+                           call, c ? c->rank : -1, len ? msg : "unknown MPI error");
+}
+
+static nvfp4_status m_allgatherv(nvfp4_comm *c, const void *send, const int *counts,
+                                 const int *displs, void *recv, nvfp4_error *err)
+{
+    int rc = MPI_Allgatherv(send, counts[c->rank], MPI_BYTE, recv, counts, displs, MPI_BYTE,
+                            MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? NVFP4_OK : mpi_fail(rc, "MPI_Allgatherv", c, err);
+}
+
+static nvfp4_status m_bcast(nvfp4_comm *c, void *buf, int bytes, int root, nvfp4_error *err)
+{
+    int rc = MPI_Bcast(buf, bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? NVFP4_OK : mpi_fail(rc, "MPI_Bcast", c, err);
+}
+
+static void m_abort(nvfp4_comm *c, int code)
+{
+    (void)c;
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+static const nvfp4k_comm_ops mpi_ops = {m_allgatherv, m_bcast, m_abort};
+
+static void finalize(void)
+{
+    int done = 0;
+
+    if (MPI_Finalized(&done) == MPI_SUCCESS && !done)
+        MPI_Finalize();
+}
+
+nvfp4_status nvfp4k_comm_mpi_init(nvfp4_comm *c, nvfp4_error *err)
+{
+    int provided = 0, inited = 0, rc;
+
+    if (MPI_Initialized(&inited) != MPI_SUCCESS)
+        inited = 0;
+    /* SERIALIZED: comm.c's lock keeps one thread in MPI at a time.  An
+     * application that started MPI itself keeps its own settings. */
+    if (!inited) {
+        rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(rc, "MPI_Init_thread", NULL, err);
+        atexit(finalize);
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    if ((rc = MPI_Comm_rank(MPI_COMM_WORLD, &c->rank)) != MPI_SUCCESS)
+        return mpi_fail(rc, "MPI_Comm_rank", NULL, err);
+    if ((rc = MPI_Comm_size(MPI_COMM_WORLD, &c->size)) != MPI_SUCCESS)
+        return mpi_fail(rc, "MPI_Comm_size", NULL, err);
+    c->name = "mpi";
+    c->ops = &mpi_ops;
+    return NVFP4_OK;
+}

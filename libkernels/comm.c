@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The communicator of tensor and expert parallelism (libmodel/parallel.c):
+ * all-reduce (sum), all-gather and broadcast over the ranks of one job.
+ * The process alone is rank 0 of 1 and every collective is the identity;
+ * under mpirun, in a build with MPI, the transport is MPI (comm-mpi.c).
+ * The all-reduce is an all-gather and a sum in rank order, so that every
+ * rank holds the same bits (MPI_Allreduce promises neither the order nor
+ * that all ranks agree) and the logits of a split run are reproducible.
+ */
+#include "config.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm-impl.h"
+
+static nvfp4_comm world;
+static pthread_once_t world_once = PTHREAD_ONCE_INIT;
+static nvfp4_status world_status;
+static nvfp4_error world_err;
+
+/* Launched by mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE; PMIx and PMI
+ * launchers their rank variables). */
+static int under_launcher(void)
+{
+    const char *force = getenv("NVFP4_COMM");
+
+    if (force && strcmp(force, "single") == 0)
+        return 0;
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+static void world_init(void)
+{
+    world.name = "single";
+    world.rank = 0;
+    world.size = 1;
+    pthread_mutex_init(&world.lock, NULL);
+    world_status = NVFP4_OK;
+#ifdef HAVE_MPI
+    if (under_launcher())
+        world_status = nvfp4k_comm_mpi_init(&world, &world_err);
+#else
+    (void)under_launcher;
+#endif
+    if (world_status == NVFP4_OK && world.size > 1) {
+        world.counts = calloc((size_t)world.size, sizeof(int));
+        world.displs = calloc((size_t)world.size, sizeof(int));
+        if (!world.counts || !world.displs)
+            world_status = nvfp4_error_set(&world_err, NVFP4_ERR_NOMEM, NULL, NULL, -1,
+                                           "out of memory");
+    }
+}
+
+nvfp4_comm *nvfp4_comm_world(nvfp4_error *err)
+{
+    nvfp4_error_clear(err);
+    pthread_once(&world_once, world_init);
+    if (world_status != NVFP4_OK) {
+        if (err)
+            *err = world_err;
+        return NULL;
+    }
+    return &world;
+}
+
+const char *nvfp4_comm_name(const nvfp4_comm *c)
+{
+    return c ? c->name : "single";
+}
+
+int nvfp4_comm_rank(const nvfp4_comm *c)
+{
+    return c ? c->rank : 0;
+}
+
+int nvfp4_comm_size(const nvfp4_comm *c)
+{
+    return c ? c->size : 1;
+}
+
+uint64_t nvfp4_comm_bytes_sent(const nvfp4_comm *c)
+{
+    return c ? c->sent : 0;
+}
+
+void nvfp4_comm_abort(nvfp4_comm *c, int code)
+{
+    if (c && c->ops)
+        c->ops->abort(c, code);
+}
+
+static nvfp4_status too_big(size_t bytes, nvfp4_error *err)
+{
+    return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                           "a collective of %zu bytes is beyond MPI's count limit of %d",
+                           bytes, INT_MAX);
+}
+
+/* counts/displs for the ranks' byte counts; the total into *total. */
+static nvfp4_status layout(nvfp4_comm *c, size_t bytes, const size_t *counts, size_t *total,
+                           nvfp4_error *err)
+{
+    size_t off = 0;
+
+    for (int r = 0; r < c->size; r++) {
+        size_t b = counts ? counts[r] : bytes;
+        if (b > INT_MAX || off > (size_t)INT_MAX - b)
+            return too_big(off + b, err);
+        c->counts[r] = (int)b;
+        c->displs[r] = (int)off;
+        off += b;
+    }
+    *total = off;
+    return NVFP4_OK;
+}
+
+nvfp4_status nvfp4_comm_allgather(nvfp4_comm *c, const void *send, size_t bytes,
+                                  const size_t *counts, void *recv, nvfp4_error *err)
+{
+    nvfp4_status st;
+    size_t total, mine;
+
+    nvfp4_error_clear(err);
+    if (!c || (!send && (counts ? counts[c->rank] : bytes)) || !recv)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                               "nvfp4_comm_allgather needs a communicator and buffers");
+    mine = counts ? counts[c->rank] : bytes;
+    if (!c->ops) {
+        memmove(recv, send, mine);
+        return NVFP4_OK;
+    }
+    pthread_mutex_lock(&c->lock);
+    st = layout(c, bytes, counts, &total, err);
+    if (st == NVFP4_OK)
+        st = c->ops->allgatherv(c, send, c->counts, c->displs, recv, err);
+    if (st == NVFP4_OK)
+        c->sent += (uint64_t)mine * (uint64_t)(c->size - 1);
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
+nvfp4_status nvfp4_comm_allreduce_sum(nvfp4_comm *c, float *buf, size_t n, nvfp4_error *err)
+{
+    nvfp4_status st;
+    size_t total, size;
+
+    nvfp4_error_clear(err);
+    if (!c || (n && !buf))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                               "nvfp4_comm_allreduce_sum needs a communicator and a buffer");
+    if (!c->ops || n == 0)
+        return NVFP4_OK;
+    size = (size_t)c->size;
+    if (n > SIZE_MAX / sizeof(float) / size)
+        return too_big(SIZE_MAX, err);
+    pthread_mutex_lock(&c->lock);
+    st = NVFP4_OK;
+    if (c->nred < n) {
+        float *p = realloc(c->red, n * size * sizeof(float));
+        if (!p) {
+            st = nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        } else {
+            c->red = p;
+            c->nred = n;
+        }
+    }
+    if (st == NVFP4_OK)
+        st = layout(c, n * sizeof(float), NULL, &total, err);
+    if (st == NVFP4_OK)
+        st = c->ops->allgatherv(c, buf, c->counts, c->displs, c->red, err);
+    if (st == NVFP4_OK) {
+        /* rank order: ((b0 + b1) + b2) + ..., the same on every rank */
+        memcpy(buf, c->red, n * sizeof(float));
+        for (size_t r = 1; r < size; r++) {
+            const float *src = c->red + r * n;
+            for (size_t i = 0; i < n; i++)
+                buf[i] += src[i];
+        }
+        c->sent += (uint64_t)n * sizeof(float) * (uint64_t)(size - 1);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
+nvfp4_status nvfp4_comm_broadcast(nvfp4_comm *c, void *buf, size_t bytes, int root,
+                                  nvfp4_error *err)
+{
+    nvfp4_status st;
+
+    nvfp4_error_clear(err);
+    if (!c || (bytes && !buf) || root < 0 || root >= c->size)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                               "nvfp4_comm_broadcast needs a communicator, a buffer and "
+                               "a root rank below %d", c ? c->size : 1);
+    if (!c->ops || bytes == 0)
+        return NVFP4_OK;
+    if (bytes > INT_MAX)
+        return too_big(bytes, err);
+    pthread_mutex_lock(&c->lock);
+    st = c->ops->bcast(c, buf, (int)bytes, root, err);
+    if (st == NVFP4_OK && c->rank == root)
+        c->sent += (uint64_t)bytes * (uint64_t)(c->size - 1);
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}

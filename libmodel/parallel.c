@@ -1,0 +1,441 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Tensor parallelism over the ranks of the world communicator (Megatron-LM's
+ * split, as vLLM runs it):
+ *   - q/k/v and gate/up are column-parallel: each rank holds the output rows
+ *     of its attention heads (KV heads: of its query heads' groups, so a KV
+ *     head is replicated when there are fewer KV heads than ranks) and of
+ *     its stretch of the intermediate rows;
+ *   - o_proj and down_proj are row-parallel: each rank holds the input
+ *     columns of its heads / intermediate stretch, cut at 16-element block
+ *     boundaries (an NVFP4 block and its E4M3 scale stay whole, and the
+ *     activations' §5 qdq, per block, is unchanged), and the partial sums
+ *     are all-reduced;
+ *   - the embedding and the lm_head are vocab-parallel: a rank embeds the
+ *     tokens of its rows (the others contribute zeros to an all-reduce) and
+ *     computes its rows' logits, which are all-gathered;
+ *   - the KV cache holds this rank's KV heads only;
+ *   - MoE experts, routers and shared experts are replicated (every rank
+ *     computes them in full on the same inputs).
+ * Row slices are views into the mapping, so a rank faults in only its rows;
+ * column slices are copied out (the mapped rows are strided), and the pages
+ * of every split tensor are given back, so that after loading a rank holds
+ * about 1/N of the weights.  The column-parallel products are the same
+ * bits as the unsplit ones (one accumulator per output); the row-parallel
+ * ones add N partial sums, which reorders float32 additions: logits agree
+ * with the single-process run to summation error, not bit for bit (the
+ * all-reduce itself sums in rank order, so every rank and every run gets
+ * the same bits).
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "model-internal.h"
+
+static nvfp4_status nomem(nvfp4_error *err)
+{
+    return nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+}
+
+nvfp4_status nvfp4m_par_open(nvfp4_model *m, nvfp4_error *err)
+{
+    const hparams *hp = &m->hp;
+    nvfp4m_par *p;
+    nvfp4_comm *w;
+    int64_t N, g, blocks;
+
+    w = nvfp4_comm_world(err);
+    if (!w)
+        return err ? err->status : NVFP4_ERR_BACKEND;
+    p = calloc(1, sizeof(*p));
+    if (!p)
+        return nomem(err);
+    m->par = p;
+    p->comm = w;
+    p->rank = nvfp4_comm_rank(w);
+    p->size = nvfp4_comm_size(w);
+    N = p->size;
+    p->vstart = calloc((size_t)N + 1, sizeof(int64_t));
+    p->counts = calloc((size_t)N, sizeof(size_t));
+    if (!p->vstart || !p->counts)
+        return nomem(err);
+    for (int64_t r = 0; r <= N; r++)
+        p->vstart[r] = hp->vocab * r / N;
+    p->v0 = p->vstart[p->rank];
+    p->vocab = p->vstart[p->rank + 1] - p->v0;
+    p->heads = hp->heads;
+    p->kv_heads = hp->kv_heads;
+    p->inter = hp->inter;
+    if (N == 1)
+        return NVFP4_OK;
+    /* Heads: an equal share each, and each rank's query heads either whole
+     * GQA groups or inside one group (so that its KV heads serve them with
+     * one group size). */
+    g = hp->heads / hp->kv_heads;
+    if (hp->heads % N || hp->heads % hp->kv_heads)
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, nvfp4_config_path(m->cfg),
+                               "num_attention_heads", -1,
+                               "tensor parallelism over %lld ranks needs the %lld "
+                               "attention heads to divide by it",
+                               (long long)N, (long long)hp->heads);
+    p->heads = hp->heads / N;
+    p->h0 = p->heads * p->rank;
+    if (p->heads % g && g % p->heads)
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, nvfp4_config_path(m->cfg),
+                               "num_key_value_heads", -1,
+                               "%lld heads per rank do not split the GQA groups of %lld "
+                               "heads (%lld KV heads over %lld ranks)",
+                               (long long)p->heads, (long long)g, (long long)hp->kv_heads,
+                               (long long)N);
+    p->kv0 = p->h0 / g;
+    p->kv_heads = (p->h0 + p->heads - 1) / g + 1 - p->kv0;
+    if ((p->heads * hp->head_dim) % NVFP4_BLOCK)
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, nvfp4_config_path(m->cfg),
+                               "head_dim", -1,
+                               "o_proj splits at %lld columns per rank, not a multiple of "
+                               "the %d-element block",
+                               (long long)(p->heads * hp->head_dim), NVFP4_BLOCK);
+    /* Intermediate rows: in 16-element blocks (down_proj's columns), as
+     * evenly as they go. */
+    blocks = hp->inter / NVFP4_BLOCK;
+    if (hp->inter % NVFP4_BLOCK || blocks < N)
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, nvfp4_config_path(m->cfg),
+                               "intermediate_size", -1,
+                               "intermediate_size %lld does not split into %d-element "
+                               "blocks over %lld ranks",
+                               (long long)hp->inter, NVFP4_BLOCK, (long long)N);
+    p->i0 = blocks * p->rank / N * NVFP4_BLOCK;
+    p->inter = blocks * (p->rank + 1) / N * NVFP4_BLOCK - p->i0;
+    if (hp->vocab < N)
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, nvfp4_config_path(m->cfg),
+                               "vocab_size", -1, "a vocabulary of %lld over %lld ranks",
+                               (long long)hp->vocab, (long long)N);
+    return NVFP4_OK;
+}
+
+void nvfp4m_par_free(nvfp4_model *m)
+{
+    nvfp4m_par *p = m->par;
+
+    if (!p)
+        return;
+    for (size_t i = 0; i < p->nowned; i++)
+        free(p->owned[i]);
+    free(p->owned);
+    free(p->vstart);
+    free(p->counts);
+    free(p->ha);
+    free(p->hb);
+    free(p->hid);
+    free(p);
+    m->par = NULL;
+}
+
+static void *own(nvfp4m_par *p, size_t bytes)
+{
+    void *x;
+
+    if (p->nowned == p->capowned) {
+        size_t cap = p->capowned ? 2 * p->capowned : 64;
+        void **a = realloc(p->owned, cap * sizeof(*a));
+        if (!a)
+            return NULL;
+        p->owned = a;
+        p->capowned = cap;
+    }
+    x = malloc(bytes ? bytes : 1);
+    if (x)
+        p->owned[p->nowned++] = x;
+    return x;
+}
+
+/* Give back the mapped pages of a whole view (its rows are faulted in again
+ * where this rank reads them): the open's checks read every scale and float
+ * tensor. */
+static void release_view(nvfp4_model *m, const nvfp4_linear *lin)
+{
+    if (lin->scheme != NVFP4_SCHEME_NONE) {
+        nvfp4_checkpoint_release_pages(m->ck, lin->weight, (size_t)(lin->n * lin->k / 2));
+        if (!lin->owned_scales)
+            nvfp4_checkpoint_release_pages(m->ck, lin->scales,
+                                           (size_t)(lin->n * lin->k / NVFP4_BLOCK));
+    } else if (lin->dense) {
+        nvfp4_checkpoint_release_pages(m->ck, lin->dense->data, lin->dense->nbytes);
+    }
+}
+
+/* A copy of tensor T's header for rows [r0, r0 + nr) of its first dimension
+ * (a view into the same data). */
+static const nvfp4_tensor *tensor_rows(nvfp4m_par *p, const nvfp4_tensor *t, int64_t r0,
+                                       int64_t nr)
+{
+    nvfp4_tensor *s = own(p, sizeof(*s));
+    uint64_t row;
+
+    if (!s)
+        return NULL;
+    *s = *t;
+    row = t->shape[0] ? t->nbytes / (uint64_t)t->shape[0] : 0;
+    s->shape[0] = nr;
+    s->numel = t->shape[0] ? t->numel / (uint64_t)t->shape[0] * (uint64_t)nr : 0;
+    s->nbytes = row * (uint64_t)nr;
+    s->data = (const uint8_t *)t->data + row * (uint64_t)r0;
+    s->offset = t->offset + row * (uint64_t)r0;
+    return s;
+}
+
+static nvfp4_status slice_rows(nvfp4_model *m, nvfp4_linear *lin, int64_t r0, int64_t nr,
+                               nvfp4_error *err)
+{
+    nvfp4m_par *p = m->par;
+
+    if (r0 < 0 || nr <= 0 || r0 + nr > lin->n)
+        return nvfp4_error_set(err, NVFP4_ERR_BAD_SHAPE, NULL, lin->prefix, -1,
+                               "rows [%lld, %lld) of rank %d are outside the %lld rows",
+                               (long long)r0, (long long)(r0 + nr), p->rank,
+                               (long long)lin->n);
+    release_view(m, lin);
+    if (lin->scheme != NVFP4_SCHEME_NONE) {
+        lin->weight += (size_t)r0 * (size_t)lin->k / 2;
+        lin->scales += (size_t)r0 * (size_t)lin->k / NVFP4_BLOCK;
+    } else if (!(lin->dense = tensor_rows(p, lin->dense, r0, nr))) {
+        return nomem(err);
+    }
+    if (lin->bias) {
+        nvfp4_checkpoint_release_pages(m->ck, lin->bias->data, lin->bias->nbytes);
+        if (!(lin->bias = tensor_rows(p, lin->bias, r0, nr)))
+            return nomem(err);
+    }
+    lin->n = nr;
+    return NVFP4_OK;
+}
+
+/* Columns [c0, c0 + nc) into memory the model owns; the bias stays with
+ * rank 0 (the partial sums are added up). */
+static nvfp4_status slice_cols(nvfp4_model *m, nvfp4_linear *lin, int64_t c0, int64_t nc,
+                               nvfp4_error *err)
+{
+    nvfp4m_par *p = m->par;
+    size_t n = (size_t)lin->n, k = (size_t)lin->k;
+
+    if (c0 < 0 || nc <= 0 || c0 + nc > lin->k ||
+        (lin->scheme != NVFP4_SCHEME_NONE && (c0 % NVFP4_BLOCK || nc % NVFP4_BLOCK)))
+        return nvfp4_error_set(err, NVFP4_ERR_BAD_SHAPE, NULL, lin->prefix, -1,
+                               "columns [%lld, %lld) of rank %d are not whole blocks of "
+                               "the %lld columns",
+                               (long long)c0, (long long)(c0 + nc), p->rank,
+                               (long long)lin->k);
+    if (lin->scheme != NVFP4_SCHEME_NONE) {
+        size_t wb = (size_t)nc / 2, sb = (size_t)nc / NVFP4_BLOCK;
+        uint8_t *w = own(p, n * wb), *s = own(p, n * sb);
+        if (!w || !s)
+            return nomem(err);
+        for (size_t r = 0; r < n; r++) {
+            memcpy(w + r * wb, lin->weight + r * (k / 2) + (size_t)c0 / 2, wb);
+            memcpy(s + r * sb, lin->scales + r * (k / NVFP4_BLOCK) + (size_t)c0 / NVFP4_BLOCK,
+                   sb);
+        }
+        release_view(m, lin);
+        lin->weight = w;
+        lin->scales = s;
+    } else {
+        const nvfp4_tensor *t = lin->dense;
+        size_t isz = nvfp4_dtype_size(t->dtype);
+        nvfp4_tensor *d = own(p, sizeof(*d));
+        uint8_t *data = own(p, n * (size_t)nc * isz);
+        if (!d || !data)
+            return nomem(err);
+        for (size_t r = 0; r < n; r++)
+            memcpy(data + r * (size_t)nc * isz,
+                   (const uint8_t *)t->data + (r * k + (size_t)c0) * isz, (size_t)nc * isz);
+        release_view(m, lin);
+        *d = *t;
+        d->file = "";
+        d->shape[1] = nc;
+        d->numel = (uint64_t)n * (uint64_t)nc;
+        d->nbytes = d->numel * isz;
+        d->offset = 0;
+        d->data = data;
+        lin->dense = d;
+    }
+    if (p->rank != 0)
+        lin->bias = NULL;
+    lin->k = nc;
+    return NVFP4_OK;
+}
+
+nvfp4_status nvfp4m_par_split_attention(nvfp4_model *m, nvfp4_linear *q, nvfp4_linear *k,
+                                        nvfp4_linear *v, nvfp4_linear *o, nvfp4_error *err)
+{
+    const nvfp4m_par *p = m->par;
+    int64_t hd = m->hp.head_dim;
+
+    if (p->size == 1)
+        return NVFP4_OK;
+    TRY(slice_rows(m, q, p->h0 * hd, p->heads * hd, err));
+    TRY(slice_rows(m, k, p->kv0 * hd, p->kv_heads * hd, err));
+    TRY(slice_rows(m, v, p->kv0 * hd, p->kv_heads * hd, err));
+    return slice_cols(m, o, p->h0 * hd, p->heads * hd, err);
+}
+
+nvfp4_status nvfp4m_par_split_mlp(nvfp4_model *m, const char *pre, nvfp4_linear *gate,
+                                  nvfp4_linear *up, nvfp4_linear *down, nvfp4_error *err)
+{
+    const nvfp4m_par *p = m->par;
+    size_t len = strlen(pre);
+
+    /* the dense MLP ("model.layers.L.mlp"); a shared expert is replicated */
+    if (p->size == 1 || len < 4 || strcmp(pre + len - 4, ".mlp") != 0)
+        return NVFP4_OK;
+    TRY(slice_rows(m, gate, p->i0, p->inter, err));
+    TRY(slice_rows(m, up, p->i0, p->inter, err));
+    return slice_cols(m, down, p->i0, p->inter, err);
+}
+
+nvfp4_status nvfp4m_par_split_vocab(nvfp4_model *m, nvfp4_linear *embed, nvfp4_linear *head,
+                                    nvfp4_error *err)
+{
+    const nvfp4m_par *p = m->par;
+
+    if (p->size == 1)
+        return NVFP4_OK;
+    TRY(slice_rows(m, embed, p->v0, p->vocab, err));
+    if (head != embed)
+        TRY(slice_rows(m, head, p->v0, p->vocab, err));
+    return NVFP4_OK;
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+
+static nvfp4_status staging(nvfp4m_par *p, size_t floats, nvfp4_error *err)
+{
+    float *a, *b;
+
+    if (floats <= p->hcap)
+        return NVFP4_OK;
+    a = realloc(p->ha, floats * sizeof(float));
+    if (a)
+        p->ha = a;
+    b = realloc(p->hb, floats * sizeof(float));
+    if (b)
+        p->hb = b;
+    if (!a || !b)
+        return nomem(err);
+    p->hcap = floats;
+    return NVFP4_OK;
+}
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *s = data;
+
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * UINT64_C(1099511628211);
+    return h;
+}
+
+/* Every rank must run the same batch (the contexts API is SPMD under
+ * tensor parallelism): a digest of each rank's entries is all-gathered and
+ * every rank refuses a batch that differs anywhere, so that none is left
+ * waiting in a collective the others skip. */
+nvfp4_status nvfp4m_par_check_batch(nvfp4_model *m, const nvfp4_batch_entry *ent, size_t nent,
+                                    nvfp4_error *err)
+{
+    nvfp4m_par *p = m->par;
+    uint64_t h = UINT64_C(1469598103934665603), *all;
+    nvfp4_status st;
+
+    if (p->size == 1)
+        return NVFP4_OK;
+    h = fnv(h, &nent, sizeof(nent));
+    for (size_t e = 0; ent && e < nent; e++) {
+        int32_t mode = (int32_t)ent[e].logits;
+        h = fnv(h, &ent[e].seq, sizeof(ent[e].seq));
+        h = fnv(h, &ent[e].n_tokens, sizeof(ent[e].n_tokens));
+        h = fnv(h, &mode, sizeof(mode));
+        if (ent[e].tokens)
+            h = fnv(h, ent[e].tokens, ent[e].n_tokens * sizeof(int32_t));
+    }
+    all = malloc((size_t)p->size * sizeof(uint64_t));
+    if (!all)
+        return nomem(err);
+    st = nvfp4_comm_allgather(p->comm, &h, sizeof(h), NULL, all, err);
+    for (int r = 1; st == NVFP4_OK && r < p->size; r++)
+        if (all[r] != all[0])
+            st = nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                                 "rank %d runs another batch than rank 0 (under tensor "
+                                 "parallelism every rank runs the same batches)", r);
+    free(all);
+    return st;
+}
+
+nvfp4_status nvfp4m_par_embed(nvfp4_model *m, int32_t *ids, const int32_t *h_ids, size_t n,
+                              float *x, nvfp4_error *err)
+{
+    nvfp4m_par *p = m->par;
+    size_t H = (size_t)m->hp.hidden;
+
+    if (p->size == 1)
+        return nvfp4_k_embed(m->be, m->embed, ids, n, x, err);
+    if (p->idcap < n) {
+        int32_t *a = realloc(p->hid, n * sizeof(int32_t));
+        if (!a)
+            return nomem(err);
+        p->hid = a;
+        p->idcap = n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int64_t id = h_ids[i] - p->v0;
+        p->hid[i] = id >= 0 && id < p->vocab ? (int32_t)id : 0;
+    }
+    TRY(staging(p, n * H, err));
+    TRY(nvfp4_backend_upload(m->be, ids, p->hid, n * sizeof(int32_t), err));
+    TRY(nvfp4_k_embed(m->be, m->embed, ids, n, x, err));
+    TRY(nvfp4_backend_download(m->be, p->ha, x, n * H * sizeof(float), err));
+    for (size_t i = 0; i < n; i++)
+        if (h_ids[i] < p->v0 || h_ids[i] >= p->v0 + p->vocab)
+            memset(p->ha + i * H, 0, H * sizeof(float));
+    TRY(nvfp4_comm_allreduce_sum(p->comm, p->ha, n * H, err));
+    return nvfp4_backend_upload(m->be, x, p->ha, n * H * sizeof(float), err);
+}
+
+nvfp4_status nvfp4m_par_reduce(nvfp4_model *m, float *y, size_t count, nvfp4_error *err)
+{
+    nvfp4m_par *p = m->par;
+
+    if (p->size == 1)
+        return NVFP4_OK;
+    TRY(staging(p, count, err));
+    TRY(nvfp4_backend_download(m->be, p->ha, y, count * sizeof(float), err));
+    TRY(nvfp4_comm_allreduce_sum(p->comm, p->ha, count, err));
+    return nvfp4_backend_upload(m->be, y, p->ha, count * sizeof(float), err);
+}
+
+nvfp4_status nvfp4m_par_lm_head(nvfp4_model *m, const float *h, size_t rows, float *logits,
+                                nvfp4_error *err)
+{
+    nvfp4m_par *p = m->par;
+    size_t V = (size_t)m->hp.vocab, vn = (size_t)p->vocab;
+
+    TRY(nvfp4_k_linear(m->be, m->lm_head, h, rows, logits, err));
+    if (p->size == 1)
+        return NVFP4_OK;
+    TRY(staging(p, rows * V, err));
+    TRY(nvfp4_backend_download(m->be, p->ha, logits, rows * vn * sizeof(float), err));
+    for (int r = 0; r < p->size; r++)
+        p->counts[r] = rows * (size_t)(p->vstart[r + 1] - p->vstart[r]) * sizeof(float);
+    TRY(nvfp4_comm_allgather(p->comm, p->ha, 0, p->counts, p->hb, err));
+    /* rank-major [rank][row][its vocab] -> [row][vocab] */
+    {
+        const float *src = p->hb;
+        for (int r = 0; r < p->size; r++) {
+            size_t v0 = (size_t)p->vstart[r], n = (size_t)(p->vstart[r + 1] - p->vstart[r]);
+            for (size_t t = 0; t < rows; t++)
+                memcpy(p->ha + t * V + v0, src + t * n, n * sizeof(float));
+            src += rows * n;
+        }
+    }
+    return nvfp4_backend_upload(m->be, logits, p->ha, rows * V * sizeof(float), err);
+}
