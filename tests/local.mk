@@ -20,6 +20,10 @@ EXTRA_DIST += tests/backend-load.test
 TESTS += tests/cli-manners.test
 EXTRA_DIST += tests/cli-manners.test
 
+# Tensor parallelism under mpirun (SKIPs without MPI).
+TESTS += tests/mpi.test
+EXTRA_DIST += tests/mpi.test
+
 if HAVE_CHECK
 check_PROGRAMS += tests/test-format
 tests_test_format_SOURCES = %reldir%/test-format.c %reldir%/testutil.h %reldir%/sha256.h %reldir%/toolrun.h
