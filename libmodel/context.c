@@ -507,7 +507,7 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
             size_t E = (size_t)hp->experts, K = (size_t)hp->topk;
             TRY(nvfp4_k_linear(be, L->router, c->h, n, c->router, err));
             TRY(nvfp4_k_topk(be, c->router, n, E, K, hp->norm_topk, c->topi, c->topw, err));
-            TRY(nvfp4_k_moe(be, L->w13, L->w2, E, c->h, n, c->topi, c->topw, K, c->mlp, err));
+            TRY(nvfp4m_par_moe(c->m, L->w13, L->w2, c->h, n, c->topi, c->topw, c->mlp, err));
             if (m->arch->shared_expert)
                 TRY(shared_expert(c, L, n, err));
         } else {

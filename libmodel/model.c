@@ -499,6 +499,8 @@ static nvfp4_status load_moe(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_error 
         }
         for (int64_t e = 0; e < E; e++) {
             nvfp4_linear *a, *b;
+            if (!nvfp4m_par_owns_expert(m, e)) /* expert parallelism */
+                continue;
             if ((rc = slice_linear(m, tgu, e, 2 * I, H, &a, err)) ||
                 (rc = slice_linear(m, td, e, H, I, &b, err)) ||
                 (rc = upload(m, a, 1, &L->w13[e], err)) ||
@@ -531,6 +533,12 @@ static nvfp4_status load_moe(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_error 
     if (m->dry)
         goto out;
     for (int64_t e = 0; e < E; e++) {
+        if (!nvfp4m_par_owns_expert(m, e)) { /* another rank's expert */
+            nvfp4m_par_drop(m, g[e]);
+            nvfp4m_par_drop(m, u[e]);
+            nvfp4m_par_drop(m, d[e]);
+            continue;
+        }
         snprintf(ex, sizeof(ex), "%s.experts.%lld", pre, (long long)e);
         if ((rc = fuse_gate_up(m, ex, g[e], u[e], in13, &L->w13[e], err)))
             goto out;

@@ -15,8 +15,12 @@
  *     tokens of its rows (the others contribute zeros to an all-reduce) and
  *     computes its rows' logits, which are all-gathered;
  *   - the KV cache holds this rank's KV heads only;
- *   - MoE experts, routers and shared experts are replicated (every rank
- *     computes them in full on the same inputs).
+ *   - MoE layers are expert-parallel: each rank holds a contiguous stretch
+ *     of the experts, the router (and a shared expert) is replicated, each
+ *     rank runs the tokens routed to its experts and the outputs are
+ *     all-reduced.  The CPU MoE adds the experts' weighted outputs in expert
+ *     order, and the all-reduce adds the ranks' sums in rank order, so the
+ *     MoE block is the same bits as in one process (adding a zero is exact).
  * Row slices are views into the mapping, so a rank faults in only its rows;
  * column slices are copied out (the mapped rows are strided), and the pages
  * of every split tensor are given back, so that after loading a rank holds
@@ -67,6 +71,8 @@ nvfp4_status nvfp4m_par_open(nvfp4_model *m, nvfp4_error *err)
     p->vocab = p->vstart[p->rank + 1] - p->v0;
     p->heads = hp->heads;
     p->kv_heads = hp->kv_heads;
+    p->e0 = hp->experts * p->rank / N;
+    p->experts = hp->experts * (p->rank + 1) / N - p->e0;
     p->inter = hp->inter;
     if (N == 1)
         return NVFP4_OK;
@@ -108,6 +114,17 @@ nvfp4_status nvfp4m_par_open(nvfp4_model *m, nvfp4_error *err)
                                (long long)hp->inter, NVFP4_BLOCK, (long long)N);
     p->i0 = blocks * p->rank / N * NVFP4_BLOCK;
     p->inter = blocks * (p->rank + 1) / N * NVFP4_BLOCK - p->i0;
+    if (hp->experts && hp->topk > 64)
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, nvfp4_config_path(m->cfg),
+                               "num_experts_per_tok", -1,
+                               "expert parallelism takes at most 64 experts per token; "
+                               "the model routes to %lld", (long long)hp->topk);
+    if (hp->experts && hp->experts < N)
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, nvfp4_config_path(m->cfg),
+                               "num_experts", -1,
+                               "expert parallelism over %lld ranks needs at least as many "
+                               "experts; the model has %lld",
+                               (long long)N, (long long)hp->experts);
     if (hp->vocab < N)
         return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, nvfp4_config_path(m->cfg),
                                "vocab_size", -1, "a vocabulary of %lld over %lld ranks",
@@ -307,6 +324,19 @@ nvfp4_status nvfp4m_par_split_vocab(nvfp4_model *m, nvfp4_linear *embed, nvfp4_l
     return NVFP4_OK;
 }
 
+void nvfp4m_par_drop(nvfp4_model *m, const nvfp4_linear *lin)
+{
+    release_view(m, lin);
+    if (lin->bias)
+        nvfp4_checkpoint_release_pages(m->ck, lin->bias->data, lin->bias->nbytes);
+}
+
+int nvfp4m_par_owns_expert(const nvfp4_model *m, int64_t e)
+{
+    const nvfp4m_par *p = m->par;
+    return p->size == 1 || (e >= p->e0 && e < p->e0 + p->experts);
+}
+
 /* ---- forward ------------------------------------------------------------------ */
 
 static nvfp4_status staging(nvfp4m_par *p, size_t floats, nvfp4_error *err)
@@ -411,6 +441,57 @@ nvfp4_status nvfp4m_par_reduce(nvfp4_model *m, float *y, size_t count, nvfp4_err
     TRY(nvfp4_backend_download(m->be, p->ha, y, count * sizeof(float), err));
     TRY(nvfp4_comm_allreduce_sum(p->comm, p->ha, count, err));
     return nvfp4_backend_upload(m->be, y, p->ha, count * sizeof(float), err);
+}
+
+nvfp4_status nvfp4m_par_moe(nvfp4_model *m, nvfp4_kweight *const *w13,
+                            nvfp4_kweight *const *w2, const float *x, size_t n, int32_t *topi,
+                            float *topw, float *y, nvfp4_error *err)
+{
+    nvfp4m_par *p = m->par;
+    size_t E = (size_t)m->hp.experts, K = (size_t)m->hp.topk, H = (size_t)m->hp.hidden;
+    size_t El = (size_t)p->experts, Kl = K < El ? K : El, busy = 0;
+    int32_t *idx;
+    float *w;
+
+    if (p->size == 1)
+        return nvfp4_k_moe(m->be, w13, w2, E, x, n, topi, topw, K, y, err);
+    /* this rank's slots of each token: its experts renumbered from 0, first;
+     * then padding that repeats one of them (or expert 0) with weight 0,
+     * which the MoE merges with the real slot (adding 0.0f is exact) */
+    TRY(staging(p, n * H > 2 * n * K ? n * H : 2 * n * K, err));
+    idx = (int32_t *)p->hb;
+    w = p->ha;
+    TRY(nvfp4_backend_download(m->be, idx, topi, n * K * sizeof(int32_t), err));
+    TRY(nvfp4_backend_download(m->be, w, topw, n * K * sizeof(float), err));
+    for (size_t t = 0; t < n; t++) {
+        size_t got = 0;
+        int32_t li[64];
+        float lw[64];
+        for (size_t j = 0; j < K && got < 64; j++) {
+            int64_t e = (int64_t)idx[t * K + j] - p->e0;
+            if (e >= 0 && e < p->experts) {
+                li[got] = (int32_t)e;
+                lw[got++] = w[t * K + j];
+            }
+        }
+        busy += got > 0;
+        for (size_t j = 0; j < Kl; j++) {
+            /* (write in place: slot j of the compacted rows never passes
+             * slot j of the source rows) */
+            idx[t * Kl + j] = j < got ? li[j] : got ? li[0] : 0;
+            w[t * Kl + j] = j < got ? lw[j] : 0.0f;
+        }
+    }
+    if (busy) {
+        TRY(nvfp4_backend_upload(m->be, topi, idx, n * Kl * sizeof(int32_t), err));
+        TRY(nvfp4_backend_upload(m->be, topw, w, n * Kl * sizeof(float), err));
+        TRY(nvfp4_k_moe(m->be, w13 + p->e0, w2 + p->e0, El, x, n, topi, topw, Kl, y, err));
+        TRY(nvfp4_backend_download(m->be, p->ha, y, n * H * sizeof(float), err));
+    } else {
+        memset(p->ha, 0, n * H * sizeof(float));
+    }
+    TRY(nvfp4_comm_allreduce_sum(p->comm, p->ha, n * H, err));
+    return nvfp4_backend_upload(m->be, y, p->ha, n * H * sizeof(float), err);
 }
 
 nvfp4_status nvfp4m_par_lm_head(nvfp4_model *m, const float *h, size_t rows, float *logits,

@@ -16,6 +16,7 @@ typedef struct nvfp4m_par {
     int64_t kv_heads, kv0;     /* KV heads it caches (replicated below one per rank) */
     int64_t inter, i0;         /* dense MLP intermediate rows */
     int64_t vocab, v0;         /* embedding / lm_head rows */
+    int64_t experts, e0;       /* MoE experts of this rank (expert parallelism) */
     int64_t *vstart;           /* [size + 1] first vocab row of each rank */
     size_t *counts;            /* [size] staging of all-gathers */
     void **owned;              /* column slices copied out of the mapping */
@@ -40,6 +41,11 @@ nvfp4_status nvfp4m_par_split_mlp(struct nvfp4_model *m, const char *pre, nvfp4_
 nvfp4_status nvfp4m_par_split_vocab(struct nvfp4_model *m, nvfp4_linear *embed,
                                     nvfp4_linear *head, nvfp4_error *err);
 
+/* Does this rank hold expert E? (load_moe uploads only those.) */
+int nvfp4m_par_owns_expert(const struct nvfp4_model *m, int64_t e);
+/* Give back the mapped pages of a view this rank does not upload. */
+void nvfp4m_par_drop(struct nvfp4_model *m, const nvfp4_linear *lin);
+
 /* Forward pass. */
 nvfp4_status nvfp4m_par_check_batch(struct nvfp4_model *m, const nvfp4_batch_entry *ent,
                                     size_t nent, nvfp4_error *err);
@@ -47,6 +53,11 @@ nvfp4_status nvfp4m_par_embed(struct nvfp4_model *m, int32_t *ids, const int32_t
                               size_t n, float *x, nvfp4_error *err);
 nvfp4_status nvfp4m_par_reduce(struct nvfp4_model *m, float *y, size_t count,
                                nvfp4_error *err);
+/* The MoE block over this rank's experts, all-reduced (TOPI/TOPW: the
+ * router's choice, on the backend; overwritten). */
+nvfp4_status nvfp4m_par_moe(struct nvfp4_model *m, nvfp4_kweight *const *w13,
+                            nvfp4_kweight *const *w2, const float *x, size_t n, int32_t *topi,
+                            float *topw, float *y, nvfp4_error *err);
 nvfp4_status nvfp4m_par_lm_head(struct nvfp4_model *m, const float *h, size_t rows,
                                 float *logits, nvfp4_error *err);
 

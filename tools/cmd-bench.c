@@ -23,7 +23,23 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include <nvfp4/kernels.h>
+
 #include "cli-model.h"
+
+/* Resident set of this process now (kB; /proc/self/statm), 0 if unknown. */
+static long rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, res = 0;
+
+    if (!f)
+        return 0;
+    if (fscanf(f, "%ld %ld", &size, &res) != 2)
+        res = 0;
+    fclose(f);
+    return res * 4;
+}
 
 static double now(void)
 {
@@ -78,6 +94,8 @@ static int run(int argc, char **argv)
     nvfp4_context_options co;
     nvfp4_batch_entry *ent = NULL;
     long per;
+    long rss_load;
+    uint64_t sent0, sent1;
     double t0, load_s, best = INFINITY, sum = 0, dec_s = 0;
     size_t V;
     struct rusage ru;
@@ -162,6 +180,8 @@ static int run(int argc, char **argv)
         ent[b].logits = NVFP4_LOGITS_LAST;
         ent[b].out = logits + (size_t)b * V;
     }
+    rss_load = rss_kb();
+    sent0 = nvfp4_comm_bytes_sent(nvfp4_comm_world(NULL));
     if (!json)
         fprintf(stderr, "bench: %s, %s backend, loaded in %.2f s; %ld sequence(s), prefill "
                 "%ld tokens x %ld, decode %ld tokens\n", nvfp4_model_arch(m),
@@ -188,6 +208,7 @@ static int run(int argc, char **argv)
             best = t;
     }
     /* the cache holds the prompts: decode greedily from their last logits */
+    sent1 = nvfp4_comm_bytes_sent(nvfp4_comm_world(NULL));
     t0 = now();
     for (long i = 0; i < N; i++) {
         for (long b = 0; b < B; b++) {
@@ -206,6 +227,13 @@ static int run(int argc, char **argv)
         }
     }
     dec_s = now() - t0;
+    /* under mpirun: each rank's share of the weights and of the traffic */
+    if (cli_ranks > 1)
+        fprintf(stderr, "bench: rank %d of %d: %.1f MB resident after loading; sent %.0f "
+                "bytes per prefill token, %.0f per decode token\n", cli_rank, cli_ranks,
+                rss_load / 1024.0, (double)(sent1 - sent0) / (double)((R + 1) * B * P),
+                N ? (double)(nvfp4_comm_bytes_sent(nvfp4_comm_world(NULL)) - sent1) /
+                        (double)(N * B) : 0.0);
     getrusage(RUSAGE_SELF, &ru);
     if (json)
         printf("{\"model\": \"%s\", \"arch\": \"%s\", \"backend\": \"%s\", \"threads\": %d, "
