@@ -115,6 +115,13 @@ static int run_command(const cli_command *cmd, int argc, char **argv)
     cli_ranks = nvfp4_comm_size(w);
     if (cli_rank != 0 && !freopen("/dev/null", "w", stdout))
         return cli_fail("rank %d: cannot redirect its output to /dev/null", cli_rank);
+    if (cli_ranks > 1 && !strcmp(cmd->name, "serve"))
+        return cli_fail("serve does not run split over %d ranks (one server, one "
+                        "scheduler); run it without mpirun", cli_ranks);
+    /* the commands that do not run a model: rank 0 alone (one writer) */
+    if (cli_ranks > 1 && cli_rank != 0 && strcmp(cmd->name, "generate") &&
+        strcmp(cmd->name, "ppl") && strcmp(cmd->name, "logits") && strcmp(cmd->name, "bench"))
+        return CLI_OK;
     rc = cmd->run(argc, argv);
     if (rc != CLI_OK && cli_ranks > 1) {
         fprintf(stderr, "nvfp4: rank %d of %d failed (exit status %d); ending the job\n",
