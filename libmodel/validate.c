@@ -159,6 +159,10 @@ nvfp4_status nvfp4m_check_finite(nvfp4_checkpoint *ck, nvfp4_error *err)
         if (nvfp4_checkpoint_get(ck, name, &t, err))
             return err ? err->status : NVFP4_ERR_IO;
         bad = first_nonfinite(t);
+        /* the scan faulted the whole tensor in: give the pages back, so that
+         * only what the model reads stays resident (a rank of a split model
+         * reads its rows of an embedding, not all of them) */
+        nvfp4_checkpoint_release_pages(ck, t->data, (size_t)t->nbytes);
         if (bad != UINT64_MAX) {
             size_t es = nvfp4_dtype_size(t->dtype);
             float v = 0;
