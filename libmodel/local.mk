@@ -9,6 +9,7 @@ libmodel_libnvfp4_model_la_SOURCES = \
 	%reldir%/model-internal.h \
 	%reldir%/model.c \
 	%reldir%/context.c \
+	%reldir%/kvcache.c \
 	%reldir%/eval.c \
 	%reldir%/validate.c \
 	%reldir%/tokenizer-internal.h \
