@@ -56,6 +56,8 @@ struct nvfp4_context {
     /* host staging of one batch */
     int32_t *h_ids, *h_pos, *h_rseq, *h_tables;
     float *h_block;                       /* one block of one pool, for copies */
+    float *h_kv;                          /* FP8 KV cache: one batch's K or V rows */
+    float *h_gu;                          /* split gate/up: [4, n, inter] */
 };
 
 static nvfp4_status nomem(nvfp4_error *err)
@@ -141,6 +143,10 @@ static nvfp4_status alloc_scratch(nvfp4_context *c, nvfp4_error *err)
     c->h_block = malloc(c->block * kd * 4);
     if (!c->h_ids || !c->h_pos || !c->h_rseq || !c->h_tables || !c->h_block)
         return nomem(err);
+    if (c->m->kv_fp8 && !(c->h_kv = malloc(n * kd * 4)))
+        return nomem(err);
+    if (c->m->split_gu && !(c->h_gu = malloc(4 * n * (size_t)hp->inter * 4)))
+        return nomem(err);
     return NVFP4_OK;
 }
 
@@ -180,6 +186,8 @@ void nvfp4_context_free(nvfp4_context *c)
     free(c->h_rseq);
     free(c->h_tables);
     free(c->h_block);
+    free(c->h_kv);
+    free(c->h_gu);
     free(c);
 }
 
@@ -452,6 +460,39 @@ static nvfp4_status shared_expert(nvfp4_context *c, layer_t *L, size_t n, nvfp4_
     return nvfp4_backend_upload(c->be, c->mlp, c->host_a, n * H * 4, err);
 }
 
+/* FP8 KV cache (kvcache.c): the N new K or V rows at DEV quantize-dequantized
+ * with SCALE before attention_paged stores them, so the pool holds what
+ * vLLM's fp8 cache reads back.  Through the host, so every backend runs it. */
+static nvfp4_status kv_fp8_rows(nvfp4_context *c, float *dev, size_t n, float scale,
+                                nvfp4_error *err)
+{
+    size_t cnt = n * kv_row(c->m);
+
+    TRY(nvfp4_backend_download(c->be, c->h_kv, dev, cnt * sizeof(float), err));
+    nvfp4m_kv_qdq(c->h_kv, cnt, scale);
+    return nvfp4_backend_upload(c->be, dev, c->h_kv, cnt * sizeof(float), err);
+}
+
+/* A gate and an up kept as separate layers (model.c's load_dense_mlp): gate
+ * into c->act, up into the second half of c->gu, then laid out as the fused
+ * layer's rows [gate | up] in c->gu, through the host. */
+static nvfp4_status gate_up_split(nvfp4_context *c, const layer_t *L, size_t n,
+                                  nvfp4_error *err)
+{
+    const size_t I = (size_t)c->m->hp.inter;
+    float *hg = c->h_gu, *hu = c->h_gu + n * I, *dst = c->h_gu + 2 * n * I;
+
+    TRY(nvfp4_k_linear(c->be, L->gu_split[0], c->h, n, c->act, err));
+    TRY(nvfp4_k_linear(c->be, L->gu_split[1], c->h, n, c->gu + n * I, err));
+    TRY(nvfp4_backend_download(c->be, hg, c->act, n * I * sizeof(float), err));
+    TRY(nvfp4_backend_download(c->be, hu, c->gu + n * I, n * I * sizeof(float), err));
+    for (size_t t = 0; t < n; t++) {
+        memcpy(dst + t * 2 * I, hg + t * I, I * sizeof(float));
+        memcpy(dst + t * 2 * I + I, hu + t * I, I * sizeof(float));
+    }
+    return nvfp4_backend_upload(c->be, c->gu, dst, 2 * n * I * sizeof(float), err);
+}
+
 /* The layers over the N rows staged in c->ids / pos / rseq / tables, then
  * the logits of the last R rows into the entries' buffers. */
 static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_len,
@@ -494,6 +535,10 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
         }
         TRY(nvfp4_k_rope(be, c->q, c->pos, n, nh, hd, hd, m->inv_freq, 1.0f, err));
         TRY(nvfp4_k_rope(be, c->k, c->pos, n, nkv, hd, hd, m->inv_freq, 1.0f, err));
+        if (m->kv_fp8) {
+            TRY(kv_fp8_rows(c, c->k, n, L->k_scale, err));
+            TRY(kv_fp8_rows(c, c->v, n, L->v_scale, err));
+        }
         kv.k_pool = c->k_pool[l];
         kv.v_pool = c->v_pool[l];
         TRY(nvfp4_k_attention_paged(be, c->q, c->k, c->v, &kv, n, nh, nkv, hd, scale, c->att,
@@ -510,6 +555,10 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
             TRY(nvfp4m_par_moe(c->m, L->w13, L->w2, c->h, n, c->topi, c->topw, c->mlp, err));
             if (m->arch->shared_expert)
                 TRY(shared_expert(c, L, n, err));
+        } else if (L->gu_split[0]) {
+            TRY(gate_up_split(c, L, n, err));
+            TRY(nvfp4_k_silu_mul(be, c->gu, n, (size_t)hp->inter, c->act, err));
+            TRY(nvfp4_k_linear(be, L->down, c->act, n, c->mlp, err));
         } else {
             TRY(nvfp4_k_linear(be, L->gu, c->h, n, c->gu, err));
             TRY(nvfp4_k_silu_mul(be, c->gu, n, (size_t)m->par->inter, c->act, err));

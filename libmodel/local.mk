@@ -11,6 +11,7 @@ libmodel_libnvfp4_model_la_SOURCES = \
 	%reldir%/context.c \
 	%reldir%/parallel.h \
 	%reldir%/parallel.c \
+	%reldir%/kvcache.c \
 	%reldir%/eval.c \
 	%reldir%/validate.c \
 	%reldir%/tokenizer-internal.h \

@@ -13,10 +13,12 @@ typedef struct {
     nvfp4_kweight *q, *k, *v, *o;
     float *ln1, *ln2, *q_norm, *k_norm;      /* backend buffers */
     nvfp4_kweight *gu, *down;                /* dense MLP */
+    nvfp4_kweight *gu_split[2];              /* gate, up as separate layers, gu NULL */
     int moe;
     nvfp4_kweight *router;
     nvfp4_kweight **w13, **w2;               /* [experts] */
     nvfp4_kweight *sh_gu, *sh_down, *sh_gate;
+    float k_scale, v_scale;                  /* FP8 KV cache (kvcache.c); 0: off */
 } layer_t;
 
 /* Immutable once nvfp4_model_open returns, except for the default context
@@ -48,6 +50,8 @@ struct nvfp4_model {
     nvfp4_kweight *embed, *lm_head;
     float *final_norm, *inv_freq;
     layer_t *layers;
+    int split_gu;                            /* some layer has gu_split */
+    int kv_fp8;                              /* K/V rows FP8 QDQ'd on write (kvcache.c) */
 
     /* Serialises the contexts' device work on a backend other than the
      * CPU one (one queue and scratch per GPU backend). */
@@ -58,6 +62,12 @@ struct nvfp4_model {
     /* This rank's part under tensor parallelism (parallel.c); always set. */
     nvfp4m_par *par;
 };
+
+/* kvcache.c: read the Quark kv_cache_quant_config and every layer's k/v
+ * scales (after the layers are loaded), and the FP8 E4M3 quantize-dequantize
+ * of N floats with SCALE: e4m3(x / scale) * scale, in place. */
+nvfp4_status nvfp4m_kv_load(nvfp4_model *m, nvfp4_error *err);
+void nvfp4m_kv_qdq(float *x, size_t n, float scale);
 
 /* Free the default context (nvfp4_model_free). */
 void nvfp4m_default_free(nvfp4_model *m);

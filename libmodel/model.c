@@ -417,9 +417,13 @@ static nvfp4_status fuse_gate_up(nvfp4_model *m, const char *layer, nvfp4_linear
     return upload(m, pair, 2, out, err);
 }
 
+/* SPLIT (dense layers' MLP; NULL elsewhere): where a W4A4 gate or up sits
+ * beside a sibling of another scheme, which one fused layer cannot run
+ * (fuse_gate_up), the two are kept as separate layers here, each with its
+ * own scales, and *GU stays NULL (context.c runs them one after the other). */
 static nvfp4_status load_dense_mlp(nvfp4_model *m, const char *pre, int64_t inter,
                                    nvfp4_kweight **gu, nvfp4_kweight **down,
-                                   nvfp4_error *err)
+                                   nvfp4_kweight **split, nvfp4_error *err)
 {
     char name[320];
     nvfp4_linear *g, *u, *d;
@@ -433,7 +437,14 @@ static nvfp4_status load_dense_mlp(nvfp4_model *m, const char *pre, int64_t inte
     if (m->dry)
         return NVFP4_OK;
     TRY(nvfp4m_par_split_mlp(m, pre, g, u, d, err));
-    TRY(fuse_gate_up(m, pre, g, u, 0, gu, err));
+    if (split && g->scheme != u->scheme &&
+        (g->scheme == NVFP4_SCHEME_W4A4 || u->scheme == NVFP4_SCHEME_W4A4)) {
+        TRY(upload(m, g, 1, &split[0], err));
+        TRY(upload(m, u, 1, &split[1], err));
+        m->split_gu = 1;
+    } else {
+        TRY(fuse_gate_up(m, pre, g, u, 0, gu, err));
+    }
     return upload(m, d, 1, down, err);
 }
 
@@ -560,7 +571,7 @@ out:
     if (m->arch->shared_expert) {
         nvfp4_linear *sg;
         snprintf(name, sizeof(name), "%s.shared_expert", pre);
-        TRY(load_dense_mlp(m, name, hp->shared_inter, &L->sh_gu, &L->sh_down, err));
+        TRY(load_dense_mlp(m, name, hp->shared_inter, &L->sh_gu, &L->sh_down, NULL, err));
         snprintf(name, sizeof(name), "%s.shared_expert_gate", pre);
         TRY(load_linear(m, name, 1, H, 1, &sg, err));
         if (!m->dry)
@@ -619,12 +630,13 @@ static nvfp4_status assemble(nvfp4_model *m, nvfp4_error *err)
             TRY(load_moe(m, l, L, err));
         } else {
             snprintf(name, sizeof(name), "model.layers.%lld.mlp", (long long)l);
-            TRY(load_dense_mlp(m, name, hp->inter, &L->gu, &L->down, err));
+            TRY(load_dense_mlp(m, name, hp->inter, &L->gu, &L->down, L->gu_split, err));
         }
     }
     if (m->dry)
         return NVFP4_OK;
     TRY(nvfp4m_par_split_vocab(m, emb, head, err));
+    TRY(nvfp4m_kv_load(m, err));
     TRY(upload(m, emb, 1, &m->embed, err));
     if (head == emb)
         m->lm_head = m->embed;
@@ -807,6 +819,8 @@ void nvfp4_model_free(nvfp4_model *m)
             nvfp4_kweight_free(L->v);
             nvfp4_kweight_free(L->o);
             nvfp4_kweight_free(L->gu);
+            nvfp4_kweight_free(L->gu_split[0]);
+            nvfp4_kweight_free(L->gu_split[1]);
             nvfp4_kweight_free(L->down);
             nvfp4_kweight_free(L->router);
             nvfp4_kweight_free(L->sh_gu);

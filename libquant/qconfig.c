@@ -179,6 +179,31 @@ static nvfp4_status unsupported_spec(const nvfp4_qconfig *q, const char *path,
                            supported_text);
 }
 
+static int ends_with(const char *s, const char *tail)
+{
+    size_t a = s ? strlen(s) : 0, b = strlen(tail);
+    return a >= b && strcmp(s + a - b, tail) == 0;
+}
+
+/* The output_tensors of a k_proj / v_proj that Quark's kv_cache_scheme
+ * "fp8" export merged into layer_quant_config: the KV-cache quantizer
+ * (static per-tensor fp8_e4m3), which libmodel applies to the cache
+ * (kvcache.c, docs/DIALECTS.md), not to the layer's output. */
+static int is_kv_output(const nvfp4_qconfig *q, const char *path, const char *layer, json_t *o)
+{
+    json_t *kv = json_object_get(q->qc, "kv_cache_quant_config");
+    const char *dt = json_string_value(json_object_get(o, "dtype"));
+    const char *qs = json_string_value(json_object_get(o, "qscheme"));
+
+    if (!json_is_object(kv) || json_object_size(kv) == 0 || !json_is_object(o) || !dt || !qs ||
+        strcmp(dt, "fp8_e4m3") != 0 || strcmp(qs, "per_tensor") != 0 ||
+        json_is_true(json_object_get(o, "is_dynamic")))
+        return 0;
+    if (layer)
+        return ends_with(layer, ".k_proj") || ends_with(layer, ".v_proj");
+    return ends_with(path, "k_proj\"]") || ends_with(path, "v_proj\"]");
+}
+
 static nvfp4_status classify(const nvfp4_qconfig *q, json_t *lc, const char *path,
                              const char *layer, nvfp4_scheme *out, nvfp4_error *err)
 {
@@ -194,7 +219,7 @@ static nvfp4_status classify(const nvfp4_qconfig *q, json_t *lc, const char *pat
     in = json_object_get(lc, "input_tensors");
     o = json_object_get(lc, "output_tensors");
     b = json_object_get(lc, "bias");
-    if (o && !json_is_null(o))
+    if (o && !json_is_null(o) && !is_kv_output(q, path, layer, o))
         return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, q->file, path, -1,
                                "%s%squantized output_tensors are not supported (found %s)",
                                layer ? layer : "", layer ? ": " : "", spec_family(o));

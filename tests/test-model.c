@@ -229,11 +229,11 @@ START_TEST(test_refused)
 END_TEST
 
 /* Checkpoints with a layer the library does not run (an FP8 layer beside
- * NVFP4 ones; a W4A4 gate beside an unquantized up) are refused naming the
- * layer and what was found (reference.json refuse_words). */
+ * NVFP4 ones) are refused naming the layer and what was found
+ * (reference.json refuse_words). */
 START_TEST(test_refused_layers)
 {
-    static const char *const names[] = {"ct_fp8_refused", "llama_excl_gate_refused"};
+    static const char *const names[] = {"ct_fp8_refused"};
     nvfp4_error err;
     nvfp4_model *m;
     char rel[256];
@@ -282,19 +282,26 @@ static void copy_file(const char *from, const char *to, long truncate_to)
     fclose(b);
 }
 
-/* A copy of models/llama in a temp dir; returns its path. */
-static const char *make_dir(const char *tag)
+/* A copy of models/MODEL in a temp dir; returns its path. */
+static const char *make_dir_of(const char *model, const char *tag)
 {
     static char dir[512];
-    char p[600];
+    char p[600], rel[128];
 
     snprintf(dir, sizeof(dir), "%s/%s", tmpdir, tag);
     mkdir(dir, 0700);
     snprintf(p, sizeof(p), "%s/config.json", dir);
-    copy_file(tdata("models/llama/config.json"), p, -1);
+    snprintf(rel, sizeof(rel), "models/%s/config.json", model);
+    copy_file(tdata(rel), p, -1);
     snprintf(p, sizeof(p), "%s/model.safetensors", dir);
-    copy_file(tdata("models/llama/model.safetensors"), p, -1);
+    snprintf(rel, sizeof(rel), "models/%s/model.safetensors", model);
+    copy_file(tdata(rel), p, -1);
     return dir;
+}
+
+static const char *make_dir(const char *tag)
+{
+    return make_dir_of("llama", tag);
 }
 
 /* Rewrite DIR/model.safetensors without the named tensors (the header is
@@ -338,6 +345,37 @@ static void drop_tensors(const char *dir, const char *const *names)
     free(nh);
     free(buf);
     json_decref(h);
+}
+
+/* Overwrite the bytes of tensor NAME in DIR/model.safetensors with the N
+ * bytes at DATA (the header stays as it is). */
+static void poke_tensor(const char *dir, const char *name, const void *data, size_t n)
+{
+    char p[600];
+    uint8_t hb[8];
+    uint64_t hl = 0;
+    char *hdr;
+    json_t *h, *off;
+    FILE *f;
+
+    snprintf(p, sizeof(p), "%s/model.safetensors", dir);
+    ck_assert_ptr_nonnull(f = fopen(p, "r+b"));
+    ck_assert_uint_eq(fread(hb, 1, 8, f), 8);
+    for (int i = 7; i >= 0; i--)
+        hl = hl << 8 | hb[i];
+    hdr = malloc(hl);
+    ck_assert_uint_eq(fread(hdr, 1, hl, f), hl);
+    h = json_loadb(hdr, hl, 0, NULL);
+    ck_assert_ptr_nonnull(h);
+    off = json_object_get(json_object_get(h, name), "data_offsets");
+    ck_assert_msg(json_array_size(off) == 2, "%s not in %s", name, p);
+    ck_assert_uint_eq((uint64_t)(json_integer_value(json_array_get(off, 1)) -
+                                 json_integer_value(json_array_get(off, 0))), n);
+    fseek(f, (long)(8 + hl + (uint64_t)json_integer_value(json_array_get(off, 0))), SEEK_SET);
+    ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+    json_decref(h);
+    free(hdr);
 }
 
 static void set_config(const char *dir, const char *key, json_t *value)
@@ -579,6 +617,117 @@ START_TEST(test_bad_tokens)
 END_TEST
 
 /* The command line: refused models and hostile input exit 1, never a signal. */
+/* FP8 KV cache (Quark kv_cache_scheme "fp8"): after the prompt, the decode
+ * tokens one at a time through the paged cache, against the reference's
+ * logits through transformers' DynamicCache (logits_decode.f32). */
+static const char *const kv_models[] = {"llama_kvfp8", "qwen3_kvfp8"};
+
+START_TEST(test_kvfp8_decode)
+{
+    const char *name = kv_models[_i];
+    json_t *toks;
+    nvfp4_error err;
+    fixture f;
+    nvfp4_model *m;
+    float *want, *got;
+    size_t len, S;
+    char rel[128], what[64];
+
+    fixture_load(name, &f);
+    toks = json_object_get(json_object_get(f.ref, "kv_cache"), "decode_tokens");
+    S = json_array_size(toks);
+    ck_assert_uint_ge(S, 4);
+    snprintf(rel, sizeof(rel), "models/%s/logits_decode.f32", name);
+    want = tload_file(rel, &len);
+    ck_assert_uint_eq(len, S * f.V * sizeof(float));
+    got = malloc(S * f.V * sizeof(float));
+    m = open_model(name, 0, &err);
+    ck_assert_msg(m != NULL, "%s: %s", name, err.text);
+    ck_assert_int_eq(nvfp4_model_forward(m, f.tokens, f.T, 0, got, 1, &err), NVFP4_OK);
+    for (size_t i = 0; i < S; i++) {
+        int32_t t = (int32_t)json_integer_value(json_array_get(toks, i));
+        ck_assert_msg(nvfp4_model_forward(m, &t, 1, f.T + i, got + i * f.V, 1, &err) ==
+                          NVFP4_OK, "%s: decode %zu: %s", name, i, err.text);
+    }
+    snprintf(what, sizeof(what), "%s (fp8 kv decode)", name);
+    compare_logits(what, got, want, S * f.V, LOGIT_TOL);
+    free(got);
+    free(want);
+    nvfp4_model_free(m);
+    fixture_free(&f);
+}
+END_TEST
+
+/* The reference without the KV quantization is far from it: the fixture
+ * tests above would fail if the scales were not applied. */
+START_TEST(test_kvfp8_matters)
+{
+    for (size_t i = 0; i < sizeof(kv_models) / sizeof(kv_models[0]); i++) {
+        fixture f;
+        double d;
+        fixture_load(kv_models[i], &f);
+        d = json_real_value(json_object_get(json_object_get(f.ref, "kv_cache"),
+                                            "emul_without_kv_qdq_max_abs_diff"));
+        ck_assert_msg(d > 100 * LOGIT_TOL, "%s: the KV quantization moves logits by %g only",
+                      kv_models[i], d);
+        fixture_free(&f);
+    }
+}
+END_TEST
+
+/* Bad KV-cache scales: missing, zero, negative, NaN, infinite, not a
+ * scalar, and a kv_cache_quant_config that is not static fp8 per-tensor:
+ * each refused naming the tensor or the key. */
+START_TEST(test_kvfp8_bad_scales)
+{
+    static const uint16_t bad[] = {0x0000, 0xBC00 /* -0.0078 */, 0x7FC0 /* NaN */,
+                                   0x7F80 /* inf */};
+    const char *ks = "model.layers.1.self_attn.k_proj.output_scale";
+    const char *vs = "model.layers.0.self_attn.v_proj.output_scale";
+    const char *dir;
+    nvfp4_error err;
+    char tag[32];
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint8_t b[2] = {(uint8_t)(bad[i] & 0xFF), (uint8_t)(bad[i] >> 8)};
+        snprintf(tag, sizeof(tag), "kvbad%zu", i);
+        dir = make_dir_of("llama_kvfp8", tag);
+        poke_tensor(dir, i % 2 ? vs : ks, b, 2);
+        ck_assert_int_eq(open_dir(dir, &err), NVFP4_ERR_INVALID);
+        /* (NaN and infinity are caught first by the finiteness check of
+         * every unquantized tensor, naming it too) */
+        ck_assert_msg(strstr(err.text, i % 2 ? vs : ks) &&
+                          (i >= 2 || strstr(err.text, "finite value > 0")),
+                      "%s", err.text);
+    }
+    {
+        static const char *const drop[] = {"model.layers.1.self_attn.v_proj.output_scale",
+                                           NULL};
+        dir = make_dir_of("llama_kvfp8", "kvmissing");
+        drop_tensors(dir, drop);
+        ck_assert_int_eq(open_dir(dir, &err), NVFP4_ERR_NOT_FOUND);
+        ck_assert_msg(strstr(err.text, drop[0]), "%s", err.text);
+    }
+    {   /* an int8 KV cache is refused naming the config key */
+        char p[600];
+        json_t *c, *ot;
+        dir = make_dir_of("llama_kvfp8", "kvint8");
+        snprintf(p, sizeof(p), "%s/config.json", dir);
+        ck_assert_ptr_nonnull(c = json_load_file(p, 0, NULL));
+        ot = json_object_get(json_object_get(json_object_get(json_object_get(
+                                 c, "quantization_config"), "kv_cache_quant_config"),
+                                 "*v_proj"), "output_tensors");
+        ck_assert_ptr_nonnull(ot);
+        json_object_set_new(ot, "dtype", json_string("int8"));
+        ck_assert_int_eq(json_dump_file(c, p, JSON_INDENT(1)), 0);
+        json_decref(c);
+        ck_assert_int_eq(open_dir(dir, &err), NVFP4_ERR_UNSUPPORTED);
+        ck_assert_msg(strstr(err.text, "kv_cache_quant_config.*v_proj") &&
+                          strstr(err.text, "int8"), "%s", err.text);
+    }
+}
+END_TEST
+
 START_TEST(test_tool)
 {
     char args[1024];
@@ -754,6 +903,10 @@ int main(void)
     tcase_add_test(th, test_moe_missing_expert_scale);
     tcase_add_test(th, test_mxfp4_refused);
     tcase_add_test(th, test_tool);
+    tcase_add_loop_test(tc, test_kvfp8_decode, 0,
+                        (int)(sizeof(kv_models) / sizeof(kv_models[0])));
+    tcase_add_test(tc, test_kvfp8_matters);
+    tcase_add_test(th, test_kvfp8_bad_scales);
     tcase_add_loop_test(tc, test_synth_like_quark, 0, (int)NOK_QUARK);
     tcase_add_test(th, test_synth_bench_errors);
     suite_add_tcase(s, tc);

@@ -19,7 +19,8 @@ static void help(FILE *out)
             "List the tensors of a safetensors checkpoint (name, dtype, shape, bytes,\n"
             "shard), its metadata, a summary of its config.json, the quantization\n"
             "dialect (quark, modelopt or compressed-tensors) with its producer and\n"
-            "version, and the scheme of every Linear layer.\n"
+            "version, the KV-cache scheme (for Quark's FP8 KV cache, the k/v scales\n"
+            "of every layer), and the scheme of every Linear layer.\n"
             "PATH is a model directory, a .safetensors file or an index .json file.\n\n"
             "  --json      print one JSON object instead of text\n"
             "  -h, --help  show this help\n");
@@ -82,6 +83,29 @@ static void schemes_section(nvfp4_checkpoint *ck, json_t *root)
                             json_string(nvfp4_dialect_name(nvfp4_qconfig_dialect(qc))));
         json_object_set_new(q, "producer", json_string(nvfp4_qconfig_producer(qc)));
         json_object_set_new(q, "kv_cache", json_string(nvfp4_qconfig_kv_cache(qc)));
+        if (nvfp4_qconfig_dialect(qc) == NVFP4_DIALECT_QUARK && *nvfp4_qconfig_kv_cache(qc)) {
+            /* Quark's FP8 KV cache: run (libmodel/kvcache.c); the per-layer
+             * k/v scales as stored (k_proj / v_proj output_scale) */
+            json_t *sc = json_array();
+            char nm[96];
+            json_object_set_new(q, "kv_cache_run", json_string("fp8_e4m3"));
+            for (int l = 0; l < 100000; l++) {
+                const nvfp4_tensor *t;
+                float kv[2];
+                int ok = 1;
+                for (int j = 0; j < 2 && ok; j++) {
+                    snprintf(nm, sizeof(nm), "model.layers.%d.self_attn.%s_proj.output_scale", l,
+                             j ? "v" : "k");
+                    ok = nvfp4_checkpoint_get(ck, nm, &t, NULL) == NVFP4_OK &&
+                         !nvfp4_quant_read_float(t, 0, &kv[j]);
+                }
+                if (!ok)
+                    break;
+                json_array_append_new(sc, json_pack("{s:i,s:f,s:f}", "layer", l, "k_scale",
+                                                    (double)kv[0], "v_scale", (double)kv[1]));
+            }
+            json_object_set_new(q, "kv_scales", sc);
+        }
         json_object_set_new(root, "quantization", q);
     }
     layers = json_array();
@@ -251,12 +275,25 @@ static int run(int argc, char **argv)
             json_t *q = json_object_get(root, "quantization");
             const char *prod = json_string_value(json_object_get(q, "producer"));
             const char *kv = json_string_value(json_object_get(q, "kv_cache"));
+            json_t *ks = json_object_get(q, "kv_scales");
             printf("\ndialect: %s%s%s%s\n", json_string_value(json_object_get(q, "dialect")),
                    prod && *prod ? " (" : "", prod && *prod ? prod : "",
                    prod && *prod ? ")" : "");
-            if (kv && *kv)
+            if (kv && *kv && json_object_get(q, "kv_cache_run")) {
+                printf("kv cache: %s per-tensor k/v scales (kv_cache_quant_config); run as "
+                       "FP8 E4M3 quantize-dequantize on every write (vLLM's kv_cache_dtype "
+                       "\"fp8\")\n", kv);
+                for (size_t i = 0; i < json_array_size(ks); i++) {
+                    json_t *o = json_array_get(ks, i);
+                    printf("  layer %-4lld k_scale %-12g v_scale %g\n",
+                           (long long)json_integer_value(json_object_get(o, "layer")),
+                           json_real_value(json_object_get(o, "k_scale")),
+                           json_real_value(json_object_get(o, "v_scale")));
+                }
+            } else if (kv && *kv) {
                 printf("kv cache: %s in the config; run in float32 (vLLM's kv_cache_dtype "
                        "\"auto\")\n", kv);
+            }
             printf("\nschemes (quantization_config; stored as):\n");
             for (size_t i = 0; i < json_array_size(layers); i++) {
                 json_t *o = json_array_get(layers, i), *e = json_object_get(o, "error");

@@ -284,9 +284,11 @@ NVFP4_API const char *nvfp4_qconfig_producer(const nvfp4_qconfig *qc);
 /**
  * @param qc a parsed config
  * @return the KV-cache quantization the config asks for ("FP8", ...) or ""
- *         (none); valid until @p qc is freed.  The library keeps the KV
- *         cache in float32, as vLLM does with its default kv_cache_dtype
- *         "auto".
+ *         (none); valid until @p qc is freed.  libmodel runs a Quark FP8
+ *         KV cache (quantize-dequantize of every K/V write with the
+ *         per-layer scales, as vLLM's kv_cache_dtype "fp8"); ModelOpt's and
+ *         compressed-tensors' KV caches stay float32, as vLLM runs them
+ *         with its default kv_cache_dtype "auto".
  */
 NVFP4_API const char *nvfp4_qconfig_kv_cache(const nvfp4_qconfig *qc);
 
