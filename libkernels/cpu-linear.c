@@ -422,6 +422,7 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
  * rows changes no bit. */
 #define GEMV_ROWS 4
 #define GEMV_SEG 256
+#define DENSE_GEMV_ROWS 4
 /* Used for rows of up to this many weights, where the per-row set-up is a
  * large share of the work; longer rows streamed from DRAM measured faster
  * one at a time (one sequential stream for the prefetchers). */
@@ -985,6 +986,57 @@ dense_row2_avx512(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int6
     store2x8(a0, a1, y, t0, n, r, kr->acc);
 }
 
+/* One token, four rows of one dense part, unpacked x (m == 1): four FMA
+ * chains in flight where one row alone waits on its single accumulator,
+ * the dtype's load chosen once per call, and the weight stream prefetched
+ * (one line per 64 bytes, the next group of rows' same offset ahead: rows
+ * are contiguous).  Per row exactly the operations of
+ * dense_row_avx512_body with nt = 1 (same masks, one accumulator, same
+ * order, same reduction), so grouping rows changes no bit. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
+    __attribute__((always_inline)) void
+    dense_gemv4_body(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
+                     const float *x, const krange *kr, float *y, nvfp4_dtype dt)
+{
+    const size_t k = (size_t)w->d.k, esz = dt == NVFP4_DTYPE_F32 ? 4 : 2;
+    const size_t i1 = 16 * kr->b1 < k ? 16 * kr->b1 : k;
+    const char *base = (const char *)p->data + (size_t)lr * k * esz;
+    const size_t ahead = DENSE_GEMV_ROWS * k * esz;
+    const cpu_dense_part q = {p->data, dt, p->rows};
+    __m512 acc[DENSE_GEMV_ROWS];
+
+    for (int j = 0; j < DENSE_GEMV_ROWS; j++)
+        acc[j] = _mm512_setzero_ps();
+    for (size_t i = 16 * kr->b0; i < i1; i += 16) {
+        const __mmask16 mk =
+            i1 - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (i1 - i)) - 1);
+        const __m512 xv = _mm512_maskz_loadu_ps(mk, x + i);
+
+        if ((i * esz) % 64 == 0)
+            for (int j = 0; j < DENSE_GEMV_ROWS; j++)
+                _mm_prefetch(base + (size_t)j * k * esz + i * esz + ahead, _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int j = 0; j < DENSE_GEMV_ROWS; j++)
+            acc[j] = _mm512_fmadd_ps(dense_load16(&q, ((size_t)lr + (size_t)j) * k + i, mk), xv,
+                                     acc[j]);
+    }
+    for (int j = 0; j < DENSE_GEMV_ROWS; j++) {
+        float *yo = y + (size_t)r + (size_t)j;
+        *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[j]) : _mm512_reduce_add_ps(acc[j]);
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
+dense_gemv4_avx512(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
+                   const float *x, const krange *kr, float *y)
+{
+    switch (p->dtype) {
+    case NVFP4_DTYPE_F32: dense_gemv4_body(w, p, r, lr, x, kr, y, NVFP4_DTYPE_F32); break;
+    case NVFP4_DTYPE_BF16: dense_gemv4_body(w, p, r, lr, x, kr, y, NVFP4_DTYPE_BF16); break;
+    default: dense_gemv4_body(w, p, r, lr, x, kr, y, NVFP4_DTYPE_F16); break;
+    }
+}
+
 CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", dense_row_avx512,
              (const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
               size_t nt, float *y),
@@ -1170,8 +1222,17 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
 #ifdef CPU_X86
                     /* the float kernel's single accumulator per row is
                      * latency-bound alone: four rows at every k */
-                    if ((path == PATH_AVX512 || (path == PATH_VNNI && k <= GEMV4_MAX_K)) &&
-                        r + GEMV_ROWS <= r1)
+                    const cpu_dense_part *dp = NULL;
+                    int64_t dl = 0;
+
+                    if (path == PATH_AVX512 && r + GEMV_ROWS <= r1)
+                        g = GEMV_ROWS;
+                    else if (path == PATH_DENSE_AVX512 && !packed && r + DENSE_GEMV_ROWS <= r1) {
+                        int64_t l1;
+                        dp = dense_row(w, (int64_t)r, &dl);
+                        if (dense_row(w, (int64_t)r + DENSE_GEMV_ROWS - 1, &l1) == dp)
+                            g = DENSE_GEMV_ROWS; /* four rows of one part */
+                    } else if (path == PATH_VNNI && k <= GEMV4_MAX_K && r + GEMV_ROWS <= r1)
                         g = GEMV_ROWS;
 #endif
                     for (size_t u0 = 0; u0 < units; u0 += ku) {
@@ -1179,6 +1240,8 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
 #ifdef CPU_X86
                         if (g == GEMV_ROWS && path == PATH_AVX512)
                             gemv4_avx512(w, (int64_t)r, x, &kr, y);
+                        else if (g == DENSE_GEMV_ROWS && path == PATH_DENSE_AVX512)
+                            dense_gemv4_avx512(w, dp, (int64_t)r, dl, x, &kr, y);
                         else if (g == GEMV_ROWS)
                             gemv4_vnni(w, (int64_t)r, a, nch, &kr, y);
                         else
