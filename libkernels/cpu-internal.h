@@ -51,6 +51,11 @@ typedef struct {
     nvfp4_linear *parts;
     size_t nparts;
     float *bias;        /* [n] or NULL */
+    /* one-token calls: smoothed nanoseconds on one thread and on all
+     * (0: not measured yet) and a call count, to run on the faster
+     * (nvfp4k_cpu_linear); touched with relaxed atomics only */
+    uint64_t gemv_ns[2];
+    uint64_t gemv_calls;
 } cpu_kweight;
 
 int nvfp4k_cpu_nthreads(const cpu_ctx *c);
