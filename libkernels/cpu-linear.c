@@ -1287,14 +1287,16 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
                                const float *x, size_t m, float *y, int nthreads,
                                nvfp4_error *err);
 
-/* One-token products choose between one thread and all of them by
- * measuring both: on a busy machine a second worker can cost more than it
- * brings (waking it waits for a core), on a quiet one it doubles the
- * bandwidth.  Each weight keeps a smoothed time per choice, runs on the
- * faster and tries the other one call in CPU_GEMV_EXPLORE (or in 8 times
- * as many) to follow the machine's load.  Results do not depend on the thread count (every output
- * is one thread's sum in a fixed order), so the choice changes no bit. */
-#define CPU_GEMV_EXPLORE 32
+/* Products choose between one thread and all of them by measuring both:
+ * on a busy machine a second worker can cost more than it brings (each
+ * parallel region waits until it gets a core), on a quiet one it doubles
+ * the bandwidth and the FLOPS.  Each weight keeps a smoothed time per
+ * choice for one token and per token for more, runs on the faster and
+ * tries the other one call in CPU_RUN_EXPLORE (8 times less often when
+ * it measured more than twice as slow) to follow the machine's load.
+ * Results do not depend on the thread count (every output is one thread's
+ * sum in a fixed order), so the choice changes no bit. */
+#define CPU_RUN_EXPLORE 32
 
 static uint64_t mono_ns(void)
 {
@@ -1303,46 +1305,44 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int gemv_pick(cpu_kweight *w)
+static int run_pick(cpu_kweight *w, int kind)
 {
-    const uint64_t c = __atomic_fetch_add(&w->gemv_calls, 1, __ATOMIC_RELAXED);
-    const uint64_t t1 = __atomic_load_n(&w->gemv_ns[0], __ATOMIC_RELAXED);
-    const uint64_t tn = __atomic_load_n(&w->gemv_ns[1], __ATOMIC_RELAXED);
+    const uint64_t c = __atomic_fetch_add(&w->run_calls[kind], 1, __ATOMIC_RELAXED);
+    const uint64_t t1 = __atomic_load_n(&w->run_ns[kind][0], __ATOMIC_RELAXED);
+    const uint64_t tn = __atomic_load_n(&w->run_ns[kind][1], __ATOMIC_RELAXED);
     uint64_t period;
     int best;
 
     if (!t1 || !tn)
         return t1 ? 1 : 0; /* measure each once first */
     best = tn < t1;
-    /* an other choice measured more than twice as slow (a second worker
-     * that waits for a core of a busy machine) is tried 8 times less often */
-    period = (best ? t1 > 2 * tn : tn > 2 * t1) ? 8 * CPU_GEMV_EXPLORE : CPU_GEMV_EXPLORE;
+    period = (best ? t1 > 2 * tn : tn > 2 * t1) ? 8 * CPU_RUN_EXPLORE : CPU_RUN_EXPLORE;
     return c % period == period - 1 ? !best : best;
 }
 
-static void gemv_note(cpu_kweight *w, int choice, uint64_t ns)
+static void run_note(cpu_kweight *w, int kind, int choice, uint64_t ns)
 {
-    uint64_t old = __atomic_load_n(&w->gemv_ns[choice], __ATOMIC_RELAXED);
+    uint64_t old = __atomic_load_n(&w->run_ns[kind][choice], __ATOMIC_RELAXED);
     /* 1/4 of the new sample: a few calls follow a change of load */
     uint64_t v = old ? old - old / 4 + ns / 4 : ns;
-    __atomic_store_n(&w->gemv_ns[choice], v ? v : 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->run_ns[kind][choice], v ? v : 1, __ATOMIC_RELAXED);
 }
 
 nvfp4_status nvfp4k_cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *desc,
                         const float *x, size_t m, float *y, nvfp4_error *err)
 {
     cpu_ctx *ctx = vctx;
-    const int all = nvfp4k_cpu_nthreads(ctx);
+    const int all = nvfp4k_cpu_nthreads(ctx), kind = m > 1;
     nvfp4_status st;
     uint64_t t0;
     int choice;
 
-    if (m != 1 || all <= 1 || (double)desc->n * (double)desc->k < CPU_LINEAR_PAR_MIN)
+    if (all <= 1 || (double)m * (double)desc->n * (double)desc->k < CPU_LINEAR_PAR_MIN)
         return linear_run(ctx, kw, desc, x, m, y, all, err);
-    choice = gemv_pick(kw);
+    choice = run_pick(kw, kind);
     t0 = mono_ns();
     st = linear_run(ctx, kw, desc, x, m, y, choice ? all : 1, err);
-    gemv_note(kw, choice, mono_ns() - t0);
+    run_note(kw, kind, choice, (mono_ns() - t0) / (m ? m : 1));
     return st;
 }
 
