@@ -2,21 +2,29 @@
 /* bench-kernels: the CPU backend's NVFP4 Linear, timed (not a test).
  *
  * (1) GEMV, one token: effective weight bandwidth (the NVFP4 bytes of the
- *     weight, 4.5 bits per weight, over the time) as a ratio to a read
- *     probe of the same byte count run right beside it with the same
- *     threads (the machine's bandwidth moves with its neighbours, see
- *     docs/perf-anchors.md; target >= 0.8).
+ *     weight, 4.5 bits per weight, or 2 bytes per BF16/F16 weight, over
+ *     the time) beside two read probes of the same byte count run
+ *     interleaved with it on the same threads (the machine's bandwidth
+ *     moves with its neighbours, see docs/perf-anchors.md): "same" reads
+ *     one buffer again and again (cache speed when it fits the L3), "ooc"
+ *     reads the next of several copies whose total exceeds the L3 (out of
+ *     cache).  The kernel is timed out of cache the same way: it cycles
+ *     through as many uploaded copies of the weight.  The ratio printed is
+ *     kernel GB/s over the ooc probe's (target >= 0.85).
  * (2) GEMM, 16..512 tokens: GFLOPS (2 m n k / time) against OpenBLAS
  *     cblas_sgemm on the pre-dequantized float32 weight with the same
  *     threads (target >= 1.0x at >= 64 tokens).  OpenBLAS is loaded with
  *     dlopen so that nothing else in the tree links it; without it the
  *     column says "-".
  *
- * Usage: bench/bench-kernels [-t THREADS,..] [-s NxK,..] [-m TOKENS,..]
- *                            [-r SECONDS] [-q]
- * defaults: -t 1,2  -s the 8 shapes of the issue  -m 16,64,128,512  -r 0.15
- * -q: GEMV only.  Shapes are N x K: outputs x inputs.  Each figure is the
- * best of timed repetitions filling about SECONDS, kernel and reference
+ * Usage: bench/bench-kernels [-t THREADS,..] [-s SHAPE,..] [-m TOKENS,..]
+ *                            [-r SECONDS] [-q] [-g]
+ * defaults: -t 1,2  -s the decode shapes of SmolLM2, Llama-3.2-1B,
+ * Llama-3-8B, Qwen3-30B-A3B's experts and a BF16 vocabulary head (GEMM on
+ * the 8B ones and 576x576)  -m 16,64,128,512  -r 0.15
+ * -q: GEMV only; -g: GEMM only.  A SHAPE is NxK (outputs x inputs), NVFP4;
+ * NxKb or NxKh: a BF16 or F16 dense weight (GEMV only).  Each figure is the
+ * best of timed repetitions filling about SECONDS, kernel and references
  * interleaved. */
 #include "config.h"
 
@@ -154,17 +162,114 @@ static size_t parse_list(const char *s, long *out, size_t max)
     return n;
 }
 
+/* Copies of a GEMV's weight cycled so that each is read out of cache: their
+ * total is at least this (the L3 here is 32 MiB; 3x leaves no line of a
+ * copy in it when its turn comes again). */
+#define OOC_BYTES ((size_t)96 << 20)
+#define OOC_MAX_COPIES 512
+
+typedef struct {
+    long n, k;
+    int dense;      /* 0: NVFP4; NVFP4_DTYPE_BF16 / _F16: a dense weight */
+    int gemm;       /* also the GEMM sweep (default list) */
+} shape;
+
+static void fill_lin(nvfp4_linear *lin, size_t n, size_t k, const uint8_t *packed,
+                     const uint8_t *scales, const nvfp4_tensor *dense)
+{
+    memset(lin, 0, sizeof(*lin));
+    snprintf(lin->prefix, sizeof(lin->prefix), "bench.%zux%zu", n, k);
+    lin->n = (int64_t)n;
+    lin->k = (int64_t)k;
+    if (dense) {
+        lin->scheme = NVFP4_SCHEME_NONE;
+        lin->dense = dense;
+        return;
+    }
+    lin->weight = packed;
+    lin->scales = scales;
+    lin->weight_scale_2 = 0.001f;
+    lin->input_scale = 0.003f;
+}
+
+/* One line: the GEMV of one shape at TH threads, every copy of the weight
+ * in turn, interleaved with both probes.  ws[s][c]: scheme s's copy c. */
+static void gemv_line(nvfp4_backend *be, const shape *sh, nvfp4_kweight *const *ws[2],
+                      int nsch, size_t copies, const float *x, float *y, const uint8_t *same,
+                      const uint8_t *ooc, size_t wbytes, int th, double budget)
+{
+    double best[4] = {1e30, 1e30, 1e30, 1e30};
+    double t0;
+    size_t c = 0;
+    int reps = 0;
+
+    for (int s = 0; s < nsch; s++) { /* warm-up: code, activations, threads */
+        lin_job j = {be, ws[s][0], x, 1, y};
+        run_lin(&j);
+    }
+    probe(same, wbytes, th);
+    t0 = now();
+    do {
+        for (int s = 0; s < 4; s++) {
+            double a, b;
+            if (s < 2 && s >= nsch)
+                continue;
+            a = now();
+            if (s < 2) {
+                lin_job j = {be, ws[s][c], x, 1, y};
+                run_lin(&j);
+            } else if (s == 2) {
+                probe(same, wbytes, th);
+            } else {
+                probe(ooc + c * wbytes, wbytes, th);
+            }
+            b = now() - a;
+            if (b < best[s])
+                best[s] = b;
+        }
+        c = (c + 1) % copies;
+        reps++;
+    } while (now() - t0 < budget || reps < 3 || (size_t)reps < 2 * copies);
+    if (sh->dense)
+        printf("%6ldx%-6ld th=%d GEMV  %-5s %6.1f GB/s  %18s  probe same %6.1f ooc %6.1f GB/s"
+               "  ratio %.2f  (%.1f us)\n",
+               sh->n, sh->k, th, sh->dense == NVFP4_DTYPE_BF16 ? "bf16" : "f16",
+               wbytes / best[0] * 1e-9, "", wbytes / best[2] * 1e-9, wbytes / best[3] * 1e-9,
+               best[3] / best[0], best[0] * 1e6);
+    else
+        printf("%6ldx%-6ld th=%d GEMV  w4a16 %6.1f GB/s  w4a4 %6.1f GB/s  probe same %6.1f ooc "
+               "%6.1f GB/s  ratio %.2f / %.2f  (%.1f / %.1f us)\n",
+               sh->n, sh->k, th, wbytes / best[0] * 1e-9, wbytes / best[1] * 1e-9,
+               wbytes / best[2] * 1e-9, wbytes / best[3] * 1e-9, best[3] / best[0],
+               best[3] / best[1], best[0] * 1e6, best[1] * 1e6);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     long threads[8] = {1, 2}, toks[16] = {16, 64, 128, 512};
-    size_t nthreads = 2, ntoks = 4, nshapes = 8;
-    long shapes[16][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}, {576, 576},
-                          {192, 576},   {1536, 576},   {576, 1536},   {49152, 576}};
+    size_t nthreads = 2, ntoks = 4, nshapes;
+    /* SmolLM2-135M (q/o, k/v, fused gate/up, down, tied head as NVFP4),
+     * Llama-3.2-1B (q/o, k/v, down, fused gate/up), Llama-3-8B (q/o, k/v,
+     * fused gate/up, down, and its transpose), Qwen3-30B-A3B's experts
+     * (fused gate/up, down), the 1B's BF16 head */
+    static const shape defaults[] = {
+        {576, 576, 0, 1},     {192, 576, 0, 0},     {3072, 576, 0, 0},  {576, 1536, 0, 0},
+        {2048, 2048, 0, 0},   {512, 2048, 0, 0},    {2048, 8192, 0, 0}, {16384, 2048, 0, 0},
+        {4096, 4096, 0, 1},   {1024, 4096, 0, 0},   {28672, 4096, 0, 0}, {4096, 14336, 0, 1},
+        {14336, 4096, 0, 1},  {1536, 2048, 0, 0},   {2048, 768, 0, 0},
+        {128256, 2048, NVFP4_DTYPE_BF16, 0},
+    };
+    shape shapes[32];
     double budget = 0.15;
-    int gemv_only = 0;
+    int gemv_only = 0, gemm_only = 0;
     nvfp4_error err;
     nvfp4_backend *be;
+    uint8_t *big;
+    const size_t big_bytes = (size_t)1 << 30;
 
+    nshapes = sizeof(defaults) / sizeof(defaults[0]);
+    memcpy(shapes, defaults, sizeof(defaults));
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc)
             nthreads = parse_list(argv[++i], threads, 8);
@@ -174,18 +279,25 @@ int main(int argc, char **argv)
             budget = atof(argv[++i]);
         else if (!strcmp(argv[i], "-q"))
             gemv_only = 1;
+        else if (!strcmp(argv[i], "-g"))
+            gemm_only = 1;
         else if (!strcmp(argv[i], "-s") && i + 1 < argc) {
             const char *s = argv[++i];
             nshapes = 0;
-            while (s && *s && nshapes < 16) {
+            while (s && *s && nshapes < 32) {
                 char *end;
-                shapes[nshapes][0] = strtol(s, &end, 10);
-                shapes[nshapes][1] = *end == 'x' ? strtol(end + 1, &end, 10) : 0;
-                nshapes++;
+                shape *sh = &shapes[nshapes++];
+                sh->n = strtol(s, &end, 10);
+                sh->k = *end == 'x' ? strtol(end + 1, &end, 10) : 0;
+                sh->dense = *end == 'b' ? NVFP4_DTYPE_BF16 : *end == 'h' ? NVFP4_DTYPE_F16 : 0;
+                if (sh->dense)
+                    end++;
+                sh->gemm = !sh->dense;
                 s = *end == ',' ? end + 1 : NULL;
             }
         } else {
-            fprintf(stderr, "usage: bench-kernels [-t T,..] [-s NxK,..] [-m M,..] [-r SEC] [-q]\n");
+            fprintf(stderr, "usage: bench-kernels [-t T,..] [-s NxK[b|h],..] [-m M,..] [-r SEC] "
+                            "[-q] [-g]\n");
             return 2;
         }
     }
@@ -197,52 +309,115 @@ int main(int argc, char **argv)
     blas_load();
     printf("# NVFP4 Linear, CPU backend (NVFP4_CPU_ISA=%s); weight bytes = 4.5 bits/weight\n",
            getenv("NVFP4_CPU_ISA") ? getenv("NVFP4_CPU_ISA") : "auto");
-    printf("# GEMV: GB/s of weight bytes, probe = same-size read right beside it\n");
+    printf("# GEMV: GB/s of weight bytes, the kernel cycling over copies of the weight whose\n"
+           "# total exceeds %zu MiB; probe same = a same-size buffer read again and again (in\n"
+           "# cache when it fits), ooc = same-size slices of as many copies cycled like the\n"
+           "# kernel (out of cache); ratio = kernel GB/s / ooc probe GB/s\n",
+           OOC_BYTES >> 20);
     printf("# GEMM: GFLOPS = 2*m*n*k/s; blas = OpenBLAS sgemm on the dequantized f32 weight%s\n",
            blas_sgemm ? "" : " (OpenBLAS not found)");
+    big = malloc(big_bytes);
+    if (big) {
+        memset(big, 1, big_bytes);
+        for (size_t ti = 0; ti < nthreads; ti++) {
+            double b = 1e30;
+            for (int r = 0; r < 3; r++) {
+                double a = now();
+                probe(big, big_bytes, (int)threads[ti]);
+                a = now() - a;
+                b = a < b ? a : b;
+            }
+            printf("# 1 GiB read probe, %ld thread%s: %.1f GB/s\n", threads[ti],
+                   threads[ti] == 1 ? "" : "s", big_bytes / b * 1e-9);
+        }
+        free(big);
+    }
 
     for (size_t si = 0; si < nshapes; si++) {
-        const size_t n = (size_t)shapes[si][0], k = (size_t)shapes[si][1];
-        const size_t mmax = gemv_only ? 1 : (size_t)toks[ntoks - 1] > 1 ? (size_t)toks[ntoks - 1] : 1;
-        const size_t wbytes = n * k / 2 + n * k / 16;
-        uint8_t *packed, *scales, *pbuf;
+        const shape *sh = &shapes[si];
+        const size_t n = (size_t)sh->n, k = (size_t)sh->k;
+        const int do_gemm = !gemv_only && sh->gemm, do_gemv = !gemm_only;
+        const size_t mmax = do_gemm && toks[ntoks - 1] > 1 ? (size_t)toks[ntoks - 1] : 1;
+        const size_t wbytes = sh->dense ? n * k * 2 : n * k / 2 + n * k / 16;
+        const size_t copies =
+            !do_gemv ? 1
+            : (OOC_BYTES + wbytes - 1) / wbytes > OOC_MAX_COPIES ? OOC_MAX_COPIES
+                                                                : (OOC_BYTES + wbytes - 1) / wbytes;
+        const int nsch = sh->dense ? 1 : 2;
+        uint8_t *packed = NULL, *scales = NULL, *same, *ooc, *dense = NULL;
+        nvfp4_tensor *dt = NULL;
         float *x, *y, *wf = NULL;
         nvfp4_linear lin;
-        nvfp4_kweight *w[2];
+        nvfp4_kweight **w[2];
 
         if (k % 16 || n == 0) {
             fprintf(stderr, "skip %zux%zu: K must be a multiple of 16\n", n, k);
             continue;
         }
-        packed = malloc(n * k / 2);
-        scales = malloc(n * k / 16);
-        pbuf = malloc(wbytes + 128);
+        w[0] = calloc(copies, sizeof(*w[0]));
+        w[1] = calloc(copies, sizeof(*w[1]));
+        same = malloc(wbytes + 128);
+        ooc = do_gemv ? malloc(copies * wbytes + 128) : NULL;
         x = malloc(mmax * k * sizeof(float));
         y = malloc(mmax * n * sizeof(float));
-        for (size_t i = 0; i < n * k / 2; i++)
-            packed[i] = (uint8_t)rnd();
-        for (size_t i = 0; i < n * k / 16; i++)
-            scales[i] = (uint8_t)(0x28 + rnd() % 0x30);
-        memset(pbuf, 1, wbytes + 128);
-        for (size_t i = 0; i < mmax * k; i++)
-            x[i] = (float)((int)(rnd() % 2001) - 1000) / 300.0f;
-        memset(&lin, 0, sizeof(lin));
-        snprintf(lin.prefix, sizeof(lin.prefix), "bench.%zux%zu", n, k);
-        lin.n = (int64_t)n;
-        lin.k = (int64_t)k;
-        lin.weight = packed;
-        lin.scales = scales;
-        lin.weight_scale_2 = 0.001f;
-        lin.input_scale = 0.003f;
-        lin.scheme = NVFP4_SCHEME_W4A16;
-        w[0] = nvfp4_kweight_upload(be, &lin, 1, &err);
-        lin.scheme = NVFP4_SCHEME_W4A4;
-        w[1] = nvfp4_kweight_upload(be, &lin, 1, &err);
-        if (!w[0] || !w[1]) {
-            fprintf(stderr, "%s\n", err.text);
+        if (sh->dense) {
+            dense = malloc(copies * wbytes);
+            dt = calloc(copies, sizeof(*dt));
+        } else {
+            packed = malloc(n * k / 2);
+            scales = malloc(n * k / 16);
+        }
+        if (!w[0] || !w[1] || !same || (do_gemv && !ooc) || !x || !y ||
+            (sh->dense ? !dense || !dt : !packed || !scales)) {
+            fprintf(stderr, "out of memory for %zux%zu\n", n, k);
             return 1;
         }
-        if (!gemv_only && blas_sgemm) {
+        memset(same, 1, wbytes + 128);
+        if (ooc)
+            memset(ooc, 1, copies * wbytes + 128);
+        for (size_t i = 0; i < mmax * k; i++)
+            x[i] = (float)((int)(rnd() % 2001) - 1000) / 300.0f;
+        if (sh->dense) {
+            /* bf16 / f16 values of a small magnitude: sign, a mid exponent */
+            for (size_t i = 0; i < copies * wbytes / 2; i++) {
+                uint16_t v = (uint16_t)(sh->dense == NVFP4_DTYPE_BF16 ? 0x3C00 + rnd() % 0x200
+                                                                      : 0x2000 + rnd() % 0x1000);
+                v |= (uint16_t)((rnd() & 1) << 15);
+                memcpy(dense + 2 * i, &v, 2);
+            }
+            for (size_t c = 0; c < copies; c++) {
+                dt[c].name = "bench";
+                dt[c].dtype = (nvfp4_dtype)sh->dense;
+                dt[c].ndim = 2;
+                dt[c].shape[0] = (int64_t)n;
+                dt[c].shape[1] = (int64_t)k;
+                dt[c].numel = (uint64_t)(n * k);
+                dt[c].nbytes = (uint64_t)wbytes;
+                dt[c].data = dense + c * wbytes;
+                fill_lin(&lin, n, k, NULL, NULL, &dt[c]);
+                w[0][c] = nvfp4_kweight_upload(be, &lin, 1, &err);
+                if (!w[0][c]) {
+                    fprintf(stderr, "%s\n", err.text);
+                    return 1;
+                }
+            }
+        } else {
+            for (size_t i = 0; i < n * k / 2; i++)
+                packed[i] = (uint8_t)rnd();
+            for (size_t i = 0; i < n * k / 16; i++)
+                scales[i] = (uint8_t)(0x28 + rnd() % 0x30);
+            fill_lin(&lin, n, k, packed, scales, NULL);
+            for (size_t c = 0; c < copies; c++)
+                for (int s = 0; s < 2; s++) {
+                    lin.scheme = s == 0 ? NVFP4_SCHEME_W4A16 : NVFP4_SCHEME_W4A4;
+                    w[s][c] = nvfp4_kweight_upload(be, &lin, 1, &err);
+                    if (!w[s][c]) {
+                        fprintf(stderr, "%s\n", err.text);
+                        return 1;
+                    }
+                }
+        }
+        if (do_gemm && blas_sgemm) {
             wf = malloc(n * k * sizeof(float));
             if (!wf || nvfp4_linear_dequant(&lin, wf, &err) != NVFP4_OK) {
                 fprintf(stderr, "dequant: %s\n", wf ? err.text : "out of memory");
@@ -253,40 +428,16 @@ int main(int argc, char **argv)
 
         for (size_t ti = 0; ti < nthreads; ti++) {
             const int th = (int)threads[ti];
-            double best[3] = {1e30, 1e30, 1e30};
             double t0;
             int reps = 0;
 
             nvfp4_backend_set_threads(be, th);
             /* (1) GEMV */
-            for (int s = 0; s < 2; s++) {
-                lin_job j = {be, w[s], x, 1, y};
-                run_lin(&j);
+            if (do_gemv) {
+                nvfp4_kweight *const *wl[2] = {w[0], w[1]};
+                gemv_line(be, sh, wl, nsch, copies, x, y, same, ooc, wbytes, th, budget);
             }
-            probe(pbuf, wbytes, th);
-            t0 = now();
-            do {
-                for (int s = 0; s < 3; s++) {
-                    double a = now(), b;
-                    if (s < 2) {
-                        lin_job j = {be, w[s], x, 1, y};
-                        run_lin(&j);
-                    } else {
-                        probe(pbuf, wbytes, th);
-                    }
-                    b = now() - a;
-                    if (b < best[s])
-                        best[s] = b;
-                }
-                reps++;
-            } while (now() - t0 < budget || reps < 3);
-            printf("%6zux%-6zu th=%d GEMV  w4a16 %6.1f GB/s  w4a4 %6.1f GB/s  probe %6.1f GB/s"
-                   "  ratio %.2f / %.2f  (%.1f / %.1f us)\n",
-                   n, k, th, wbytes / best[0] * 1e-9, wbytes / best[1] * 1e-9,
-                   wbytes / best[2] * 1e-9, best[2] / best[0], best[2] / best[1],
-                   best[0] * 1e6, best[1] * 1e6);
-            fflush(stdout);
-            if (gemv_only)
+            if (!do_gemm)
                 continue;
             /* (2) GEMM */
             for (size_t mi = 0; mi < ntoks; mi++) {
@@ -304,7 +455,7 @@ int main(int argc, char **argv)
                     for (int s = 0; s < 3; s++) {
                         double a = now(), b;
                         if (s < 2) {
-                            lin_job j = {be, w[s], x, m, y};
+                            lin_job j = {be, w[s][0], x, m, y};
                             run_lin(&j);
                         } else if (wf) {
                             blas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, (int)m, (int)n, (int)k,
@@ -329,11 +480,18 @@ int main(int argc, char **argv)
                 fflush(stdout);
             }
         }
-        nvfp4_kweight_free(w[0]);
-        nvfp4_kweight_free(w[1]);
+        for (size_t c = 0; c < copies; c++) {
+            nvfp4_kweight_free(w[0][c]);
+            nvfp4_kweight_free(w[1][c]);
+        }
+        free(w[0]);
+        free(w[1]);
         free(packed);
         free(scales);
-        free(pbuf);
+        free(dense);
+        free(dt);
+        free(same);
+        free(ooc);
         free(x);
         free(y);
         free(wf);

@@ -51,6 +51,11 @@ typedef struct {
     nvfp4_linear *parts;
     size_t nparts;
     float *bias;        /* [n] or NULL */
+    /* per kind of call (one token; more, per token): smoothed nanoseconds
+     * on one thread and on all (0: not measured yet) and a call count, to
+     * run on the faster (nvfp4k_cpu_linear); relaxed atomics only */
+    uint64_t run_ns[2][2];
+    uint64_t run_calls[2];
 } cpu_kweight;
 
 int nvfp4k_cpu_nthreads(const cpu_ctx *c);

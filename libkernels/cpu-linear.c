@@ -38,6 +38,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -422,6 +423,7 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
  * rows changes no bit. */
 #define GEMV_ROWS 4
 #define GEMV_SEG 256
+#define DENSE_GEMV_ROWS 4
 /* Used for rows of up to this many weights, where the per-row set-up is a
  * large share of the work; longer rows streamed from DRAM measured faster
  * one at a time (one sequential stream for the prefetchers). */
@@ -985,6 +987,57 @@ dense_row2_avx512(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int6
     store2x8(a0, a1, y, t0, n, r, kr->acc);
 }
 
+/* One token, four rows of one dense part, unpacked x (m == 1): four FMA
+ * chains in flight where one row alone waits on its single accumulator,
+ * the dtype's load chosen once per call, and the weight stream prefetched
+ * (one line per 64 bytes, the next group of rows' same offset ahead: rows
+ * are contiguous).  Per row exactly the operations of
+ * dense_row_avx512_body with nt = 1 (same masks, one accumulator, same
+ * order, same reduction), so grouping rows changes no bit. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
+    __attribute__((always_inline)) void
+    dense_gemv4_body(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
+                     const float *x, const krange *kr, float *y, nvfp4_dtype dt)
+{
+    const size_t k = (size_t)w->d.k, esz = dt == NVFP4_DTYPE_F32 ? 4 : 2;
+    const size_t i1 = 16 * kr->b1 < k ? 16 * kr->b1 : k;
+    const char *base = (const char *)p->data + (size_t)lr * k * esz;
+    const size_t ahead = DENSE_GEMV_ROWS * k * esz;
+    const cpu_dense_part q = {p->data, dt, p->rows};
+    __m512 acc[DENSE_GEMV_ROWS];
+
+    for (int j = 0; j < DENSE_GEMV_ROWS; j++)
+        acc[j] = _mm512_setzero_ps();
+    for (size_t i = 16 * kr->b0; i < i1; i += 16) {
+        const __mmask16 mk =
+            i1 - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (i1 - i)) - 1);
+        const __m512 xv = _mm512_maskz_loadu_ps(mk, x + i);
+
+        if ((i * esz) % 64 == 0)
+            for (int j = 0; j < DENSE_GEMV_ROWS; j++)
+                _mm_prefetch(base + (size_t)j * k * esz + i * esz + ahead, _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int j = 0; j < DENSE_GEMV_ROWS; j++)
+            acc[j] = _mm512_fmadd_ps(dense_load16(&q, ((size_t)lr + (size_t)j) * k + i, mk), xv,
+                                     acc[j]);
+    }
+    for (int j = 0; j < DENSE_GEMV_ROWS; j++) {
+        float *yo = y + (size_t)r + (size_t)j;
+        *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[j]) : _mm512_reduce_add_ps(acc[j]);
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
+dense_gemv4_avx512(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
+                   const float *x, const krange *kr, float *y)
+{
+    switch (p->dtype) {
+    case NVFP4_DTYPE_F32: dense_gemv4_body(w, p, r, lr, x, kr, y, NVFP4_DTYPE_F32); break;
+    case NVFP4_DTYPE_BF16: dense_gemv4_body(w, p, r, lr, x, kr, y, NVFP4_DTYPE_BF16); break;
+    default: dense_gemv4_body(w, p, r, lr, x, kr, y, NVFP4_DTYPE_F16); break;
+    }
+}
+
 CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", dense_row_avx512,
              (const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
               size_t nt, float *y),
@@ -1170,8 +1223,17 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
 #ifdef CPU_X86
                     /* the float kernel's single accumulator per row is
                      * latency-bound alone: four rows at every k */
-                    if ((path == PATH_AVX512 || (path == PATH_VNNI && k <= GEMV4_MAX_K)) &&
-                        r + GEMV_ROWS <= r1)
+                    const cpu_dense_part *dp = NULL;
+                    int64_t dl = 0;
+
+                    if (path == PATH_AVX512 && r + GEMV_ROWS <= r1)
+                        g = GEMV_ROWS;
+                    else if (path == PATH_DENSE_AVX512 && !packed && r + DENSE_GEMV_ROWS <= r1) {
+                        int64_t l1;
+                        dp = dense_row(w, (int64_t)r, &dl);
+                        if (dense_row(w, (int64_t)r + DENSE_GEMV_ROWS - 1, &l1) == dp)
+                            g = DENSE_GEMV_ROWS; /* four rows of one part */
+                    } else if (path == PATH_VNNI && k <= GEMV4_MAX_K && r + GEMV_ROWS <= r1)
                         g = GEMV_ROWS;
 #endif
                     for (size_t u0 = 0; u0 < units; u0 += ku) {
@@ -1179,6 +1241,8 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
 #ifdef CPU_X86
                         if (g == GEMV_ROWS && path == PATH_AVX512)
                             gemv4_avx512(w, (int64_t)r, x, &kr, y);
+                        else if (g == DENSE_GEMV_ROWS && path == PATH_DENSE_AVX512)
+                            dense_gemv4_avx512(w, dp, (int64_t)r, dl, x, &kr, y);
                         else if (g == GEMV_ROWS)
                             gemv4_vnni(w, (int64_t)r, a, nch, &kr, y);
                         else
@@ -1219,17 +1283,78 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
     }
 }
 
+static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight_desc *desc,
+                               const float *x, size_t m, float *y, int nthreads,
+                               nvfp4_error *err);
+
+/* Products choose between one thread and all of them by measuring both:
+ * on a busy machine a second worker can cost more than it brings (each
+ * parallel region waits until it gets a core), on a quiet one it doubles
+ * the bandwidth and the FLOPS.  Each weight keeps a smoothed time per
+ * choice for one token and per token for more, runs on the faster and
+ * tries the other one call in CPU_RUN_EXPLORE (8 times less often when
+ * it measured more than twice as slow) to follow the machine's load.
+ * Results do not depend on the thread count (every output is one thread's
+ * sum in a fixed order), so the choice changes no bit. */
+#define CPU_RUN_EXPLORE 32
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int run_pick(cpu_kweight *w, int kind)
+{
+    const uint64_t c = __atomic_fetch_add(&w->run_calls[kind], 1, __ATOMIC_RELAXED);
+    const uint64_t t1 = __atomic_load_n(&w->run_ns[kind][0], __ATOMIC_RELAXED);
+    const uint64_t tn = __atomic_load_n(&w->run_ns[kind][1], __ATOMIC_RELAXED);
+    uint64_t period;
+    int best;
+
+    if (!t1 || !tn)
+        return t1 ? 1 : 0; /* measure each once first */
+    best = tn < t1;
+    period = (best ? t1 > 2 * tn : tn > 2 * t1) ? 8 * CPU_RUN_EXPLORE : CPU_RUN_EXPLORE;
+    return c % period == period - 1 ? !best : best;
+}
+
+static void run_note(cpu_kweight *w, int kind, int choice, uint64_t ns)
+{
+    uint64_t old = __atomic_load_n(&w->run_ns[kind][choice], __ATOMIC_RELAXED);
+    /* 1/4 of the new sample: a few calls follow a change of load */
+    uint64_t v = old ? old - old / 4 + ns / 4 : ns;
+    __atomic_store_n(&w->run_ns[kind][choice], v ? v : 1, __ATOMIC_RELAXED);
+}
+
 nvfp4_status nvfp4k_cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *desc,
                         const float *x, size_t m, float *y, nvfp4_error *err)
 {
     cpu_ctx *ctx = vctx;
-    cpu_kweight *w = kw;
+    const int all = nvfp4k_cpu_nthreads(ctx), kind = m > 1;
+    nvfp4_status st;
+    uint64_t t0;
+    int choice;
+
+    if (all <= 1 || (double)m * (double)desc->n * (double)desc->k < CPU_LINEAR_PAR_MIN)
+        return linear_run(ctx, kw, desc, x, m, y, all, err);
+    choice = run_pick(kw, kind);
+    t0 = mono_ns();
+    st = linear_run(ctx, kw, desc, x, m, y, choice ? all : 1, err);
+    run_note(kw, kind, choice, (mono_ns() - t0) / (m ? m : 1));
+    return st;
+}
+
+static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight_desc *desc,
+                               const float *x, size_t m, float *y, int nthreads,
+                               nvfp4_error *err)
+{
     const size_t k = (size_t)desc->k, n = (size_t)desc->n, nch = chunks_of(desc->k);
     const size_t kp = nch * CPU_CHUNK;
     /* small products run on the calling thread: waking a second worker
      * costs microseconds on an idle machine and milliseconds on a busy one */
-    const int nth = (double)m * (double)n * (double)k < CPU_LINEAR_PAR_MIN ? 1
-                                                                           : nvfp4k_cpu_nthreads(ctx);
+    const int nth = (double)m * (double)n * (double)k < CPU_LINEAR_PAR_MIN ? 1 : nthreads;
     cpu_isa isa = ctx->isa;
     float *tmp = NULL, *xp = NULL;
     int packed = 0;

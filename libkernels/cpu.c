@@ -219,100 +219,12 @@ static inline __mmask16 lanes16(size_t n)
     return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
 }
 
-/* out[d] = sum over p < len of (w[p] * inv) * v[p * stride + d], d < n, the
- * sum in p order (as the scalar loop): 64 dimensions at a time held in
- * registers while the positions stream past. */
-__attribute__((target("avx512f"))) static void wsum_avx512(float *out, const float *w, float inv,
-                                                           const float *v, size_t stride,
-                                                           size_t len, size_t n)
-{
-    for (size_t d0 = 0; d0 < n; d0 += 64) {
-        const size_t nd = n - d0 < 64 ? n - d0 : 64;
-        const __mmask16 m0 = lanes16(nd), m1 = lanes16(nd > 16 ? nd - 16 : 0),
-                        m2 = lanes16(nd > 32 ? nd - 32 : 0), m3 = lanes16(nd > 48 ? nd - 48 : 0);
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-
-        for (size_t p = 0; p < len; p++) {
-            const float *vp = v + p * stride + d0;
-            const __m512 wv = _mm512_set1_ps(w[p] * inv);
-            a0 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m0, vp), a0);
-            if (nd > 16)
-                a1 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m1, vp + 16), a1);
-            if (nd > 32)
-                a2 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m2, vp + 32), a2);
-            if (nd > 48)
-                a3 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m3, vp + 48), a3);
-        }
-        _mm512_mask_storeu_ps(out + d0, m0, a0);
-        _mm512_mask_storeu_ps(out + d0 + 16, m1, a1);
-        _mm512_mask_storeu_ps(out + d0 + 32, m2, a2);
-        _mm512_mask_storeu_ps(out + d0 + 48, m3, a3);
-    }
-}
 #define CPU_HAVE_X86 1
 #endif
 
-static void wsum_scalar(float *out, const float *w, float inv, const float *v, size_t stride,
-                        size_t len, size_t n)
-{
-    memset(out, 0, n * sizeof(float));
-    for (size_t p = 0; p < len; p++) {
-        const float wgt = w[p] * inv;
-        for (size_t d = 0; d < n; d++)
-            out[d] += wgt * v[p * stride + d];
-    }
-}
-
-/* Causal grouped-query attention over the cache; one (token, head) per work
- * item, a numerically safe softmax (max subtracted) in float32. */
-static nvfp4_status cpu_attention(void *ctx, const float *q, const float *k, const float *v,
-                                  float *k_cache, float *v_cache, size_t max_ctx,
-                                  size_t pos0, size_t m, size_t nh, size_t nkv, size_t hd,
-                                  float scale, float *out, nvfp4_error *err)
-{
-    const size_t kvw = nkv * hd, group = nh / nkv, ctxlen = pos0 + m;
-    const int nth = nvfp4k_cpu_nthreads(ctx);
-    float *scores = malloc((size_t)nth * ctxlen * sizeof(float));
-#ifdef CPU_HAVE_X86
-    const int wide = ((cpu_ctx *)ctx)->isa >= CPU_ISA_AVX512;
-#else
-    const int wide = 0;
+#ifndef CPU_HAVE_X86
 #define dot_avx512 dot_scalar
-#define wsum_avx512 wsum_scalar
 #endif
-
-    (void)max_ctx;
-    if (!scores)
-        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention", -1,
-                               "out of memory for %zu scores", ctxlen);
-    memcpy(k_cache + pos0 * kvw, k, m * kvw * sizeof(float));
-    memcpy(v_cache + pos0 * kvw, v, m * kvw * sizeof(float));
-#pragma omp parallel for schedule(static) num_threads(nth)
-    for (size_t it = 0; it < m * nh; it++) {
-        size_t i = it / nh, h = it % nh, kvh = h / group, len = pos0 + i + 1;
-        const float *qi = q + it * hd;
-        float *o = out + it * hd;
-        float *sc = scores;
-        float mx = -INFINITY, sum = 0.0f, inv;
-#ifdef _OPENMP
-        sc += (size_t)omp_get_thread_num() * ctxlen;
-#endif
-        for (size_t p = 0; p < len; p++) {
-            sc[p] = (wide ? dot_avx512 : dot_scalar)(qi, k_cache + p * kvw + kvh * hd, hd) *
-                    scale;
-            if (sc[p] > mx)
-                mx = sc[p];
-        }
-        for (size_t p = 0; p < len; p++) {
-            sc[p] = expf(sc[p] - mx);
-            sum += sc[p];
-        }
-        inv = 1.0f / sum;
-        (wide ? wsum_avx512 : wsum_scalar)(o, sc, inv, v_cache + kvh * hd, kvw, len, hd);
-    }
-    free(scores);
-    return NVFP4_OK;
-}
 
 /* ---- paged attention ------------------------------------------------------- */
 
@@ -370,10 +282,12 @@ pwsum_avx512(float *out, const float *w, float inv, const float *pool, const int
 #define pwsum_avx512 pwsum_scalar
 #endif
 
-/* cpu_attention through block tables: the rows' k and v are stored in their
- * slots first, then each (row, head) runs exactly cpu_attention's arithmetic
- * over its own sequence's positions 0 .. pos[i], so a row's output does not
- * depend on the other rows of the call (batch invariance). */
+/* Causal grouped-query attention through block tables, one (row, head) per
+ * work item, a numerically safe softmax (max subtracted) in float32: the
+ * rows' k and v are stored in their slots first, then each (row, head) runs
+ * over its own sequence's positions 0 .. pos[i] in position order, so a
+ * row's output does not depend on the other rows of the call (batch
+ * invariance) nor on the thread count. */
 static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *k,
                                         const float *v, const nvfp4_kv_pages *kv, size_t m,
                                         size_t nh, size_t nkv, size_t hd, float scale,
@@ -428,6 +342,48 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
     }
     free(scores);
     return NVFP4_OK;
+}
+
+/* The contiguous cache is the paged one over an identity block table: one
+ * block of the whole context (position p at row p), the m rows at
+ * positions pos0 .. pos0 + m - 1 of that one sequence.  One loop, so the two
+ * ops give the same bits (test-kernels checks it). */
+static nvfp4_status cpu_attention(void *ctx, const float *q, const float *k, const float *v,
+                                  float *k_cache, float *v_cache, size_t max_ctx,
+                                  size_t pos0, size_t m, size_t nh, size_t nkv, size_t hd,
+                                  float scale, float *out, nvfp4_error *err)
+{
+    const size_t ctxlen = pos0 + m;
+    const int32_t table = 0;
+    int32_t *rows;
+    nvfp4_kv_pages kv;
+    nvfp4_status st;
+
+    (void)max_ctx;
+    if (ctxlen > (size_t)INT32_MAX)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "attention", -1,
+                               "context of %zu positions; at most %d", ctxlen, INT32_MAX);
+    rows = malloc(2 * m * sizeof(int32_t));
+    if (!rows)
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention", -1,
+                               "out of memory for %zu rows", m);
+    for (size_t i = 0; i < m; i++) {
+        rows[i] = (int32_t)(pos0 + i);
+        rows[m + i] = 0;
+    }
+    kv.k_pool = k_cache;
+    kv.v_pool = v_cache;
+    kv.nblocks = 1;
+    kv.block = ctxlen;
+    kv.tables = &table;
+    kv.ntables = 1;
+    kv.max_blocks = 1;
+    kv.pos = rows;
+    kv.seq = rows + m;
+    kv.max_len = ctxlen;
+    st = cpu_attention_paged(ctx, q, k, v, &kv, m, nh, nkv, hd, scale, out, err);
+    free(rows);
+    return st;
 }
 
 static nvfp4_status cpu_silu_mul(void *ctx, const float *gu, size_t m, size_t inter,
