@@ -21,7 +21,7 @@
 #   NVFP4=path/to/nvfp4  BENCH_KERNELS=path/to/bench-kernels (default: the
 #   release build of scripts/build.sh)  PY=python with gguf (default
 #   build/venv/bin/python)  LLAMA_BIN=dir of llama-bench  THREADS="1 2"
-#   PROMPT=512  TOKENS=128
+#   PROMPT=512  TOKENS=128  LLAMA_EXTRA="more llama-bench options"
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ROUNDS=${1:-3}
@@ -67,14 +67,26 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 : > "$tmp/results"   # lines: ENGINE THREADS PREFILL DECODE ROUND
 
+# ggml picks its AMX kernels where the CPU lists AMX; a sandbox that does
+# not grant AMX state kills them with SIGILL: then without ggml's extra
+# buffer types (--repack 0: no AMX, no repacked Q4_0), said in the table;
+# a prompt of 32 tokens reaches the AMX GEMM (one token does not)
+LLAMA_EXTRA=${LLAMA_EXTRA-}
+if [ -z "$LLAMA_EXTRA" ] &&
+    ! "$LLAMA_BIN/llama-bench" -m "$G16" -p 32 -n 0 -t 1 -r 1 -o csv >/dev/null 2>&1; then
+    echo "bench-llama.sh: llama-bench failed with its defaults; running it with --repack 0" >&2
+    LLAMA_EXTRA="--repack 0"
+fi
+
 llama_run() { # GGUF THREADS -> "pp tg"
-    "$LLAMA_BIN/llama-bench" -m "$1" -p "$P" -n "$N" -t "$2" -r 1 -o csv 2>/dev/null |
+    # shellcheck disable=SC2086
+    "$LLAMA_BIN/llama-bench" -m "$1" -p "$P" -n "$N" -t "$2" -r 1 $LLAMA_EXTRA -o csv 2>/dev/null |
         "$PY" -c '
 import csv, sys
 rows = list(csv.DictReader(sys.stdin))
 pp = [r for r in rows if r["n_prompt"] != "0"][0]["avg_ts"]
 tg = [r for r in rows if r["n_gen"] != "0"][0]["avg_ts"]
-print("%.2f %.2f" % (float(pp), float(tg)))'
+print("%.2f %.2f" % (float(pp), float(tg)))' || echo "0 0"
 }
 
 nvfp4_run() { # THREADS -> "pp tg"
@@ -82,7 +94,7 @@ nvfp4_run() { # THREADS -> "pp tg"
         "$PY" -c '
 import json, sys
 d = json.load(sys.stdin)
-print("%.2f %.2f" % (d["prefill_tok_s"], d["decode_tok_s"]))'
+print("%.2f %.2f" % (d["prefill_tok_s"], d["decode_tok_s"]))' || echo "0 0"
 }
 
 probe() { # THREADS -> GB/s
@@ -106,9 +118,9 @@ while [ "$r" -le "$ROUNDS" ]; do
     r=$((r + 1))
 done
 
-"$PY" - "$tmp/results" "$CK" "$G16" "$GQ6" "$P" "$N" "$(cat /proc/loadavg)" <<'PY'
+"$PY" - "$tmp/results" "$CK" "$G16" "$GQ6" "$P" "$N" "$(cat /proc/loadavg)" "$LLAMA_EXTRA" <<'PY'
 import json, os, sys
-res, ck, g16, gq6, P, N, load = sys.argv[1:8]
+res, ck, g16, gq6, P, N, load, extra = sys.argv[1:9]
 rows = [l.split() for l in open(res) if l.strip()]
 
 # bytes read per decoded token: every weight once (the tied head is the
@@ -154,7 +166,9 @@ for e, t, pp, tg, r in rows:
 rounds = len({r for *_, r in rows})
 print("Llama-3.2-1B shape (random weights), prompt %s, decode %s tokens; best of %d rounds, "
       "engines interleaved" % (P, N, rounds))
-print("load average at the end: %s" % " ".join(load.split()[:3]))
+print("load average at the end: %s; llama-bench %s; nvfp4 decodes after the %s-token "
+      "prompt, llama-bench's tg from an empty cache"
+      % (" ".join(load.split()[:3]), extra or "with its defaults", P))
 print("%-30s %3s %9s %9s %9s %9s %9s" % ("", "th", "prefill", "decode", "GB/token",
                                           "probe", "dec/bound"))
 for t in threads:
@@ -165,6 +179,9 @@ for t in threads:
         if (e, t) not in best:
             continue
         pp, tg, pb = best[(e, t)]
+        if tg <= 0:
+            print("%-30s %3d   (failed)" % (names[e], t))
+            continue
         bound = pb * 1e9 / bpt[e]
         print("%-30s %3d %9.1f %9.2f %9.3f %9.1f %9.2f" % (names[e], t, pp, tg, bpt[e] / 1e9,
                                                           pb, tg / bound))
