@@ -74,6 +74,13 @@ tests_nvfp4_backend_hip_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libkernels 
 	-DFAKE_NAME='"hip"' -DFAKE_AVAILABLE=0
 tests_nvfp4_backend_hip_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tests_nvfp4_backend_hip_la_LDFLAGS = $(FAKE_BACKEND_FLAGS)
+# a cuda plug-in built for backend ABI version 3 (backend-load.test)
+check_LTLIBRARIES += tests/abi3/nvfp4-backend-cuda.la
+tests_abi3_nvfp4_backend_cuda_la_SOURCES = %reldir%/fake-backend.c
+tests_abi3_nvfp4_backend_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libkernels \
+	-DFAKE_NAME='"cuda"' -DFAKE_AVAILABLE=1 -DFAKE_ABI=3u
+tests_abi3_nvfp4_backend_cuda_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_abi3_nvfp4_backend_cuda_la_LDFLAGS = $(FAKE_BACKEND_FLAGS)
 tests_test_kernels_CPPFLAGS += -DFAKE_BACKEND_DIR='"$(abs_top_builddir)/tests/.libs"'
 
 # Hostile checkpoints (scripts/fixtures/gen_hostile.py, generated into
