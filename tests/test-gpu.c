@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Tests of the GPU backends ("cuda", "hip": gpu/), through the public API
+/* Tests of the GPU backends ("cuda", "hip": libkernels/gpu/), through the public API
  * of libnvfp4-kernels, which loads them from $NVFP4_BACKEND_PATH (set below
- * to the build tree's gpu/.libs unless given).  Without a usable device, or
+ * to the build tree's libkernels/gpu/.libs unless given).  Without a usable device, or
  * when no GPU backend was built, the program exits 77: automake's SKIP.
  * $NVFP4_TEST_GPU_BACKEND picks the backend, else the first available of
  * cuda, hip.
@@ -96,7 +96,7 @@ static nvfp4_kweight *kup(nvfp4_backend *be, const nvfp4_linear *parts, size_t n
     return w;
 }
 
-/* The linear paths of gpu/kernels.cu, pinned with the backend option
+/* The linear paths of libkernels/gpu/kernels.cu, pinned with the backend option
  * linear=PATH at open (a backend of its own per path); the last, "fp4"
  * (block-scaled FP4 tensor cores), takes W4A4 weights only. */
 static const char *const paths[] = {"", "gemv", "tiled", "mma", "fp4"};

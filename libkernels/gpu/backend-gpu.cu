@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu/backend-gpu.cu - the "cuda" / "hip" backend: the function table of
- * libkernels/backend-impl.h over the launchers of gpu/kernels.cu.  Built
+ * libkernels/gpu/backend-gpu.cu - the "cuda" / "hip" backend: the function table of
+ * libkernels/backend-impl.h over the launchers of libkernels/gpu/kernels.cu.  Built
  * once per vendor into the loadable module nvfp4-backend-<vendor>.so, which
  * libnvfp4-kernels dlopen()s, so the CPU-only core never links a GPU
  * runtime.
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "kernels.h"
-#include "../libkernels/backend-impl.h"
+#include "../backend-impl.h"
 
 typedef struct {
     int device;
