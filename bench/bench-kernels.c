@@ -18,11 +18,13 @@
  *     column says "-".
  *
  * Usage: bench/bench-kernels [-t THREADS,..] [-s SHAPE,..] [-m TOKENS,..]
- *                            [-r SECONDS] [-q] [-g]
+ *                            [-r SECONDS] [-q] [-g] [-P MIB]
  * defaults: -t 1,2  -s the decode shapes of SmolLM2, Llama-3.2-1B,
  * Llama-3-8B, Qwen3-30B-A3B's experts and a BF16 vocabulary head (GEMM on
  * the 8B ones and 576x576)  -m 16,64,128,512  -r 0.15
- * -q: GEMV only; -g: GEMM only.  A SHAPE is NxK (outputs x inputs), NVFP4;
+ * -q: GEMV only; -g: GEMM only; -P MIB: only the read probe, a sum over MIB
+ * MiB (1024 for scripts/bench-llama.sh), best of 5 at each thread count, one
+ * line "probe MIB MiB th=T GB/s" each.  A SHAPE is NxK (outputs x inputs), NVFP4;
  * NxKb or NxKh: a BF16 or F16 dense weight (GEMV only).  Each figure is the
  * best of timed repetitions filling about SECONDS, kernel and references
  * interleaved. */
@@ -245,6 +247,33 @@ static void gemv_line(nvfp4_backend *be, const shape *sh, nvfp4_kweight *const *
     fflush(stdout);
 }
 
+static int probe_only(long mib, const long *threads, size_t nthreads)
+{
+    const size_t bytes = (size_t)mib << 20;
+    uint8_t *buf = malloc(bytes + 128);
+
+    if (!buf) {
+        fprintf(stderr, "bench-kernels: cannot allocate %ld MiB\n", mib);
+        return 1;
+    }
+    memset(buf, 1, bytes + 128);
+    for (size_t ti = 0; ti < nthreads; ti++) {
+        double best = 1e30;
+        probe(buf, bytes, (int)threads[ti]);
+        for (int r = 0; r < 5; r++) {
+            double a = now(), b;
+            probe(buf, bytes, (int)threads[ti]);
+            b = now() - a;
+            if (b < best)
+                best = b;
+        }
+        printf("probe %ld MiB th=%ld %.2f GB/s\n", mib, threads[ti], (double)bytes / best * 1e-9);
+        fflush(stdout);
+    }
+    free(buf);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     long threads[8] = {1, 2}, toks[16] = {16, 64, 128, 512};
@@ -263,6 +292,7 @@ int main(int argc, char **argv)
     shape shapes[32];
     double budget = 0.15;
     int gemv_only = 0, gemm_only = 0;
+    long probe_mib = 0;
     nvfp4_error err;
     nvfp4_backend *be;
     uint8_t *big;
@@ -281,6 +311,8 @@ int main(int argc, char **argv)
             gemv_only = 1;
         else if (!strcmp(argv[i], "-g"))
             gemm_only = 1;
+        else if (!strcmp(argv[i], "-P") && i + 1 < argc && atol(argv[i + 1]) > 0)
+            probe_mib = atol(argv[++i]);
         else if (!strcmp(argv[i], "-s") && i + 1 < argc) {
             const char *s = argv[++i];
             nshapes = 0;
@@ -297,10 +329,12 @@ int main(int argc, char **argv)
             }
         } else {
             fprintf(stderr, "usage: bench-kernels [-t T,..] [-s NxK[b|h],..] [-m M,..] [-r SEC] "
-                            "[-q] [-g]\n");
+                            "[-q] [-g] [-P MIB]\n");
             return 2;
         }
     }
+    if (probe_mib)
+        return probe_only(probe_mib, threads, nthreads);
     be = nvfp4_backend_open("cpu", &err);
     if (!be) {
         fprintf(stderr, "%s\n", err.text);

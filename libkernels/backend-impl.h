@@ -31,9 +31,19 @@
  *   - the element counts the registry multiplies were checked for overflow.
  * A backend fills ERR on any failure of its own (allocation, device) with
  * NVFP4_ERR_BACKEND, NVFP4_ERR_NOMEM or NVFP4_ERR_DEVICE_OOM and must not
- * abort the process.  An operation whose pointer is NULL is unsupported:
- * nvfp4_backend_supports() reports 0 and the registry returns
- * NVFP4_ERR_UNSUPPORTED naming the backend and the op.
+ * abort the process.  An operation whose pointer is NULL is unsupported, and
+ * so is one the backend's supports() refuses for a weight's format: the
+ * registry returns NVFP4_ERR_UNSUPPORTED naming the backend, the op and the
+ * format (nvfp4_backend_supports(), nvfp4_backend_supports_format()).
+ *
+ * As in ggml's device interface, the registry never asks which backend it
+ * talks to: what it needs to know comes from the backend's capabilities
+ * (get_caps(), read once at open: may the registry read its memory, are
+ * operations queued, does it read float weights in place) and from
+ * supports(op, weight format); the options of a backend (device, kernel
+ * paths) are a "key=value,..." string given to open() and parsed there,
+ * once (nvfp4_backend_open_with()); a backend's environment variables are
+ * defaults read at the same time, never on the way of an operation.
  *
  * Determinism contract: for a given backend and input, results must not
  * depend on the number of threads (or blocks): partition outputs, never
@@ -44,6 +54,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <nvfp4/kernels.h>
 
@@ -51,8 +62,10 @@
 extern "C" {
 #endif
 
-/* Bump on any incompatible change of the structs below. */
-#define NVFP4_BACKEND_ABI_VERSION 3u
+/* Bump on any incompatible change of the structs below.  4: get_caps,
+ * supports, open(params), the weight format in the descriptor, MoE given
+ * the registry's weights (struct nvfp4_kweight) instead of copied arrays. */
+#define NVFP4_BACKEND_ABI_VERSION 4u
 
 /* The fused geometry of a weight, computed by the registry. */
 typedef struct {
@@ -63,7 +76,40 @@ typedef struct {
     float input_gs;            /* §5's gs of that part: its input_gs (compressed-tensors)
                                   or 1.0f / input_scale; 0 when input_scale is 0 */
     int has_bias;              /* some part has a bias (others count as 0) */
+    /* The storage format, what supports() judges: for NVFP4 schemes
+     * NVFP4_DTYPE_U8 (packed E2M1 with E4M3 block scales); for
+     * NVFP4_SCHEME_NONE the parts' dtype (F32, BF16 or F16), or
+     * NVFP4_DTYPE_COUNT when the parts differ. */
+    nvfp4_dtype dtype;
 } nvfp4_kweight_desc;
+
+/* A weight as the registry keeps it.  Backends read IMPL (their own object)
+ * and DESC; the MoE entry receives arrays of these as the caller gave them,
+ * so that no call copies or allocates. */
+struct nvfp4_kweight {
+    struct nvfp4_backend *be;
+    void *impl;
+    nvfp4_kweight_desc desc;
+    unsigned char runs_linear, runs_embed, runs_moe; /* supports(), asked at upload */
+};
+
+/* What a backend is, as far as the registry cares (after ggml's device
+ * caps).  Filled by get_caps() once, right after open(); NULL get_caps
+ * means all zero. */
+typedef struct {
+    /* alloc() returns host memory the registry may read: it checks token
+     * ids, expert indices and KV block tables before the call.  Else the
+     * backend checks them itself and reports a bad one at the next sync. */
+    int host_memory;
+    /* Operations may be queued and return before they finish; sync() waits
+     * and reports what the device found. */
+    int async;
+    /* kweight_upload() keeps pointers into unquantized (float) parts rather
+     * than a copy: the caller must keep their memory (the mapped file). */
+    int float_weights_in_place;
+    /* Host worker threads: set_threads() / threads() mean something. */
+    int threads;
+} nvfp4_backend_caps;
 
 typedef struct nvfp4_backend_iface {
     uint32_t abi_version;      /* NVFP4_BACKEND_ABI_VERSION */
@@ -71,9 +117,19 @@ typedef struct nvfp4_backend_iface {
 
     /* 1 when a usable device exists; must be cheap and must not fail loudly. */
     int (*available)(void);
-    /* Create / destroy the backend's state (device context, streams, ...). */
-    void *(*open)(nvfp4_error *err);
+    /* Create / destroy the backend's state (device context, streams, ...).
+     * PARAMS is NULL or "key=value,key=value" (no spaces), the backend's own
+     * options, parsed here once; an unknown key or a bad value is
+     * NVFP4_ERR_INVALID naming it and the keys the backend knows.  Options
+     * not given take the backend's environment defaults, read here too. */
+    void *(*open)(const char *params, nvfp4_error *err);
     void (*close)(void *ctx);
+    void (*get_caps)(void *ctx, nvfp4_backend_caps *caps);
+    /* Whether OP runs here; W is the weight's descriptor for linear, embed
+     * and moe (the experts' w13), NULL for the other ops and for "with some
+     * weight format".  Asked at upload (for every op a weight may feed) and
+     * by nvfp4_backend_supports*(), never per call.  NULL: every op whose pointer is set, any format. */
+    int (*supports)(void *ctx, nvfp4_op op, const nvfp4_kweight_desc *w);
     void (*set_threads)(void *ctx, int threads);
     int (*threads)(void *ctx);
     nvfp4_status (*sync)(void *ctx, nvfp4_error *err);
@@ -111,9 +167,8 @@ typedef struct nvfp4_backend_iface {
                             nvfp4_error *err);
     nvfp4_status (*topk)(void *ctx, const float *logits, size_t m, size_t e, size_t k,
                          int renorm, int32_t *idx, float *weights, nvfp4_error *err);
-    /* w13/w2: the backend's weight objects and their descriptors, per expert. */
-    nvfp4_status (*moe)(void *ctx, void *const *w13, const nvfp4_kweight_desc *const *d13,
-                        void *const *w2, const nvfp4_kweight_desc *const *d2,
+    /* w13/w2: the caller's arrays, one weight per expert (impl, desc). */
+    nvfp4_status (*moe)(void *ctx, nvfp4_kweight *const *w13, nvfp4_kweight *const *w2,
                         size_t experts, const float *x, size_t m, const int32_t *idx,
                         const float *weights, size_t k, float *y, nvfp4_error *err);
     nvfp4_status (*add)(void *ctx, const float *a, const float *b, size_t n, float *y,
@@ -133,6 +188,40 @@ typedef struct nvfp4_backend_iface {
                                     const nvfp4_kv_pages *kv, size_t m, size_t nh, size_t nkv,
                                     size_t hd, float scale, float *out, nvfp4_error *err);
 } nvfp4_backend_iface;
+
+/* One "key=value" of an open() PARAMS string: copies the next key and value
+ * (NUL-terminated) into KEY and VAL, advances *P past it and its comma, and
+ * returns 1; 0 at the end; -1 for a malformed pair (no '=', an empty key,
+ * or a key or value that does not fit), *P then pointing at it.  Static:
+ * plug-ins link nothing of the core beyond its public symbols. */
+static inline int nvfp4_backend_param_next(const char **p, char *key, size_t keysize,
+                                           char *val, size_t valsize)
+{
+    const char *s = *p, *eq, *end;
+    size_t kl, vl;
+
+    while (*s == ',')
+        s++;
+    *p = s;
+    if (!*s)
+        return 0;
+    for (end = s; *end && *end != ','; end++)
+        ;
+    for (eq = s; eq < end && *eq != '='; eq++)
+        ;
+    if (eq == end || eq == s)
+        return -1;
+    kl = (size_t)(eq - s);
+    vl = (size_t)(end - eq - 1);
+    if (kl >= keysize || vl >= valsize)
+        return -1;
+    memcpy(key, s, kl);
+    key[kl] = '\0';
+    memcpy(val, eq + 1, vl);
+    val[vl] = '\0';
+    *p = end;
+    return 1;
+}
 
 /* The symbol a backend shared object exports (see above). */
 #define NVFP4_BACKEND_ENTRY_SYMBOL "nvfp4_backend_entry"

@@ -3,6 +3,7 @@
 #ifndef NVFP4_KERNELS_CPU_INTERNAL_H
 #define NVFP4_KERNELS_CPU_INTERNAL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,6 +22,11 @@ typedef enum {
 typedef struct {
     int threads;        /* 0 = OpenMP's default */
     cpu_isa isa;
+    /* MoE's grow-only buffers (cpu.c), taken with trylock: a call that
+     * finds them in use by another thread allocates its own */
+    pthread_mutex_t moe_lock;
+    void *moe_scratch;
+    size_t moe_scratch_size;
 } cpu_ctx;
 
 /* The CHUNK layout (see cpu-linear.c): chunks of 256 weights (16 blocks)

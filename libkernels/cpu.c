@@ -18,10 +18,11 @@
 
 /* ---- context, memory ------------------------------------------------------ */
 
-static cpu_isa detect_isa(void)
+/* The best level this CPU has, capped by CAP (scalar|avx2|avx512|vnni; NULL:
+ * no cap; anything else is refused before this is called). */
+static cpu_isa detect_isa(const char *cap)
 {
     cpu_isa isa = CPU_ISA_SCALAR;
-    const char *cap = getenv("NVFP4_CPU_ISA");
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
     __builtin_cpu_init();
@@ -42,6 +43,8 @@ static cpu_isa detect_isa(void)
             lim = CPU_ISA_AVX2;
         else if (strcmp(cap, "avx512") == 0)
             lim = CPU_ISA_AVX512;
+        else if (strcmp(cap, "vnni") == 0)
+            lim = CPU_ISA_VNNI;
         if (lim < isa)
             isa = lim;
     }
@@ -53,21 +56,86 @@ static int cpu_available(void)
     return 1;
 }
 
-static void *cpu_open(nvfp4_error *err)
+static int isa_name_ok(const char *s)
 {
-    cpu_ctx *c = calloc(1, sizeof(*c));
+    return !strcmp(s, "scalar") || !strcmp(s, "avx2") || !strcmp(s, "avx512") ||
+           !strcmp(s, "vnni");
+}
 
-    if (!c) {
+/* Options (nvfp4_backend_open_with()): isa=..., threads=N; the environment's
+ * NVFP4_CPU_ISA is the default cap (an unknown value there is no cap, as it
+ * always was). */
+static void *cpu_open(const char *params, nvfp4_error *err)
+{
+    const char *cap = getenv("NVFP4_CPU_ISA");
+    char key[32], val[32], isa[32] = "";
+    const char *p = params;
+    int threads = 0, r;
+    cpu_ctx *c;
+
+    while (p && (r = nvfp4_backend_param_next(&p, key, sizeof key, val, sizeof val)) != 0) {
+        char *end;
+        long v;
+        if (r < 0) {
+            nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "cpu", -1,
+                            "backend option \"%.40s\" is not key=value (keys: isa, threads)",
+                            p);
+            return NULL;
+        }
+        if (!strcmp(key, "isa") && isa_name_ok(val)) {
+            memcpy(isa, val, sizeof isa);
+            continue;
+        }
+        v = strtol(val, &end, 10);
+        if (!strcmp(key, "threads") && *val && !*end && v >= 0 && v <= 4096) {
+            threads = (int)v;
+            continue;
+        }
+        nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "cpu", -1,
+                        !strcmp(key, "isa") || !strcmp(key, "threads")
+                            ? "backend option %s=%s: expected isa=scalar|avx2|avx512|vnni or "
+                              "threads=0..4096"
+                            : "unknown backend option \"%s\" (=%s); the cpu backend knows "
+                              "isa and threads",
+                        key, val);
+        return NULL;
+    }
+    c = calloc(1, sizeof(*c));
+    if (!c || pthread_mutex_init(&c->moe_lock, NULL) != 0) {
+        free(c);
         nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "cpu", -1, "out of memory");
         return NULL;
     }
-    c->isa = detect_isa();
+    c->isa = detect_isa(*isa ? isa : cap);
+    c->threads = threads;
     return c;
 }
 
 static void cpu_close(void *ctx)
 {
-    free(ctx);
+    cpu_ctx *c = ctx;
+
+    pthread_mutex_destroy(&c->moe_lock);
+    free(c->moe_scratch);
+    free(c);
+}
+
+static void cpu_get_caps(void *ctx, nvfp4_backend_caps *caps)
+{
+    (void)ctx;
+    caps->host_memory = 1;
+    caps->async = 0;
+    caps->float_weights_in_place = 1; /* cpu-linear.c reads dense parts in place */
+    caps->threads = 1;
+}
+
+/* Every op, every weight format the registry lets through (F32, BF16, F16,
+ * mixed; NVFP4 W4A4 and W4A16; float weights with NVFP4 activations). */
+static int cpu_supports(void *ctx, nvfp4_op op, const nvfp4_kweight_desc *w)
+{
+    (void)ctx;
+    (void)w;
+    return (unsigned)op < NVFP4_OP_COUNT;
 }
 
 static void cpu_set_threads(void *ctx, int threads)
@@ -537,25 +605,45 @@ static nvfp4_status cpu_gate_add(void *ctx, const float *x, const float *gate, s
 /* Mixture of experts (§6): tokens grouped by expert, each expert one batched
  * w13 product, SiLU(gate) * up, one w2 product; each token's outputs are
  * summed in ascending expert order, whatever the thread count. */
-static nvfp4_status cpu_moe(void *vctx, void *const *w13, const nvfp4_kweight_desc *const *d13,
-                            void *const *w2, const nvfp4_kweight_desc *const *d2,
+static nvfp4_status cpu_moe(void *vctx, nvfp4_kweight *const *kw13, nvfp4_kweight *const *kw2,
                             size_t experts, const float *x, size_t m, const int32_t *idx,
                             const float *weights, size_t k, float *y, nvfp4_error *err)
 {
-    const size_t hidden = (size_t)d13[0]->k, inter = (size_t)d2[0]->k;
-    size_t *rows = malloc(m * sizeof(size_t));
-    float *rw = malloc(m * sizeof(float));
-    float *xe = malloc(m * hidden * sizeof(float));
-    float *gu = malloc(m * 2 * inter * sizeof(float));
-    float *h = malloc(m * inter * sizeof(float));
-    float *o = malloc(m * hidden * sizeof(float));
+    cpu_ctx *ctx = vctx;
+    const size_t hidden = (size_t)kw13[0]->desc.k, inter = (size_t)kw2[0]->desc.k;
+    /* rows, rw, xe [m, hidden], gu [m, 2 inter], h [m, inter], o [m, hidden]
+     * in one block, 64-byte aligned pieces (the registry bounded m * hidden
+     * and m * 2 * inter by 2^48) */
+    const size_t a_rows = (m * sizeof(size_t) + 63) & ~(size_t)63,
+                 a_rw = (m * sizeof(float) + 63) & ~(size_t)63,
+                 a_xe = (m * hidden * sizeof(float) + 63) & ~(size_t)63,
+                 a_gu = (m * 2 * inter * sizeof(float) + 63) & ~(size_t)63,
+                 a_h = (m * inter * sizeof(float) + 63) & ~(size_t)63;
+    const size_t need = a_rows + a_rw + a_xe + a_gu + a_h + m * hidden * sizeof(float);
+    unsigned char *buf, *own = NULL;
+    int locked = pthread_mutex_trylock(&ctx->moe_lock) == 0;
+    size_t *rows;
+    float *rw, *xe, *gu, *h, *o;
     nvfp4_status st = NVFP4_OK;
 
-    if (!rows || !rw || !xe || !gu || !h || !o) {
+    if (locked && ctx->moe_scratch_size < need) {
+        free(ctx->moe_scratch);
+        ctx->moe_scratch_size = 0;
+        if ((ctx->moe_scratch = nvfp4k_cpu_aligned_alloc(need)) != NULL)
+            ctx->moe_scratch_size = need;
+    }
+    buf = locked ? ctx->moe_scratch : (own = nvfp4k_cpu_aligned_alloc(need));
+    if (!buf) {
         st = nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "moe", -1,
                              "out of memory for %zu tokens", m);
         goto out;
     }
+    rows = (size_t *)buf;
+    rw = (float *)(buf + a_rows);
+    xe = (float *)(buf + a_rows + a_rw);
+    gu = (float *)(buf + a_rows + a_rw + a_xe);
+    h = (float *)(buf + a_rows + a_rw + a_xe + a_gu);
+    o = (float *)(buf + a_rows + a_rw + a_xe + a_gu + a_h);
     memset(y, 0, m * hidden * sizeof(float));
     for (size_t e = 0; e < experts && st == NVFP4_OK; e++) {
         size_t cnt = 0;
@@ -578,22 +666,21 @@ static nvfp4_status cpu_moe(void *vctx, void *const *w13, const nvfp4_kweight_de
         }
         if (cnt == 0)
             continue;
-        if ((st = nvfp4k_cpu_linear(vctx, w13[e], d13[e], xe, cnt, gu, err)) != NVFP4_OK)
+        if ((st = nvfp4k_cpu_linear(vctx, kw13[e]->impl, &kw13[e]->desc, xe, cnt, gu, err)) !=
+            NVFP4_OK)
             break;
         cpu_silu_mul(vctx, gu, cnt, inter, h, err);
-        if ((st = nvfp4k_cpu_linear(vctx, w2[e], d2[e], h, cnt, o, err)) != NVFP4_OK)
+        if ((st = nvfp4k_cpu_linear(vctx, kw2[e]->impl, &kw2[e]->desc, h, cnt, o, err)) !=
+            NVFP4_OK)
             break;
         for (size_t c = 0; c < cnt; c++)
             for (size_t d = 0; d < hidden; d++)
                 y[rows[c] * hidden + d] += rw[c] * o[c * hidden + d];
     }
 out:
-    free(rows);
-    free(rw);
-    free(xe);
-    free(gu);
-    free(h);
-    free(o);
+    free(own);
+    if (locked)
+        pthread_mutex_unlock(&ctx->moe_lock);
     return st;
 }
 
@@ -603,6 +690,8 @@ static const nvfp4_backend_iface cpu_iface = {
     .available = cpu_available,
     .open = cpu_open,
     .close = cpu_close,
+    .get_caps = cpu_get_caps,
+    .supports = cpu_supports,
     .set_threads = cpu_set_threads,
     .threads = cpu_threads,
     .sync = NULL,

@@ -22,13 +22,11 @@
 struct nvfp4_backend {
     const nvfp4_backend_iface *iface;
     void *ctx;
+    nvfp4_backend_caps caps; /* get_caps(), once at open */
 };
+/* struct nvfp4_kweight: backend-impl.h (the MoE entry reads it) */
 
-struct nvfp4_kweight {
-    nvfp4_backend *be;
-    void *impl;
-    nvfp4_kweight_desc desc;
-};
+static nvfp4_op linear_op(const nvfp4_kweight *w);
 
 /* ---- registry ------------------------------------------------------------ */
 
@@ -85,13 +83,30 @@ static int try_plugin(const char *dir, size_t dirlen, const char *name, char *wh
     }
     *(void **)&entry = dlsym(h, NVFP4_BACKEND_ENTRY_SYMBOL);
     iface = entry ? entry(NVFP4_BACKEND_ABI_VERSION) : NULL;
+    if (entry && !iface) {
+        /* which ABI the plug-in was built for: it answers only its own */
+        uint32_t v = 0;
+        for (uint32_t t = 1; t <= 64 && !v; t++)
+            if (t != NVFP4_BACKEND_ABI_VERSION && entry(t))
+                v = t;
+        if (v)
+            set_why(why, whysize,
+                    "%s: built for backend ABI version %u, this libnvfp4-kernels needs "
+                    "version %u: rebuild the plug-in with this library",
+                    path, v, NVFP4_BACKEND_ABI_VERSION);
+        else
+            set_why(why, whysize, "%s: not a backend of ABI version %u (nor of any other "
+                    "version up to 64)", path, NVFP4_BACKEND_ABI_VERSION);
+        dlclose(h);
+        return -1;
+    }
     if (!iface || iface->abi_version != NVFP4_BACKEND_ABI_VERSION || !iface->name ||
         strcmp(iface->name, name) != 0 || registry_count >= MAX_BACKENDS) {
         if (!entry)
             set_why(why, whysize, "%s: no %s symbol", path, NVFP4_BACKEND_ENTRY_SYMBOL);
-        else if (!iface || iface->abi_version != NVFP4_BACKEND_ABI_VERSION)
-            set_why(why, whysize, "%s: not a backend of ABI version %d", path,
-                     NVFP4_BACKEND_ABI_VERSION);
+        else if (iface->abi_version != NVFP4_BACKEND_ABI_VERSION)
+            set_why(why, whysize, "%s: answered for backend ABI version %u with a table of "
+                    "version %u", path, NVFP4_BACKEND_ABI_VERSION, iface->abi_version);
         else if (!iface->name || strcmp(iface->name, name) != 0)
             set_why(why, whysize, "%s: calls itself \"%s\", not \"%s\"", path,
                      iface->name ? iface->name : "(null)", name);
@@ -198,6 +213,12 @@ static void describe_backends(char *buf, size_t size)
 
 nvfp4_backend *nvfp4_backend_open(const char *name, nvfp4_error *err)
 {
+    return nvfp4_backend_open_with(name, NULL, err);
+}
+
+nvfp4_backend *nvfp4_backend_open_with(const char *name, const char *params,
+                                       nvfp4_error *err)
+{
     const nvfp4_backend_iface *iface;
     const char *origin = "requested";
     char list[256];
@@ -241,11 +262,13 @@ nvfp4_backend *nvfp4_backend_open(const char *name, nvfp4_error *err)
         return NULL;
     }
     be->iface = iface;
-    be->ctx = iface->open(err);
+    be->ctx = iface->open(params && *params ? params : NULL, err);
     if (!be->ctx) {
         free(be);
         return NULL;
     }
+    if (iface->get_caps)
+        iface->get_caps(be->ctx, &be->caps);
     return be;
 }
 
@@ -285,9 +308,69 @@ static int iface_has(const nvfp4_backend_iface *f, nvfp4_op op)
     }
 }
 
+/* The op's entry exists and the backend runs it on weights like W (NULL:
+ * no weight, or some weight format). */
+static int be_supports(const nvfp4_backend *be, nvfp4_op op, const nvfp4_kweight_desc *w)
+{
+    if (!iface_has(be->iface, op))
+        return 0;
+    return be->iface->supports ? be->iface->supports(be->ctx, op, w) != 0 : 1;
+}
+
 int nvfp4_backend_supports(const nvfp4_backend *be, nvfp4_op op)
 {
-    return be && iface_has(be->iface, op);
+    return be && be_supports(be, op, NULL);
+}
+
+/* The scheme a weight op takes; -2: any scheme; -1: an op without a weight. */
+static int op_scheme(nvfp4_op op)
+{
+    switch (op) {
+    case NVFP4_OP_LINEAR_W4A4: return NVFP4_SCHEME_W4A4;
+    case NVFP4_OP_LINEAR_W4A16: return NVFP4_SCHEME_W4A16;
+    case NVFP4_OP_LINEAR_DENSE: return NVFP4_SCHEME_NONE;
+    case NVFP4_OP_EMBED:
+    case NVFP4_OP_MOE: return -2; /* any scheme */
+    default: return -1;
+    }
+}
+
+int nvfp4_backend_supports_format(const nvfp4_backend *be, nvfp4_op op, nvfp4_scheme scheme,
+                                  nvfp4_dtype dtype)
+{
+    nvfp4_kweight_desc d;
+    int want = op_scheme(op);
+
+    if (!be || (unsigned)op >= NVFP4_OP_COUNT)
+        return 0;
+    if (want == -1)
+        return be_supports(be, op, NULL);
+    if ((want >= 0 && (int)scheme != want) ||
+        (scheme != NVFP4_SCHEME_NONE && scheme != NVFP4_SCHEME_W4A4 &&
+         scheme != NVFP4_SCHEME_W4A16))
+        return 0;
+    if (scheme == NVFP4_SCHEME_NONE && dtype != NVFP4_DTYPE_F32 &&
+        dtype != NVFP4_DTYPE_BF16 && dtype != NVFP4_DTYPE_F16)
+        return 0;
+    memset(&d, 0, sizeof(d));
+    d.scheme = scheme;
+    d.dtype = scheme == NVFP4_SCHEME_NONE ? dtype : NVFP4_DTYPE_U8;
+    d.input_scale = scheme == NVFP4_SCHEME_W4A4 ? 1.0f : 0.0f;
+    d.input_gs = d.input_scale;
+    d.weight_scale_2 = scheme == NVFP4_SCHEME_NONE ? 0.0f : 1.0f;
+    return be_supports(be, op, &d);
+}
+
+/* "BF16", "NVFP4 w4a4", "F32 with NVFP4 activations": for messages. */
+static const char *format_name(const nvfp4_kweight_desc *d, char *buf, size_t size)
+{
+    if (d->scheme != NVFP4_SCHEME_NONE)
+        snprintf(buf, size, "NVFP4 %s", nvfp4_scheme_name(d->scheme));
+    else
+        snprintf(buf, size, "%s%s",
+                 d->dtype == NVFP4_DTYPE_COUNT ? "mixed-dtype" : nvfp4_dtype_name(d->dtype),
+                 d->input_scale > 0.0f ? " with NVFP4 activations" : "");
+    return buf;
 }
 
 void nvfp4_backend_set_threads(nvfp4_backend *be, int threads)
@@ -315,6 +398,19 @@ static nvfp4_status unsupported(nvfp4_backend *be, nvfp4_op op, nvfp4_error *err
     return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, "", nvfp4_op_name(op), -1,
                            "backend \"%s\" does not implement %s", be->iface->name,
                            nvfp4_op_name(op));
+}
+
+/* OP is implemented, but not for this weight's format (supports()). */
+static nvfp4_status unsupported_w(nvfp4_backend *be, nvfp4_op op, const nvfp4_kweight *w,
+                                  nvfp4_error *err)
+{
+    char f[64];
+
+    if (!iface_has(be->iface, op))
+        return unsupported(be, op, err);
+    return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, "", nvfp4_op_name(op), -1,
+                           "backend \"%s\" does not run %s on %s weights", be->iface->name,
+                           nvfp4_op_name(op), format_name(&w->desc, f, sizeof(f)));
 }
 
 static nvfp4_status null_arg(const char *op, const char *arg, nvfp4_error *err)
@@ -473,13 +569,6 @@ nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be, const nvfp4_linear *parts
                                 (long long)p->k);
                 return NULL;
             }
-            if (p->input_scale > 0.0f && strcmp(be->iface->name, "cpu") != 0) {
-                nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, "", p->prefix, -1,
-                                "float weights with NVFP4 activations (an exact fused group "
-                                "of shards with their own global scales) run on the cpu "
-                                "backend only, not on %s", be->iface->name);
-                return NULL;
-            }
             if (p->input_scale > d.input_scale) {
                 d.input_scale = p->input_scale;
                 d.input_gs = p->input_gs > 0.0f ? p->input_gs : 1.0f / p->input_scale;
@@ -531,6 +620,22 @@ nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be, const nvfp4_linear *parts
     }
     if (d.scheme == NVFP4_SCHEME_W4A16)
         d.input_scale = d.input_gs = 0.0f;
+    d.dtype = NVFP4_DTYPE_U8;
+    if (d.scheme == NVFP4_SCHEME_NONE) {
+        d.dtype = parts[0].dense->dtype;
+        for (size_t i = 1; i < nparts; i++)
+            if (parts[i].dense->dtype != d.dtype)
+                d.dtype = NVFP4_DTYPE_COUNT;
+    }
+    /* float weights with NVFP4 activations exist only as a Linear */
+    if (d.scheme == NVFP4_SCHEME_NONE && d.input_scale > 0.0f &&
+        !be_supports(be, NVFP4_OP_LINEAR_DENSE, &d)) {
+        nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, "", parts[0].prefix, -1,
+                        "float weights with NVFP4 activations (an exact fused group of "
+                        "shards with their own global scales) are not supported by backend "
+                        "\"%s\"", be->iface->name);
+        return NULL;
+    }
 
     w = calloc(1, sizeof(*w));
     if (!w) {
@@ -539,6 +644,9 @@ nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be, const nvfp4_linear *parts
     }
     w->be = be;
     w->desc = d;
+    w->runs_linear = (unsigned char)be_supports(be, linear_op(w), &w->desc);
+    w->runs_embed = (unsigned char)be_supports(be, NVFP4_OP_EMBED, &w->desc);
+    w->runs_moe = (unsigned char)be_supports(be, NVFP4_OP_MOE, &w->desc);
     w->impl = be->iface->kweight_upload(be->ctx, parts, nparts, &w->desc, err);
     if (!w->impl) {
         free(w);
@@ -559,9 +667,9 @@ int nvfp4_kweight_holds_copy(const nvfp4_kweight *w)
 {
     if (!w)
         return 0;
-    /* The CPU backend repacks NVFP4 weights and reads unquantized ones in
-     * place (libkernels/cpu-linear.c); GPU backends copy everything. */
-    if (w->be->iface == nvfp4k_cpu_iface())
+    /* NVFP4 weights are always repacked or copied; float ones where the
+     * backend says so (the CPU reads them in place, GPUs copy them). */
+    if (w->be->caps.float_weights_in_place)
         return w->desc.scheme != NVFP4_SCHEME_NONE;
     return 1;
 }
@@ -612,15 +720,15 @@ nvfp4_status nvfp4_k_linear(nvfp4_backend *be, const nvfp4_kweight *w, const flo
     NEED(y, "linear", err);
     if (!count_ok(m, (size_t)w->desc.n, 1) || !count_ok(m, (size_t)w->desc.k, 1))
         return too_big("linear", err);
-    if (!iface_has(be->iface, linear_op(w)))
-        return unsupported(be, linear_op(w), err);
+    if (!w->runs_linear)
+        return unsupported_w(be, linear_op(w), w, err);
     return be->iface->linear(be->ctx, w->impl, &w->desc, x, m, y, err);
 }
 
-/* The CPU backend's memory is host memory; GPU backends' is not. */
+/* May the registry read the backend's memory (ids, indices, tables)? */
 static int host_memory(const nvfp4_backend *be)
 {
-    return be->iface == nvfp4k_cpu_iface();
+    return be->caps.host_memory;
 }
 
 nvfp4_status nvfp4_k_embed(nvfp4_backend *be, const nvfp4_kweight *w, const int32_t *ids,
@@ -645,8 +753,8 @@ nvfp4_status nvfp4_k_embed(nvfp4_backend *be, const nvfp4_kweight *w, const int3
                                    "token id %ld at position %zu is outside the table "
                                    "of %lld rows",
                                    (long)ids[i], i, (long long)w->desc.n);
-    if (!be->iface->embed)
-        return unsupported(be, NVFP4_OP_EMBED, err);
+    if (!w->runs_embed)
+        return unsupported_w(be, NVFP4_OP_EMBED, w, err);
     return be->iface->embed(be->ctx, w->impl, &w->desc, ids, m, y, err);
 }
 
@@ -916,8 +1024,6 @@ nvfp4_status nvfp4_k_moe(nvfp4_backend *be, nvfp4_kweight *const *w13,
                          const int32_t *idx, const float *weights, size_t k, float *y,
                          nvfp4_error *err)
 {
-    void **impl;
-    const nvfp4_kweight_desc **desc;
     nvfp4_status st;
     int64_t hidden, inter;
 
@@ -960,21 +1066,7 @@ nvfp4_status nvfp4_k_moe(nvfp4_backend *be, nvfp4_kweight *const *w13,
                                    "expert index %ld (token %zu, slot %zu) is outside "
                                    "0..%zu",
                                    (long)idx[i], i / k, i % k, experts - 1);
-    if (!be->iface->moe)
-        return unsupported(be, NVFP4_OP_MOE, err);
-
-    impl = malloc(4 * experts * sizeof(void *));
-    if (!impl)
-        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "moe", -1, "out of memory");
-    desc = (const nvfp4_kweight_desc **)(impl + 2 * experts);
-    for (size_t e = 0; e < experts; e++) {
-        impl[e] = w13[e]->impl;
-        impl[experts + e] = w2[e]->impl;
-        desc[e] = &w13[e]->desc;
-        desc[experts + e] = &w2[e]->desc;
-    }
-    st = be->iface->moe(be->ctx, impl, desc, impl + experts, desc + experts, experts, x, m,
-                        idx, weights, k, y, err);
-    free(impl);
-    return st;
+    if (!w13[0]->runs_moe)
+        return unsupported_w(be, NVFP4_OP_MOE, w13[0], err);
+    return be->iface->moe(be->ctx, w13, w2, experts, x, m, idx, weights, k, y, err);
 }

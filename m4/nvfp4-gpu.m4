@@ -4,7 +4,7 @@
 # NVFP4_GPU: --enable-cuda / --enable-hip (both off by default),
 # --with-cuda-arch / --with-hip-arch.  Sets the AM_CONDITIONALs ENABLE_CUDA
 # and ENABLE_HIP and substitutes NVCC, NVCC_ARCHFLAGS, CUDA_LIBS, CUBLAS_LIBS,
-# HIPCC, HIP_ARCHFLAGS, HIP_LIBS.  libtool has no CUDA tag: gpu/local.mk
+# HIPCC, HIP_ARCHFLAGS, HIP_LIBS.  libtool has no CUDA tag: libkernels/gpu/local.mk
 # compiles the .cu files through libtool --tag=CC itself.
 AC_DEFUN([NVFP4_GPU], [
 AC_ARG_ENABLE([cuda],
@@ -54,7 +54,7 @@ _NVFP4_EOF
           [with_cuda_arch=$with_cuda_arch,sm_100a; AC_MSG_RESULT([yes])],
           [AC_MSG_RESULT([no])])
     # consumer Blackwell: the only targets whose mma.sync has block-scaled
-    # FP4 (gpu/kernels.cu's W4A4 FP4 GEMM)
+    # FP4 (libkernels/gpu/kernels.cu's W4A4 FP4 GEMM)
     AC_MSG_CHECKING([whether $NVCC can build sm_120a])
     AS_IF([$NVCC -c -gencode arch=compute_120a,code=sm_120a conftest.cu -o conftest.$OBJEXT \
              >&AS_MESSAGE_LOG_FD 2>&1],

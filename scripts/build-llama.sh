@@ -34,5 +34,5 @@ cmake -S "$SRC" -B "$BLD" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >&2
 cmake --build "$BLD" -j"$(nproc)" --target llama-bench llama-server llama-cli \
-    llama-batched-bench >&2
+    llama-batched-bench llama-quantize >&2
 echo "$BLD/bin"

@@ -4,7 +4,7 @@
 # build, run the GPU tests (every GPU op and the linear paths against
 # float64 references and PyTorch's §5 fixture, tolerances stated in
 # tests/test-gpu.c; every fixture model against the PyTorch emulation,
-# tests/test-gpu-model.c), the GPU benchmarks (gpu/bench-gpu.cu: GEMV against
+# tests/test-gpu-model.c), the GPU benchmarks (libkernels/gpu/bench-gpu.cu: GEMV against
 # a device-to-device copy of the same bytes, GEMM 16..4096 tokens against
 # cuBLAS BF16) and the end-to-end ones (`nvfp4 bench`, prefill 512 tokens and
 # decode 128, on checkpoints `nvfp4 synth` writes at the shapes of
@@ -173,7 +173,7 @@ main() {
 
     # Benchmarks (time-boxed: they must not eat the machine's budget).
     echo "== $(date -u +%H:%M:%S) bench-gpu-$VENDOR $QUICK"
-    timeout 200 "./gpu/bench-gpu-$VENDOR" $QUICK || {
+    timeout 200 "./libkernels/gpu/bench-gpu-$VENDOR" $QUICK || {
         echo "bench-gpu exited with $?"
         rc=1
     }
@@ -198,7 +198,7 @@ main() {
         gb=$(du -cb "$syn/$preset"/*.safetensors | tail -n 1 | cut -f1)
         for be in "$VENDOR" cpu; do
             [ "$be" = cpu ] && [ "$preset" != smollm2-135m ] && continue
-            line=$(NVFP4_BACKEND_PATH="$BUILD/gpu/.libs" timeout 300 ./tools/nvfp4 bench \
+            line=$(NVFP4_BACKEND_PATH="$BUILD/libkernels/gpu/.libs" timeout 300 ./tools/nvfp4 bench \
                 "$syn/$preset" --backend "$be" -p 512 -n 128 --json) || {
                 echo "bench $preset on $be failed"
                 rc=1
@@ -224,7 +224,7 @@ main() {
         echo "== compute-sanitizer skipped: $(elapsed) s spent already"
     elif [ "$VENDOR" = cuda ] && [ -n "$cs" ]; then
         echo "== $(date -u +%H:%M:%S) compute-sanitizer memcheck tests/test-gpu"
-        NVFP4_TEST_GPU_BACKEND=cuda NVFP4_BACKEND_PATH="$BUILD/gpu/.libs" \
+        NVFP4_TEST_GPU_BACKEND=cuda NVFP4_BACKEND_PATH="$BUILD/libkernels/gpu/.libs" \
             timeout $((560 - $(elapsed))) \
             ./libtool --mode=execute "$cs" --tool memcheck --leak-check no --error-exitcode 9 \
             tests/test-gpu >sanitizer.log 2>&1

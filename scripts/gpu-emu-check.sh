@@ -1,13 +1,13 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Run the GPU backend's kernels on the CPU: gpu/kernels.cu and
-# gpu/backend-gpu.cu compiled by the host C++ compiler against the emulator
-# spelling gpu/gpu-emu.h (one fiber per GPU thread, see there), loaded by
+# Run the GPU backend's kernels on the CPU: libkernels/gpu/kernels.cu and
+# libkernels/gpu/backend-gpu.cu compiled by the host C++ compiler against the emulator
+# spelling libkernels/gpu/gpu-emu.h (one fiber per GPU thread, see there), loaded by
 # libnvfp4-kernels as backend "cuda" from a private directory, and checked by
 # tests/test-gpu and tests/test-gpu-model - with 32-lane warps (NVIDIA:
 # mma.sync m16n8k16 BF16 and the block-scaled FP4 m16n8k64) and 64-lane
 # wavefronts (AMD CDNA: the 16x16x16 BF16 MFMA), the tensor-core
-# instructions modelled from their documented lane layouts (gpu/emu.cc).  A
+# instructions modelled from their documented lane layouts (libkernels/gpu/emu.cc).  A
 # developer check of the kernels' logic on machines without a GPU: indexing,
 # tails, reductions, barriers, warp exchanges, fragment packing.  It proves
 # nothing about the vendor compilers, timing, or the hardware's own
@@ -15,7 +15,7 @@
 #
 #   scripts/gpu-emu-check.sh        (python3, g++; about a minute)
 #
-# Also one of `make check`'s tests (gpu/local.mk): there it uses the build
+# Also one of `make check`'s tests (libkernels/gpu/local.mk): there it uses the build
 # tree under test ($top_builddir) and exits 77 (SKIP) without python3/g++.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,11 +43,11 @@ else
         libkernels/libnvfp4-kernels.la libmodel/libnvfp4-model.la tests/test-gpu \
         tests/test-gpu-model >/dev/null
 fi
-E=$B/gpu/emu
+E=$B/libkernels/gpu/emu
 mkdir -p "$E"
 
 # <<<grid, block, shmem, stream>>> launches -> gpu_emu_launch(..., lambda).
-python3 - "$ROOT/gpu/kernels.cu" "$E/emu-kernels.cc" <<'EOF'
+python3 - "$ROOT/libkernels/gpu/kernels.cu" "$E/emu-kernels.cc" <<'EOF'
 import sys
 src = open(sys.argv[1]).read()
 out, i = [], 0
@@ -99,12 +99,12 @@ for warp in $WARPS; do
     mkdir -p "$d"
     flags="-std=c++17 -O1 -g -fPIC -ffp-contract=off -U_FORTIFY_SOURCE -fvisibility=hidden -Wall -Wextra \
         -Wno-unused-parameter -DNVFP4_GPU_EMU -DGPU_EMU_WARP=$warp -DNVFP4_BUILDING \
-        -DHAVE_CONFIG_H -I$B -I$ROOT/include -I$ROOT/gpu $SAN"
+        -DHAVE_CONFIG_H -I$B -I$ROOT/include -I$ROOT/libkernels/gpu $SAN"
     $CXX $flags -c "$E/emu-kernels.cc" -o "$d/kernels.o"
-    $CXX $flags -x c++ -c "$ROOT/gpu/backend-gpu.cu" -o "$d/backend.o"
-    $CXX $flags -c "$ROOT/gpu/emu.cc" -o "$d/emu.o"
+    $CXX $flags -x c++ -c "$ROOT/libkernels/gpu/backend-gpu.cu" -o "$d/backend.o"
+    $CXX $flags -c "$ROOT/libkernels/gpu/emu.cc" -o "$d/emu.o"
     $CXX -shared $SAN -o "$d/nvfp4-backend-cuda.so" "$d/kernels.o" "$d/backend.o" "$d/emu.o" \
-        -Wl,--no-undefined -Wl,--version-script="$ROOT/gpu/nvfp4-backend.sym" \
+        -Wl,--no-undefined -Wl,--version-script="$ROOT/libkernels/gpu/nvfp4-backend.sym" \
         -L"$B/libquant/.libs" -L"$B/libformat/.libs" -lnvfp4-quant -lnvfp4-format -lm
     echo "gpu-emu-check: warp $warp"
     NVFP4_BACKEND_PATH="$d" NVFP4_TEST_GPU_BACKEND=cuda \

@@ -73,7 +73,7 @@ gpu_compile() {  # name, configure args...
     mkdir -p "build/$name"
     (cd "build/$name" && ../../configure -q "$@" >/dev/null && make -j"$JOBS" >/dev/null) ||
         { echo "tests: $PASSED passed, 1 failed, $SKIPPED skipped"; exit 1; }
-    echo "compiled: build/$name/gpu/.libs/nvfp4-backend-${name#gpu-}.so"
+    echo "compiled: build/$name/libkernels/gpu/.libs/nvfp4-backend-${name#gpu-}.so"
 }
 if [ "${NVFP4_GPU_COMPILE:-1}" = 1 ]; then
     "$ROOT/scripts/setup-deps.sh" --gpu

@@ -78,6 +78,13 @@ tests_nvfp4_backend_hip_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libkernels 
 	-DFAKE_NAME='"hip"' -DFAKE_AVAILABLE=0
 tests_nvfp4_backend_hip_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tests_nvfp4_backend_hip_la_LDFLAGS = $(FAKE_BACKEND_FLAGS)
+# a cuda plug-in built for backend ABI version 3 (backend-load.test)
+check_LTLIBRARIES += tests/abi3/nvfp4-backend-cuda.la
+tests_abi3_nvfp4_backend_cuda_la_SOURCES = %reldir%/fake-backend.c
+tests_abi3_nvfp4_backend_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libkernels \
+	-DFAKE_NAME='"cuda"' -DFAKE_AVAILABLE=1 -DFAKE_ABI=3u
+tests_abi3_nvfp4_backend_cuda_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_abi3_nvfp4_backend_cuda_la_LDFLAGS = $(FAKE_BACKEND_FLAGS)
 tests_test_kernels_CPPFLAGS += -DFAKE_BACKEND_DIR='"$(abs_top_builddir)/tests/.libs"'
 
 # Hostile checkpoints (scripts/fixtures/gen_hostile.py, generated into
@@ -117,7 +124,7 @@ TESTS += tests/test-context
 # a device (SKIP, exit 77, without one; modules from the build tree).
 check_PROGRAMS += tests/test-gpu-numerics
 tests_test_gpu_numerics_SOURCES = %reldir%/test-gpu-numerics.c %reldir%/testutil.h \
-	gpu/numerics.h
+	libkernels/gpu/numerics.h
 tests_test_gpu_numerics_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_gpu_numerics_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS) \
 	-ffp-contract=off
@@ -127,7 +134,7 @@ TESTS += tests/test-gpu-numerics
 check_PROGRAMS += tests/test-gpu
 tests_test_gpu_SOURCES = %reldir%/test-gpu.c %reldir%/testutil.h %reldir%/kref.h \
 	%reldir%/gpuselect.h
-tests_test_gpu_CPPFLAGS = $(TEST_CPPFLAGS) -DGPU_MODULE_DIR='"$(abs_top_builddir)/gpu/.libs"'
+tests_test_gpu_CPPFLAGS = $(TEST_CPPFLAGS) -DGPU_MODULE_DIR='"$(abs_top_builddir)/libkernels/gpu/.libs"'
 tests_test_gpu_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_gpu_LDADD = libkernels/libnvfp4-kernels.la libquant/libnvfp4-quant.la \
 	libformat/libnvfp4-format.la $(CHECK_LIBS) $(JANSSON_LIBS) $(LIBM)
@@ -137,7 +144,7 @@ check_PROGRAMS += tests/test-gpu-model
 tests_test_gpu_model_SOURCES = %reldir%/test-gpu-model.c %reldir%/testutil.h \
 	%reldir%/modelref.h %reldir%/gpuselect.h
 tests_test_gpu_model_CPPFLAGS = $(TEST_CPPFLAGS) \
-	-DGPU_MODULE_DIR='"$(abs_top_builddir)/gpu/.libs"'
+	-DGPU_MODULE_DIR='"$(abs_top_builddir)/libkernels/gpu/.libs"'
 tests_test_gpu_model_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_gpu_model_LDADD = libmodel/libnvfp4-model.la libkernels/libnvfp4-kernels.la \
 	libquant/libnvfp4-quant.la libformat/libnvfp4-format.la $(CHECK_LIBS) \

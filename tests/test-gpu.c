@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Tests of the GPU backends ("cuda", "hip": gpu/), through the public API
+/* Tests of the GPU backends ("cuda", "hip": libkernels/gpu/), through the public API
  * of libnvfp4-kernels, which loads them from $NVFP4_BACKEND_PATH (set below
- * to the build tree's gpu/.libs unless given).  Without a usable device, or
+ * to the build tree's libkernels/gpu/.libs unless given).  Without a usable device, or
  * when no GPU backend was built, the program exits 77: automake's SKIP.
  * $NVFP4_TEST_GPU_BACKEND picks the backend, else the first available of
  * cuda, hip.
@@ -96,8 +96,9 @@ static nvfp4_kweight *kup(nvfp4_backend *be, const nvfp4_linear *parts, size_t n
     return w;
 }
 
-/* The linear paths of gpu/kernels.cu, pinned with $NVFP4_GPU_LINEAR; the
- * last, "fp4" (block-scaled FP4 tensor cores), takes W4A4 weights only. */
+/* The linear paths of libkernels/gpu/kernels.cu, pinned with the backend option
+ * linear=PATH at open (a backend of its own per path); the last, "fp4"
+ * (block-scaled FP4 tensor cores), takes W4A4 weights only. */
 static const char *const paths[] = {"", "gemv", "tiled", "mma", "fp4"};
 #define NPATHS_ANY 4 /* the paths for any weight */
 #define NPATHS_W4A4 5
@@ -120,10 +121,30 @@ static int path_refused(nvfp4_status st, const nvfp4_error *err, const char *pat
 /* Run y = x W^T on the GPU through PATH and compare with the float64
  * reference XR (the activations the reference multiplies: x itself, or the
  * §5 qdq of x for W4A4). */
-static void check_linear(nvfp4_backend *be, const nvfp4_kweight *w, const nvfp4_linear *lin,
-                         const float *x, const float *xr, size_t m, const char *path)
+/* A backend with the linear path PATH pinned ("" = auto: a plain open),
+ * and LIN (NP parts) uploaded to it. */
+static nvfp4_backend *open_path(const char *path, const nvfp4_linear *lin, size_t np,
+                                nvfp4_kweight **w)
+{
+    char opt[32];
+    nvfp4_error err;
+    nvfp4_backend *be;
+
+    snprintf(opt, sizeof opt, "linear=%s", *path ? path : "auto");
+    be = nvfp4_backend_open_with(gpu_name, opt, &err);
+    ck_assert_msg(be != NULL, "%s backend (%s): %s", gpu_name, opt, err.text);
+    *w = kup(be, lin, np);
+    return be;
+}
+
+static void check_linear(nvfp4_backend *be0, const nvfp4_kweight *w0,
+                         const nvfp4_linear *lin, const float *x, const float *xr, size_t m,
+                         const char *path)
 {
     const int64_t n = lin->n, k = lin->k;
+    nvfp4_kweight *pw = NULL;
+    nvfp4_backend *be = *path ? open_path(path, lin, 1, &pw) : be0;
+    const nvfp4_kweight *w = pw ? pw : w0;
     float *dx = dput(be, x, m * (size_t)k * 4), *dy = dput(be, NULL, m * (size_t)n * 4);
     float *y = malloc(m * (size_t)n * 4);
     nvfp4_error err;
@@ -131,13 +152,15 @@ static void check_linear(nvfp4_backend *be, const nvfp4_kweight *w, const nvfp4_
     /* the BF16 tensor-core path splits activations (see the header) */
     const double bf = !strcmp(path, "mma") || (!*path && m > 8) ? ldexp(1.0, -16) : 0.0;
 
-    setenv("NVFP4_GPU_LINEAR", path, 1);
     st = nvfp4_k_linear(be, w, dx, m, dy, &err);
-    unsetenv("NVFP4_GPU_LINEAR");
     if (path_refused(st, &err, path)) {
         nvfp4_backend_release(be, dx);
         nvfp4_backend_release(be, dy);
         free(y);
+        if (pw) {
+            nvfp4_kweight_free(pw);
+            nvfp4_backend_free(be);
+        }
         return;
     }
     ck_assert_msg(st == NVFP4_OK, "linear (%s, m=%zu): %s", path, m, err.text);
@@ -161,6 +184,10 @@ static void check_linear(nvfp4_backend *be, const nvfp4_kweight *w, const nvfp4_
     nvfp4_backend_release(be, dx);
     nvfp4_backend_release(be, dy);
     free(y);
+    if (pw) {
+        nvfp4_kweight_free(pw);
+        nvfp4_backend_free(be);
+    }
 }
 
 /* ---- linear ------------------------------------------------------------------ */
@@ -172,7 +199,8 @@ START_TEST(test_linear_w4a16)
 {
     static const size_t ms[] = {1, 5, 8, 9, 67};
     static const int64_t ks[] = {64, 48};
-    /* the GEMV's rows per warp (1, 2, 4) is read when the backend opens */
+    /* the GEMV's rows per warp (1, 2, 4) is read when the backend opens
+     * (each path's backend too: the variable stays set meanwhile) */
     static const char *const rows[] = {"1", "2", "4"};
 
     for (size_t c = 0; c < 3 * 2; c++) {
@@ -184,7 +212,6 @@ START_TEST(test_linear_w4a16)
 
         setenv("NVFP4_GPU_GEMV_ROWS", rows[c / 2], 1);
         be = open_gpu();
-        unsetenv("NVFP4_GPU_GEMV_ROWS");
         syn_make(&s, "w4a16", NVFP4_SCHEME_W4A16, n, k, 0.0123f, 0.0f);
         w = kup(be, &s.lin, 1);
         for (size_t i = 0; i < 67 * (size_t)k; i++)
@@ -192,6 +219,7 @@ START_TEST(test_linear_w4a16)
         for (size_t p = 0; p < NPATHS_ANY; p++)
             for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
                 check_linear(be, w, &s.lin, x, x, ms[mi], paths[p]);
+        unsetenv("NVFP4_GPU_GEMV_ROWS");
         nvfp4_kweight_free(w);
         syn_free(&s);
         free(x);
@@ -309,23 +337,24 @@ START_TEST(test_linear_dense)
     parts[1].dense = &t2;
     parts[1].bias = &tb;
     w = kup(be, parts, 2);
-    for (size_t p = 0; p < NPATHS_ANY; p++)
+    for (size_t p = 0; p < NPATHS_ANY; p++) {
+        nvfp4_kweight *pw = NULL;
+        nvfp4_backend *pb = *paths[p] ? open_path(paths[p], parts, 2, &pw) : be;
+        const nvfp4_kweight *cw = pw ? pw : w;
         for (size_t mi = 0; mi < 2; mi++) {
             const size_t m = ms[mi];
-            float *dx = dput(be, x, m * (size_t)k * 4), *dy = dput(be, NULL, m * (size_t)n * 4);
+            float *dx = dput(pb, x, m * (size_t)k * 4), *dy = dput(pb, NULL, m * (size_t)n * 4);
             const double bf = !strcmp(paths[p], "mma") || (!*paths[p] && m > 8)
                                   ? ldexp(1.0, -16) : 0.0;
             nvfp4_status st;
-            setenv("NVFP4_GPU_LINEAR", paths[p], 1);
-            st = nvfp4_k_linear(be, w, dx, m, dy, &err);
-            unsetenv("NVFP4_GPU_LINEAR");
+            st = nvfp4_k_linear(pb, cw, dx, m, dy, &err);
             if (path_refused(st, &err, paths[p])) {
-                nvfp4_backend_release(be, dx);
-                nvfp4_backend_release(be, dy);
+                nvfp4_backend_release(pb, dx);
+                nvfp4_backend_release(pb, dy);
                 continue;
             }
             ck_assert_msg(st == NVFP4_OK, "%s", err.text);
-            dget(be, y, dy, m * (size_t)n * 4);
+            dget(pb, y, dy, m * (size_t)n * 4);
             for (size_t t = 0; t < m; t++)
                 for (int64_t r = 0; r < n; r++) {
                     double acc = r >= n1 ? bias[r - n1] : 0.0, mag = fabs(acc);
@@ -340,9 +369,14 @@ START_TEST(test_linear_dense)
                                   paths[p], m, t, (long long)r, y[t * (size_t)n + (size_t)r],
                                   acc);
                 }
-            nvfp4_backend_release(be, dx);
-            nvfp4_backend_release(be, dy);
+            nvfp4_backend_release(pb, dx);
+            nvfp4_backend_release(pb, dy);
         }
+        if (pw) {
+            nvfp4_kweight_free(pw);
+            nvfp4_backend_free(pb);
+        }
+    }
     nvfp4_kweight_free(w);
     nvfp4_backend_free(be);
     free(wb);

@@ -164,14 +164,51 @@ START_TEST(test_registry)
     for (int op = 0; op < NVFP4_OP_COUNT; op++)
         ck_assert(nvfp4_backend_supports(be, (nvfp4_op)op));
     ck_assert(!nvfp4_backend_supports(be, NVFP4_OP_COUNT));
+    /* every format on the CPU; formats that do not exist, never */
+    ck_assert(nvfp4_backend_supports_format(be, NVFP4_OP_LINEAR_DENSE, NVFP4_SCHEME_NONE,
+                                            NVFP4_DTYPE_BF16));
+    ck_assert(nvfp4_backend_supports_format(be, NVFP4_OP_LINEAR_W4A4, NVFP4_SCHEME_W4A4,
+                                            NVFP4_DTYPE_U8));
+    ck_assert(nvfp4_backend_supports_format(be, NVFP4_OP_EMBED, NVFP4_SCHEME_W4A16,
+                                            NVFP4_DTYPE_U8));
+    ck_assert(!nvfp4_backend_supports_format(be, NVFP4_OP_LINEAR_W4A4, NVFP4_SCHEME_W4A16,
+                                             NVFP4_DTYPE_U8));
+    ck_assert(!nvfp4_backend_supports_format(be, NVFP4_OP_LINEAR_DENSE, NVFP4_SCHEME_NONE,
+                                             NVFP4_DTYPE_I32));
+    ck_assert(!nvfp4_backend_supports_format(NULL, NVFP4_OP_ADD, NVFP4_SCHEME_NONE,
+                                             NVFP4_DTYPE_F32));
     ck_assert_int_eq(nvfp4_backend_sync(be, &err), NVFP4_OK);
     nvfp4_backend_free(be);
     unsetenv("NVFP4_BACKEND");
+
+    /* options at open: parsed once, unknown keys and bad values refused */
+    be = nvfp4_backend_open_with("cpu", "threads=3,isa=scalar", &err);
+    ck_assert_msg(be != NULL, "%s", err.text);
+    ck_assert_int_eq(nvfp4_backend_threads(be), 3);
+    nvfp4_backend_free(be);
+    be = nvfp4_backend_open_with("cpu", "", &err);
+    ck_assert_msg(be != NULL, "%s", err.text);
+    nvfp4_backend_free(be);
+    be = nvfp4_backend_open_with("cpu", "isa=sse9", &err);
+    ck_assert(be == NULL);
+    ck_assert_int_eq(err.status, NVFP4_ERR_INVALID);
+    ck_assert_msg(strstr(err.text, "isa=sse9") && strstr(err.text, "avx512"), "%s", err.text);
+    be = nvfp4_backend_open_with("cpu", "threads=2,colour=red", &err);
+    ck_assert(be == NULL);
+    ck_assert_msg(strstr(err.text, "unknown backend option \"colour\"") &&
+                      strstr(err.text, "threads"),
+                  "%s", err.text);
+    be = nvfp4_backend_open_with("cpu", "threads", &err);
+    ck_assert(be == NULL);
+    ck_assert_msg(strstr(err.text, "not key=value"), "%s", err.text);
     nvfp4_backend_free(NULL);
     nvfp4_kweight_free(NULL);
     ck_assert_str_eq(nvfp4_kernels_version(), NVFP4_VERSION_STRING);
 }
 END_TEST
+
+static void make_tensor(nvfp4_tensor *t, const char *name, nvfp4_dtype dt, int64_t d0,
+                        int64_t d1, const void *data);
 
 /* GPU backends are shared objects found through NVFP4_BACKEND_PATH (here
  * the stand-ins of tests/fake-backend.c).  The registry is built once per
@@ -219,6 +256,56 @@ START_TEST(test_plugins)
                   err.text);
     ck_assert_int_eq(nvfp4_backend_threads(be), 1);
 
+    /* supports per weight format: the stand-in runs F32 dense weights only */
+    ck_assert(nvfp4_backend_supports(be, NVFP4_OP_LINEAR_DENSE));
+    ck_assert(nvfp4_backend_supports_format(be, NVFP4_OP_LINEAR_DENSE, NVFP4_SCHEME_NONE,
+                                            NVFP4_DTYPE_F32));
+    ck_assert(!nvfp4_backend_supports_format(be, NVFP4_OP_LINEAR_DENSE, NVFP4_SCHEME_NONE,
+                                             NVFP4_DTYPE_BF16));
+    {
+        static const float wf[2 * 16] = {0};
+        static const uint16_t wb[2 * 16] = {0};
+        nvfp4_tensor tf, tb;
+        nvfp4_linear lin;
+        nvfp4_kweight *w;
+        float x[16] = {0}, yy[2] = {0};
+
+        memset(&lin, 0, sizeof(lin));
+        strcpy(lin.prefix, "fake.dense");
+        lin.scheme = NVFP4_SCHEME_NONE;
+        lin.n = 2;
+        lin.k = 16;
+        make_tensor(&tf, "fake.f32", NVFP4_DTYPE_F32, 2, 16, wf);
+        make_tensor(&tb, "fake.bf16", NVFP4_DTYPE_BF16, 2, 16, wb);
+        lin.dense = &tf;
+        w = nvfp4_kweight_upload(be, &lin, 1, &err);
+        ck_assert_msg(w != NULL, "%s", err.text);
+        ck_assert_int_eq(nvfp4_k_linear(be, w, x, 1, yy, &err), NVFP4_OK);
+        ck_assert(yy[0] == 1000.0f && yy[1] == 1000.0f); /* the stand-in ran it */
+        ck_assert_int_eq(nvfp4_kweight_holds_copy(w), 1); /* no float_weights_in_place */
+        nvfp4_kweight_free(w);
+        lin.dense = &tb;
+        w = nvfp4_kweight_upload(be, &lin, 1, &err);
+        ck_assert_msg(w != NULL, "%s", err.text);
+        ck_assert_int_eq(nvfp4_k_linear(be, w, x, 1, yy, &err), NVFP4_ERR_UNSUPPORTED);
+        ck_assert_msg(strstr(err.text, "backend \"cuda\" does not run linear_dense on BF16 "
+                                       "weights"),
+                      "%s", err.text);
+        nvfp4_kweight_free(w);
+    }
+
+    /* the plug-in's own options, given at open */
+    {
+        nvfp4_backend *b5 = nvfp4_backend_open_with("cuda", "marker=5", &err);
+        ck_assert_msg(b5 != NULL, "%s", err.text);
+        ck_assert_int_eq(nvfp4_k_add(b5, a, b, 3, y, &err), NVFP4_OK);
+        ck_assert(y[0] == 16.0f && y[2] == 38.0f);
+        nvfp4_backend_free(b5);
+        ck_assert(nvfp4_backend_open_with("cuda", "colour=red", &err) == NULL);
+        ck_assert_int_eq(err.status, NVFP4_ERR_INVALID);
+        ck_assert_msg(strstr(err.text, "colour=red"), "%s", err.text);
+    }
+
     /* a weight belongs to the backend it was uploaded to */
     {
         syn_linear s;
@@ -233,7 +320,8 @@ START_TEST(test_plugins)
         ck_assert_msg(strstr(err.text, "uploaded to backend \"cuda\", used with \"cpu\""),
                       "%s", err.text);
         ck_assert_int_eq(nvfp4_k_linear(be, w, x, 1, yy, &err), NVFP4_ERR_UNSUPPORTED);
-        ck_assert_msg(strstr(err.text, "does not implement linear_w4a16"), "%s", err.text);
+        ck_assert_msg(strstr(err.text, "does not run linear_w4a16 on NVFP4 w4a16 weights"),
+                      "%s", err.text);
         nvfp4_kweight_free(w);
         nvfp4_backend_free(cpu);
         syn_free(&s);

@@ -65,8 +65,9 @@
  * NVFP4_BACKEND picks the backend when none is named; NVFP4_BACKEND_PATH
  * (colon-separated) is searched for GPU backend modules
  * (nvfp4-backend-NAME.so) before the installed backends directory, once,
- * at the registry's first use; NVFP4_CPU_ISA (scalar, avx2, avx512) caps
- * the CPU backend's instruction set, read when a CPU backend is opened.
+ * at the registry's first use; NVFP4_CPU_ISA (scalar, avx2, avx512, vnni)
+ * caps the CPU backend's instruction set, read when a CPU backend is opened
+ * (the isa option of nvfp4_backend_open_with() overrides it).
  */
 #ifndef NVFP4_KERNELS_H
 #define NVFP4_KERNELS_H
@@ -158,6 +159,28 @@ NVFP4_API int nvfp4_backend_available(const char *name);
  */
 NVFP4_API nvfp4_backend *nvfp4_backend_open(const char *name, nvfp4_error *err);
 /**
+ * Open a backend with options of its own, parsed once, here (as ggml's
+ * device init parameters).  nvfp4_backend_open() is this with no options.
+ * An option not given takes its environment default (the variables of the
+ * Environment paragraph above and of nvfp4(1)), read now, never later.
+ *
+ * Options of the cpu backend: isa=scalar|avx2|avx512|vnni (a cap, as
+ * NVFP4_CPU_ISA), threads=N (as nvfp4_backend_set_threads()).  Options of
+ * the cuda and hip backends: device=N (NVFP4_GPU_DEVICE),
+ * linear=auto|gemv|tiled|mma|fp4 (NVFP4_GPU_LINEAR: pin one linear path;
+ * a weight the path cannot run fails with ::NVFP4_ERR_UNSUPPORTED),
+ * gemv_rows=1|2|4 (NVFP4_GPU_GEMV_ROWS), mma=0|1 and fp4mma=0|1 (0 as
+ * NVFP4_GPU_NO_MMA and NVFP4_GPU_NO_FP4MMA: tensor-core paths off).
+ * @param name as for nvfp4_backend_open()
+ * @param params NULL, "", or "key=value" pairs separated by commas
+ * @param err filled on failure, or NULL
+ * @return the backend, or NULL: the errors of nvfp4_backend_open(), and
+ *         ::NVFP4_ERR_INVALID for an unknown key or a bad value (the
+ *         message names it and lists the backend's keys)
+ */
+NVFP4_API nvfp4_backend *nvfp4_backend_open_with(const char *name, const char *params,
+                                                 nvfp4_error *err);
+/**
  * Close a backend and free its state.  Free its weights and release its
  * memory first.  A GPU module stays loaded.
  * @param be the backend, or NULL (nothing is done)
@@ -177,6 +200,25 @@ NVFP4_API const char *nvfp4_backend_name(const nvfp4_backend *be);
  * @return 1 or 0 (0 for a NULL @p be or an unknown @p op)
  */
 NVFP4_API int nvfp4_backend_supports(const nvfp4_backend *be, nvfp4_op op);
+/**
+ * Whether this backend runs an operation on weights of a given format
+ * (as ggml's supports_op looks at the tensors' types): before uploading,
+ * a caller can choose where a layer goes.  nvfp4_k_linear(),
+ * nvfp4_k_embed() and nvfp4_k_moe() on a weight of a format the backend
+ * does not run return ::NVFP4_ERR_UNSUPPORTED naming the op and the format.
+ * @param be the backend
+ * @param op the operation; for an operation without weights the format is
+ *        ignored and this is nvfp4_backend_supports()
+ * @param scheme the weight's scheme; ::NVFP4_OP_LINEAR_W4A4,
+ *        ::NVFP4_OP_LINEAR_W4A16 and ::NVFP4_OP_LINEAR_DENSE take their own
+ *        (W4A4, W4A16, NONE) only
+ * @param dtype for ::NVFP4_SCHEME_NONE the weight's dtype (F32, BF16 or
+ *        F16); ignored for NVFP4 schemes
+ * @return 1 or 0 (0 for a NULL @p be, an unknown @p op, or a format that
+ *         does not exist)
+ */
+NVFP4_API int nvfp4_backend_supports_format(const nvfp4_backend *be, nvfp4_op op,
+                                            nvfp4_scheme scheme, nvfp4_dtype dtype);
 /**
  * Set the number of worker threads of a CPU backend (ignored by backends
  * without threads).  Results do not depend on it.

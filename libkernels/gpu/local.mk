@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # GPU backends (house style: one kernel source for CUDA and HIP).  Each
-# vendor builds gpu/kernels.cu and gpu/backend-gpu.cu into the loadable
+# vendor builds libkernels/gpu/kernels.cu and libkernels/gpu/backend-gpu.cu into the loadable
 # module nvfp4-backend-<vendor>.so in $(pkglibdir)/backends, which
 # libnvfp4-kernels dlopen()s (libkernels/backend-impl.h); nothing else links
 # a GPU runtime.
@@ -32,7 +32,7 @@ EXTRA_DIST += \
 	%reldir%/emu.cc
 
 # The kernels' logic on the CPU: kernels.cu and backend-gpu.cu built against
-# the emulator spelling gpu/gpu-emu.h and run under tests/test-gpu, warps of
+# the emulator spelling libkernels/gpu/gpu-emu.h and run under tests/test-gpu, warps of
 # 32 and 64 lanes (about a minute on two cores; SKIP without python3/g++).
 if HAVE_CHECK
 TESTS += tests/gpu-emu.test
@@ -46,7 +46,7 @@ CLEANFILES += $(GPU_EMU_OUT)
 backendsdir = $(pkglibdir)/backends
 backends_LTLIBRARIES =
 
-GPU_CPPFLAGS = $(DEFS) $(DEFAULT_INCLUDES) $(AM_CPPFLAGS) -I$(top_srcdir)/gpu $(CPPFLAGS)
+GPU_CPPFLAGS = $(DEFS) $(DEFAULT_INCLUDES) $(AM_CPPFLAGS) -I$(top_srcdir)/%reldir% $(CPPFLAGS)
 GPU_MODULE_LDFLAGS = -module -avoid-version -shared -no-undefined -Wl,--no-undefined \
 	-Wl,--version-script=$(srcdir)/%reldir%/nvfp4-backend.sym
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu/numerics.h - the number formats of §1 and the activation
+ * libkernels/gpu/numerics.h - the number formats of §1 and the activation
  * quantize-dequantize of §5 as functions that compile for the GPU (both
  * vendors) AND as plain C, so that tests/test-gpu-numerics.c checks the very
  * code the kernels run against the PyTorch fixtures on a machine without a

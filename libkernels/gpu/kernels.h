@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu/kernels.h - the launchers of gpu/kernels.cu, one per operation of
+ * libkernels/gpu/kernels.h - the launchers of libkernels/gpu/kernels.cu, one per operation of
  * nvfp4/kernels.h, shared by the CUDA and the HIP build.  Every pointer is
  * device memory; every launcher only enqueues work on STREAM and returns
  * the launch status (gpu_last_error), which the backend glue turns into an

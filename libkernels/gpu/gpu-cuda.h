@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu/gpu-cuda.h - the neutral GPU spelling of gpu/gpu.h, defined for the
- * CUDA runtime.  gpu/gpu-hip.h defines exactly the same names for HIP; a
+ * libkernels/gpu/gpu-cuda.h - the neutral GPU spelling of libkernels/gpu/gpu.h, defined for the
+ * CUDA runtime.  libkernels/gpu/gpu-hip.h defines exactly the same names for HIP; a
  * name missing from one of them fails to compile on that vendor, so add
  * every new mapping to both (never a macro chain renaming cuda* to hip*).
  */
@@ -154,7 +154,7 @@ GPU_DEV void gpu_syncthreads(void) { __syncthreads(); }
 GPU_DEV int gpu_atomic_cas(int *p, int cmp, int val) { return atomicCAS(p, cmp, val); }
 GPU_DEV int gpu_atomic_add(int *p, int v) { return atomicAdd(p, v); }
 
-/* Tensor cores (gpu/gpu.h): mma.sync m16n8k16 BF16 from sm_80 on.  The
+/* Tensor cores (libkernels/gpu/gpu.h): mma.sync m16n8k16 BF16 from sm_80 on.  The
  * backend asks the device which of these its kernel image has
  * (gk_caps), so a device never runs an empty kernel body. */
 #define GPU_MMA_KIND GPU_MMA_NV_M16N8K16

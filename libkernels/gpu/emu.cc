@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu/emu.cc - the runtime of the CPU emulator of gpu/gpu-emu.h (a test
+ * libkernels/gpu/emu.cc - the runtime of the CPU emulator of libkernels/gpu/gpu-emu.h (a test
  * tool, see there): one fiber per GPU thread, blocks run in turn.
  *
  * Scheduling: every ready fiber runs until it finishes or waits at a
@@ -170,7 +170,7 @@ uint32_t gpu_emu_exchange(uint32_t bits, int mask)
  * warp meets again before any slot can be overwritten.  The lane layouts
  * below are written from the vendor documents in the direction they state
  * them (element index -> row, column), independently of the kernels'
- * register packing in gpu/kernels.cu. */
+ * register packing in libkernels/gpu/kernels.cu. */
 
 namespace {
 
@@ -212,7 +212,7 @@ float bf16(uint32_t h)
 
 #if GPU_EMU_WARP != 64
 /* §1 decoders, written again here so that the model shares nothing with
- * the kernels' gpu/numerics.h */
+ * the kernels' libkernels/gpu/numerics.h */
 float e2m1(uint32_t nib)
 {
     static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu/gpu-emu.h - the neutral GPU spelling of gpu/gpu.h, defined for a CPU
+ * libkernels/gpu/gpu-emu.h - the neutral GPU spelling of libkernels/gpu/gpu.h, defined for a CPU
  * emulator: a developer tool (scripts/gpu-emu-check.sh), never installed,
- * that runs gpu/kernels.cu and gpu/backend-gpu.cu on a machine without a
+ * that runs libkernels/gpu/kernels.cu and libkernels/gpu/backend-gpu.cu on a machine without a
  * GPU so that the kernels' indexing, reductions, barriers and warp
  * exchanges are exercised by tests/test-gpu.c.
  *
@@ -11,8 +11,8 @@
  * thread of the block, a warp shuffle for every live lane of the warp; a
  * divergent barrier is reported and aborts (this is a test tool).  The warp
  * is GPU_EMU_WARP lanes (32 by default; 64 emulates CDNA wavefronts).
- * Device memory is host memory.  The tensor-core instructions of gpu/gpu.h
- * are emulated as warp collectives (gpu/emu.cc): at warp 32 NVIDIA's
+ * Device memory is host memory.  The tensor-core instructions of libkernels/gpu/gpu.h
+ * are emulated as warp collectives (libkernels/gpu/emu.cc): at warp 32 NVIDIA's
  * mma.sync m16n8k16 BF16 and the block-scaled m16n8k64 FP4 MMA, at warp 64
  * AMD's 16x16x16 BF16 MFMA, each with its documented lane layout, exact
  * products and float32 accumulation in k order.  The <<<...>>> launches are

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu/gpu.h - the small neutral spelling the GPU backends are written in
+ * libkernels/gpu/gpu.h - the small neutral spelling the GPU backends are written in
  * (house style: CUDA and HIP share one kernel source).
  *
  * Exactly one vendor header defines every name below; the build selects it
@@ -32,14 +32,14 @@
  *                         9.7.14.5.8);
  *   GPU_MMA_AMD_16X16X16  AMD v_mfma_f32_16x16x16[bf16_1k|_bf16] (CDNA2,
  *                         CDNA3): 64 lanes, N = 16, A 2 registers, B 2.
- * gpu/kernels.cu spells out both lane layouts once (mma_* helpers); the
- * emulator's model of each instruction (gpu/emu.cc) is written
+ * libkernels/gpu/kernels.cu spells out both lane layouts once (mma_* helpers); the
+ * emulator's model of each instruction (libkernels/gpu/emu.cc) is written
  * independently from the same vendor documents, so the emulator checks the
  * kernel's fragment packing against it.
  *
  * gpu_mma_fp4(d, a, b, sfa, sfb) is the block-scaled FP4 instruction
  * mma.sync.m16n8k64 .kind::mxf4nvf4 .scale_vec::4X with E2M1 operands and
- * UE4M3 scales (NVIDIA sm_120a/sm_121a only; layout in gpu/kernels.cu).
+ * UE4M3 scales (NVIDIA sm_120a/sm_121a only; layout in libkernels/gpu/kernels.cu).
  *
  * Kernel launches use the <<<grid, block, shmem, stream>>> syntax both
  * compilers accept.

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu/backend-gpu.cu - the "cuda" / "hip" backend: the function table of
- * libkernels/backend-impl.h over the launchers of gpu/kernels.cu.  Built
+ * libkernels/gpu/backend-gpu.cu - the "cuda" / "hip" backend: the function table of
+ * libkernels/backend-impl.h over the launchers of libkernels/gpu/kernels.cu.  Built
  * once per vendor into the loadable module nvfp4-backend-<vendor>.so, which
  * libnvfp4-kernels dlopen()s, so the CPU-only core never links a GPU
  * runtime.
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "kernels.h"
-#include "../libkernels/backend-impl.h"
+#include "../backend-impl.h"
 
 typedef struct {
     int device;
@@ -33,7 +33,18 @@ typedef struct {
     void *scratch;          /* device, grow-only, stream-ordered reuse */
     size_t scratch_size;
     struct moe_set *moe_sets; /* device descriptor arrays, one per MoE layer */
+    int force;              /* linear path pinned at open: 0 auto, 1 gemv, 2 tiled,
+                               3 mma, 4 fp4 (option linear=, NVFP4_GPU_LINEAR) */
 } gctx;
+
+/* The options of open(), each from PARAMS or else its environment
+ * variable, parsed once. */
+typedef struct {
+    int device;             /* device=N, NVFP4_GPU_DEVICE; 0 */
+    int force;              /* linear=..., NVFP4_GPU_LINEAR */
+    int gemv_rows;          /* gemv_rows=1|2|4, NVFP4_GPU_GEMV_ROWS; 0 = the kernels' choice */
+    int mma, fp4mma;        /* mma=0|1, fp4mma=0|1; NVFP4_GPU_NO_(W)MMA, NVFP4_GPU_NO_FP4MMA */
+} gopts;
 
 /* The experts of one MoE layer as the grouped kernels read them: a device
  * array [w13 of each expert, w2 of each expert].  Built on the first call
@@ -85,27 +96,107 @@ static int mul_ok(size_t a, size_t b, size_t *out)
 
 /* ---- backend state ------------------------------------------------------------ */
 
-static int selected_device(void)
+/* A non-negative decimal at most MAX, or -1. */
+static int small_int(const char *s, long max)
 {
-    const char *s = getenv("NVFP4_GPU_DEVICE");
     char *end;
     long v;
 
     if (!s || !*s)
-        return 0;
+        return -1;
     v = strtol(s, &end, 10);
-    return (*end || v < 0 || v > 1024) ? -1 : (int)v;
+    return (*end || v < 0 || v > max) ? -1 : (int)v;
 }
 
+static int linear_path(const char *f)
+{
+    return !strcmp(f, "") || !strcmp(f, "auto") ? 0 : !strcmp(f, "gemv") ? 1
+           : !strcmp(f, "tiled") ? 2 : !strcmp(f, "mma") || !strcmp(f, "wmma") ? 3
+           : !strcmp(f, "fp4") ? 4 : -1;
+}
+
+/* One option KEY=VAL into O; 0, or -1 with ERR naming it (ORIGIN: where it
+ * came from, the option string or an environment variable). */
+static int set_opt(gopts *o, const char *key, const char *val, const char *origin,
+                   nvfp4_error *err)
+{
+    int v = -1;
+
+    if (!strcmp(key, "device")) {
+        if ((v = small_int(val, 1024)) >= 0)
+            o->device = v;
+    } else if (!strcmp(key, "linear")) {
+        if ((v = linear_path(val)) >= 0)
+            o->force = v;
+    } else if (!strcmp(key, "gemv_rows")) {
+        if ((v = small_int(val, 4)) >= 0 && (v == 1 || v == 2 || v == 4))
+            o->gemv_rows = v;
+        else
+            v = -1;
+    } else if (!strcmp(key, "mma") || !strcmp(key, "fp4mma")) {
+        if ((v = small_int(val, 1)) >= 0)
+            *(!strcmp(key, "mma") ? &o->mma : &o->fp4mma) = v;
+    } else {
+        nvfp4_error_set(err, NVFP4_ERR_INVALID, "", GPU_VENDOR_NAME, -1,
+                        "%s: unknown backend option \"%s\" (%s); the keys are device, "
+                        "linear, gemv_rows, mma and fp4mma",
+                        GPU_VENDOR_NAME, key, origin);
+        return -1;
+    }
+    if (v < 0) {
+        nvfp4_error_set(err, NVFP4_ERR_INVALID, "", key, -1,
+                        "%s: backend option %s=\"%s\" (%s): expected device=0..1024, "
+                        "linear=auto|gemv|tiled|mma|fp4, gemv_rows=1|2|4, mma=0|1 or "
+                        "fp4mma=0|1",
+                        GPU_VENDOR_NAME, key, val, origin);
+        return -1;
+    }
+    return 0;
+}
+
+/* The environment's defaults, then PARAMS over them. */
+static int parse_opts(gopts *o, const char *params, nvfp4_error *err)
+{
+    char key[32], val[64];
+    const char *p = params, *e;
+    int r;
+
+    memset(o, 0, sizeof(*o));
+    o->mma = o->fp4mma = 1;
+    if ((e = getenv("NVFP4_GPU_DEVICE")) && *e && set_opt(o, "device", e, "NVFP4_GPU_DEVICE", err))
+        return -1;
+    if ((e = getenv("NVFP4_GPU_LINEAR")) && set_opt(o, "linear", e, "NVFP4_GPU_LINEAR", err))
+        return -1;
+    /* as before: a value atoi() reads as 0 leaves the kernels' choice */
+    if ((e = getenv("NVFP4_GPU_GEMV_ROWS")) && (r = atoi(e)) != 0)
+        o->gemv_rows = r;
+    if (getenv("NVFP4_GPU_NO_WMMA") || getenv("NVFP4_GPU_NO_MMA"))
+        o->mma = 0;
+    if (getenv("NVFP4_GPU_NO_FP4MMA"))
+        o->fp4mma = 0;
+    while (p && (r = nvfp4_backend_param_next(&p, key, sizeof key, val, sizeof val)) != 0) {
+        if (r < 0) {
+            nvfp4_error_set(err, NVFP4_ERR_INVALID, "", GPU_VENDOR_NAME, -1,
+                            "%s: backend option \"%.40s\" is not key=value", GPU_VENDOR_NAME,
+                            p);
+            return -1;
+        }
+        if (set_opt(o, key, val, "option", err))
+            return -1;
+    }
+    return 0;
+}
+
+/* Any device: which one is an option of open(), checked there. */
 static int g_available(void)
 {
-    int n = 0, dev = selected_device();
+    int n = 0;
 
     if (gpu_device_count(&n) != GPU_SUCCESS) {
         (void)gpu_last_error();
         return 0;
     }
-    return dev >= 0 && dev < n;
+    return n > 0;
 }
 
 static void g_close(void *c)
@@ -131,28 +222,33 @@ static void g_close(void *c)
     free(ctx);
 }
 
-static void *g_open(nvfp4_error *err)
+static void *g_open(const char *params, nvfp4_error *err)
 {
     gctx *ctx;
+    gopts o;
     int n = 0;
     gpu_error_t e;
 
+    if (parse_opts(&o, params, err))
+        return NULL;
     ctx = (gctx *)calloc(1, sizeof(*ctx));
     if (!ctx) {
         nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", GPU_VENDOR_NAME, -1,
                         "out of host memory opening the backend");
         return NULL;
     }
-    ctx->device = selected_device();
+    ctx->device = o.device;
+    ctx->force = o.force;
     if ((e = gpu_device_count(&n)) != GPU_SUCCESS) {
         gerr(e, GPU_VENDOR_NAME, err);
         free(ctx);
         return NULL;
     }
-    if (ctx->device < 0 || ctx->device >= n) {
-        nvfp4_error_set(err, NVFP4_ERR_BACKEND, "", "NVFP4_GPU_DEVICE", -1,
-                        "%s: device \"%s\" requested, %d device(s) present", GPU_VENDOR_NAME,
-                        getenv("NVFP4_GPU_DEVICE"), n);
+    if (ctx->device >= n) {
+        nvfp4_error_set(err, NVFP4_ERR_BACKEND, "", "device", -1,
+                        "%s: device %d requested (option device= or NVFP4_GPU_DEVICE), %d "
+                        "device(s) present",
+                        GPU_VENDOR_NAME, ctx->device, n);
         free(ctx);
         return NULL;
     }
@@ -165,8 +261,7 @@ static void *g_open(nvfp4_error *err)
     }
     ctx->dev.warp_size = ctx->info.warp_size;
     /* tests and tuning: NVFP4 GEMV rows per warp (1, 2 or 4) */
-    if (getenv("NVFP4_GPU_GEMV_ROWS"))
-        ctx->dev.gemv_rows = atoi(getenv("NVFP4_GPU_GEMV_ROWS"));
+    ctx->dev.gemv_rows = o.gemv_rows;
     /* The kernels assume whole warps of 32 or 64 lanes. */
     if (ctx->dev.warp_size != 32 && ctx->dev.warp_size != 64) {
         nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, "", GPU_VENDOR_NAME, -1,
@@ -200,9 +295,9 @@ static void *g_open(nvfp4_error *err)
 #endif
     }
     /* tuning and comparisons: switch the tensor-core paths off */
-    if (getenv("NVFP4_GPU_NO_WMMA") || getenv("NVFP4_GPU_NO_MMA"))
+    if (!o.mma)
         ctx->dev.mma = 0;
-    if (getenv("NVFP4_GPU_NO_FP4MMA"))
+    if (!o.fp4mma)
         ctx->dev.fp4mma = 0;
     if ((e = gpu_memset(ctx->flag, 0, sizeof(int), ctx->stream)) != GPU_SUCCESS ||
         (e = gpu_stream_sync(ctx->stream)) != GPU_SUCCESS) {
@@ -211,6 +306,28 @@ static void *g_open(nvfp4_error *err)
         return NULL;
     }
     return ctx;
+}
+
+static void g_get_caps(void *c, nvfp4_backend_caps *caps)
+{
+    (void)c;
+    caps->host_memory = 0;     /* device memory: ids and indices checked on the device */
+    caps->async = 1;           /* one stream; sync() waits */
+    caps->float_weights_in_place = 0; /* every weight is copied to the device */
+    caps->threads = 0;
+}
+
+/* Every op and format, except float weights with NVFP4 activations (the
+ * kernels have no §5 step before a float product). */
+static int g_supports(void *c, nvfp4_op op, const nvfp4_kweight_desc *w)
+{
+    (void)c;
+    if ((unsigned)op >= NVFP4_OP_COUNT)
+        return 0;
+    if (w && (op == NVFP4_OP_LINEAR_DENSE || op == NVFP4_OP_MOE) &&
+        w->scheme == NVFP4_SCHEME_NONE && w->input_scale > 0.0f)
+        return 0;
+    return 1;
 }
 
 static void g_set_threads(void *c, int threads)
@@ -470,22 +587,21 @@ static nvfp4_status g_linear(void *c, void *p, const nvfp4_kweight_desc *desc, c
     gkw *kw = (gkw *)p;
     float *xq = NULL;
     size_t bytes;
-    int force = 0;
-    const char *f = getenv("NVFP4_GPU_LINEAR");
+    const int force = ctx->force;
+    static const char *const path_names[] = {"auto", "gemv", "tiled", "mma", "fp4"};
 
     (void)desc;
     (void)gpu_set_device(ctx->device);
-    /* benchmarks and tests pin a path: gemv, tiled, mma (BF16 tensor
-     * cores; "wmma" is its old name) or fp4 (W4A4 on FP4 tensor cores) */
-    if (f)
-        force = !strcmp(f, "gemv") ? 1 : !strcmp(f, "tiled") ? 2
-                : !strcmp(f, "mma") || !strcmp(f, "wmma") ? 3 : !strcmp(f, "fp4") ? 4 : 0;
+    /* benchmarks and tests pin a path at open: gemv, tiled, mma (BF16
+     * tensor cores; "wmma" is its old name) or fp4 (W4A4 on FP4 tensor
+     * cores) */
     if ((force == 3 && !ctx->dev.mma) ||
         (force == 4 && (!ctx->dev.fp4mma || kw->w.format != GK_NVFP4 ||
                         !(kw->w.input_scale > 0.0f))))
-        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, "", "NVFP4_GPU_LINEAR", -1,
-                               "%s: linear path \"%s\" is not available for this %s weight "
-                               "on device %s (%s)", GPU_VENDOR_NAME, f,
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, "", "linear", -1,
+                               "%s: linear path \"%s\" (option linear= or NVFP4_GPU_LINEAR) "
+                               "is not available for this %s weight on device %s (%s)",
+                               GPU_VENDOR_NAME, path_names[force],
                                kw->w.format == GK_NVFP4 && kw->w.input_scale > 0.0f ? "W4A4"
                                                                                   : "non-W4A4",
                                ctx->info.name, ctx->info.arch);
@@ -687,13 +803,31 @@ static int vec_ok(const gk_weight *w, const void *x)
     return w->k % 8 == 0 && (uintptr_t)w->dense % 16 == 0;
 }
 
-static nvfp4_status g_moe(void *c, void *const *w13, const nvfp4_kweight_desc *const *d13,
-                          void *const *w2, const nvfp4_kweight_desc *const *d2, size_t experts,
-                          const float *x, size_t m, const int32_t *idx, const float *weights,
-                          size_t k, float *y, nvfp4_error *err)
+/* The device view of expert I's projection in the registry's array KW. */
+static const gk_weight *expert_w(nvfp4_kweight *const *kw, size_t i)
+{
+    return &((const gkw *)kw[i]->impl)->w;
+}
+
+/* Whether SET holds exactly these experts' views (no copy is made). */
+static int moe_set_is(const struct moe_set *set, nvfp4_kweight *const *w13,
+                      nvfp4_kweight *const *w2, size_t experts)
+{
+    if (set->count != 2 * experts)
+        return 0;
+    for (size_t i = 0; i < experts; i++)
+        if (memcmp(&set->host[i], expert_w(w13, i), sizeof(gk_weight)) != 0 ||
+            memcmp(&set->host[experts + i], expert_w(w2, i), sizeof(gk_weight)) != 0)
+            return 0;
+    return 1;
+}
+
+static nvfp4_status g_moe(void *c, nvfp4_kweight *const *w13, nvfp4_kweight *const *w2,
+                          size_t experts, const float *x, size_t m, const int32_t *idx,
+                          const float *weights, size_t k, float *y, nvfp4_error *err)
 {
     gctx *ctx = (gctx *)c;
-    const gk_weight *a0 = &((gkw *)w13[0])->w, *b0 = &((gkw *)w2[0])->w;
+    const gk_weight *a0 = expert_w(w13, 0), *b0 = expert_w(w2, 0);
     const int64_t hidden = a0->k, inter = b0->k;
     const int qdq13 = a0->format == GK_NVFP4 && a0->input_scale > 0.0f;
     const int qdq2 = b0->format == GK_NVFP4 && b0->input_scale > 0.0f;
@@ -704,8 +838,6 @@ static nvfp4_status g_moe(void *c, void *const *w13, const nvfp4_kweight_desc *c
     void *scr;
     gpu_error_t e;
 
-    (void)d13;
-    (void)d2;
     (void)gpu_set_device(ctx->device);
     if (experts > 65535 || !mul_ok(m, k, &pairs) || pairs > 0x7FFFFFFFu)
         return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, "", "moe", -1,
@@ -714,7 +846,7 @@ static nvfp4_status g_moe(void *c, void *const *w13, const nvfp4_kweight_desc *c
                                GPU_VENDOR_NAME, experts, m, k);
     /* one kernel per projection serves every expert: they must agree */
     for (size_t i = 0; i < experts; i++) {
-        const gk_weight *a = &((gkw *)w13[i])->w, *b = &((gkw *)w2[i])->w;
+        const gk_weight *a = expert_w(w13, i), *b = expert_w(w2, i);
         if (a->format != a0->format || b->format != b0->format ||
             (a->format == GK_NVFP4 && (a->input_scale > 0.0f) != qdq13) ||
             (b->format == GK_NVFP4 && (b->input_scale > 0.0f) != qdq2))
@@ -742,19 +874,18 @@ static nvfp4_status g_moe(void *c, void *const *w13, const nvfp4_kweight_desc *c
     need = gk_moe_scratch((int64_t)experts, (int64_t)m, (int64_t)k, hidden, inter);
     if (!(scr = scratch(ctx, need, "moe", err)))
         return err ? err->status : NVFP4_ERR_DEVICE_OOM;
-    host = (gk_weight *)malloc(ndesc * sizeof(gk_weight));
-    if (!host)
-        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "moe", -1, "out of host memory");
-    for (size_t i = 0; i < experts; i++) {
-        host[i] = ((gkw *)w13[i])->w;
-        host[experts + i] = ((gkw *)w2[i])->w;
-    }
+    /* a decode step finds its layer's set and allocates nothing */
     for (set = ctx->moe_sets; set; set = set->next)
-        if (set->count == ndesc && !memcmp(set->host, host, ndesc * sizeof(gk_weight)))
+        if (moe_set_is(set, w13, w2, experts))
             break;
-    if (set) {
-        free(host);
-    } else {
+    if (!set) {
+        host = (gk_weight *)malloc(ndesc * sizeof(gk_weight));
+        if (!host)
+            return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "moe", -1, "out of host memory");
+        for (size_t i = 0; i < experts; i++) {
+            host[i] = *expert_w(w13, i);
+            host[experts + i] = *expert_w(w2, i);
+        }
         set = (struct moe_set *)calloc(1, sizeof(*set));
         if (!set) {
             free(host);
@@ -795,6 +926,8 @@ static const nvfp4_backend_iface g_iface = {
     g_available,
     g_open,
     g_close,
+    g_get_caps,
+    g_supports,
     g_set_threads,
     g_threads,
     g_sync,

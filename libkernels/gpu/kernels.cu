@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu/kernels.cu - every operation of a decode/prefill step, written once
- * against the neutral spelling of gpu/gpu.h and compiled by nvcc (CUDA) and
+ * libkernels/gpu/kernels.cu - every operation of a decode/prefill step, written once
+ * against the neutral spelling of libkernels/gpu/gpu.h and compiled by nvcc (CUDA) and
  * hipcc (HIP).  The tensor-core GEMMs use the warp-wide MMA instructions of
- * gpu/gpu.h, whose per-vendor lane layouts are spelled out once below.
+ * libkernels/gpu/gpu.h, whose per-vendor lane layouts are spelled out once below.
  *
  * Numerics (section numbers refer to docs/quark-nvfp4-spec.md):
  *  - weights dequantize as E2M1 * (E4M3(scale) * global), §2; the GEMV
@@ -18,7 +18,7 @@
  *    codes and scales of the activations with the weight's own codes and
  *    scales, and applies weight_scale_2 * input_scale once at the end;
  *  - the W4A4 activation quantize-dequantize is bit-exact with the CPU
- *    (gpu/numerics.h, same float32 operations in the same order);
+ *    (libkernels/gpu/numerics.h, same float32 operations in the same order);
  *  - everything else accumulates in float32; reductions have a fixed shape
  *    per launch, so results do not depend on timing (determinism contract of
  *    libkernels/backend-impl.h).
@@ -124,7 +124,7 @@ GPU_DEV void dense_load8(const void *base, int64_t i, float *v)
 
 /* ---- §5 activation quantize-dequantize --------------------------------------- */
 
-/* One thread per block of 16; bit-exact with the CPU (gpu/numerics.h). */
+/* One thread per block of 16; bit-exact with the CPU (libkernels/gpu/numerics.h). */
 __global__ void qdq_kernel(const float *__restrict__ x, int64_t nblocks, float gs,
                            float *__restrict__ out)
 {
@@ -516,7 +516,7 @@ gemm_tiled_kernel(gk_weight w, const float *__restrict__ x, int64_t m,
 
 /* ---- GEMM: tensor cores ------------------------------------------------------
  * The same 64x64 tile as the portable path, four warps of 32x32 outputs,
- * each a grid of 16 x MMA_N fragments of gpu_mma_bf16 (gpu/gpu.h).  The
+ * each a grid of 16 x MMA_N fragments of gpu_mma_bf16 (libkernels/gpu/gpu.h).  The
  * operands are made exact in BF16 so that the products are those of the
  * float32 paths (each exact in float32, accumulation float32):
  *  - NVFP4 weights enter as E2M1 * E4M3(scale), at most 6 significant
@@ -709,7 +709,7 @@ gemm_mma_kernel(gk_weight w, const float *__restrict__ x, int64_t m, float post,
  * Fragments are read straight from global memory (L1-cached). */
 
 /* §5 for one block of 16 up to the codes: num_qdq_block's float32
- * operations (gpu/numerics.h), the E2M1 codes into C and the E4M3 scale
+ * operations (libkernels/gpu/numerics.h), the E2M1 codes into C and the E4M3 scale
  * code returned. */
 GPU_DEV uint32_t act_block_codes(const float *v, float gs, uint32_t *c)
 {
@@ -806,7 +806,7 @@ GPU_DEV uint32_t f4_scales(const uint8_t *row, int64_t k0, int64_t nblk)
  * k = 8t + 32q.  Scales (PTX ISA 9.7.14.3 and its Figure 43, selectors
  * {0, 0}): lane 4g holds the 4 scales of A row g and of B column g, lane
  * 4g + 1 those of A row g + 8; byte c scales k = 16c .. 16c+15.  The
- * emulator's model (gpu/emu.cc) states the same facts element by element. */
+ * emulator's model (libkernels/gpu/emu.cc) states the same facts element by element. */
 __global__ void __launch_bounds__(F4_THREADS)
 gemm_fp4_kernel(gk_weight w, const uint8_t *__restrict__ codes,
                 const uint8_t *__restrict__ xscales, int64_t m, float post,

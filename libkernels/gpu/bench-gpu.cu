@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu/bench-gpu.cu - GPU benchmarks for scripts/gpu-check.sh (not a test).
+ * libkernels/gpu/bench-gpu.cu - GPU benchmarks for scripts/gpu-check.sh (not a test).
  *
  *   GEMV (decode, 1 token): NVFP4 weights W4A16 and W4A4 against a
  *   device-to-device copy of the same bytes (packed weights + block scales),

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu/gpu-hip.h - the neutral GPU spelling of gpu/gpu.h, defined for HIP
- * (AMD ROCm).  Mirrors gpu/gpu-cuda.h name for name: a mapping missing here
+ * libkernels/gpu/gpu-hip.h - the neutral GPU spelling of libkernels/gpu/gpu.h, defined for HIP
+ * (AMD ROCm).  Mirrors libkernels/gpu/gpu-cuda.h name for name: a mapping missing here
  * fails the HIP build at once instead of hiding behind a rename macro.
  */
 #ifndef NVFP4_GPU_HIP_H
@@ -132,7 +132,7 @@ GPU_DEV void gpu_syncthreads(void) { __syncthreads(); }
 GPU_DEV int gpu_atomic_cas(int *p, int cmp, int val) { return atomicCAS(p, cmp, val); }
 GPU_DEV int gpu_atomic_add(int *p, int v) { return atomicAdd(p, v); }
 
-/* Tensor cores (gpu/gpu.h): the CDNA2/CDNA3 matrix cores, a wavefront-wide
+/* Tensor cores (libkernels/gpu/gpu.h): the CDNA2/CDNA3 matrix cores, a wavefront-wide
  * (64-lane) MFMA.  gfx908 lacks the _1k BF16 form and RDNA has no MFMA: there
  * the kernel body is empty and gk_caps tells the backend so. */
 #define GPU_MMA_KIND GPU_MMA_AMD_16X16X16
