@@ -19,7 +19,9 @@
 # made by scripts/fixtures/make-smollm2.sh), LLAMA_SERVER (default
 # NVFP4_CACHE/llama.cpp/build/bin/llama-server, built by scripts/build-llama.sh),
 # GGUF, CONCURRENCY (1,4,16,32), REQUESTS per client (2), MAX_TOKENS (64),
-# PROMPT_WORDS (40), CTX per sequence (512).
+# PROMPT_WORDS (40), CTX per sequence (512), LLAMA_ARGS (more llama-server
+# options; on a machine with more runnable threads than cores, "--poll 0"
+# keeps its thread pool from spinning: there it took ~1 s a token without).
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 T=${1:-2}
@@ -86,11 +88,24 @@ OMP_NUM_THREADS=$T "$NVFP4" serve "$MODEL" --host 127.0.0.1 --port "$np" --threa
     --served-model-name smollm2 > "$tmp/nvfp4.log" 2>&1 &
 npid=$!
 wait_health "$np" "$npid" "$tmp/nvfp4.log"
-lp=$(free_port)
-"$LLAMA_SERVER" -m "$GGUF" --host 127.0.0.1 --port "$lp" -t "$T" -tb "$T" -np "$SLOTS" \
-    -c $((SLOTS * CTX)) --no-webui > "$tmp/llama.log" 2>&1 &
-lpid=$!
-wait_health "$lp" "$lpid" "$tmp/llama.log"
+# llama-server's warm-up batch takes its AMX kernels where the CPU lists AMX;
+# a VM that does not grant the AMX state kills it (SIGILL): then it runs
+# again without the extra buffer types (--no-repack), as on a CPU without AMX.
+LLAMA_NOTE=
+for extra in "" --no-repack; do
+    lp=$(free_port)
+    # shellcheck disable=SC2086
+    "$LLAMA_SERVER" -m "$GGUF" --host 127.0.0.1 --port "$lp" -t "$T" -tb "$T" -np "$SLOTS" \
+        -c $((SLOTS * CTX)) --no-webui $extra ${LLAMA_ARGS:-} > "$tmp/llama.log" 2>&1 &
+    lpid=$!
+    if wait_health "$lp" "$lpid" "$tmp/llama.log" 2>"$tmp/llama.err"; then
+        LLAMA_NOTE=$extra; break
+    fi
+    wait "$lpid" 2>/dev/null || true
+    lpid=
+    [ -z "$extra" ] || { cat "$tmp/llama.err" >&2; exit 1; }
+    echo "bench-serve.sh: llama-server exited at start; again with --no-repack" >&2
+done
 
 run_one() {  # NAME PORT ROUND
     python3 "$LOAD" --port "$2" --concurrency "$4" --requests "$REQ" --max-tokens "$NTOK" \
@@ -115,7 +130,7 @@ done
 echo "SmolLM2-135M, $T threads, $SLOTS slots, $ROUNDS rounds (best of each), $REQ requests of" \
      "$NTOK tokens per client, prompts of $WORDS words"
 echo "nvfp4 serve: $MODEL"
-echo "llama-server: $GGUF"
+echo "llama-server: $GGUF${LLAMA_NOTE:+ ($LLAMA_NOTE)}${LLAMA_ARGS:+ $LLAMA_ARGS}"
 echo "load average (1 min) after each round:$loads; now: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$tmp" "$CONC" "$NTOK" <<'PY'
 import glob, json, os, sys
