@@ -23,8 +23,9 @@ static void help(FILE *out)
             "server-sent events), GET /v1/models, POST /tokenize, POST /detokenize,\n"
             "GET /health (503 while loading, 200 ready) and GET /metrics (Prometheus).\n"
             "Requests join the running batch at the next step (continuous batching); a\n"
-            "prompt that begins with a block or more of a running sequence's prompt\n"
-            "shares its cached KV (prefix caching).\n"
+            "prompt that begins with a block or more of a running sequence's prompt, or\n"
+            "of a finished request's prompt and output, shares its cached KV (prefix\n"
+            "caching).\n"
             "Chat prompts are rendered with the model's chat template (chat_template.jinja\n"
             "or tokenizer_config.json), ChatML when it has none.\n"
             "SIGINT or SIGTERM stops accepting connections, lets running requests finish\n"
@@ -45,6 +46,9 @@ static void help(FILE *out)
             "  --max-batch-tokens N    tokens per batch step: decode tokens plus prompt\n"
             "                          chunks (default 256)\n"
             "  --kv-tokens N           KV cache pool in tokens (default: 4 x --ctx)\n"
+            "  --prefix-cache N        finished requests whose KV blocks are kept for\n"
+            "                          later prompts that begin the same way, while no\n"
+            "                          request needs the room (default 32; 0: none)\n"
             "  --max-body BYTES        largest request body; larger gets 413 (default 1048576)\n"
             "  --timeout SECONDS       per-request limit, then 504 (default 600; 0: none)\n"
             "  --grace SECONDS         on SIGINT/SIGTERM, time running requests get to\n"
@@ -113,7 +117,7 @@ static const char *base_name(const char *path, char *buf, size_t n)
 static int run(int argc, char **argv)
 {
     enum { OPT_HOST = CLI_OPT_OTHER, OPT_PORT, OPT_KEY, OPT_KEYFILE, OPT_NAME, OPT_CTX, OPT_SEQS,
-           OPT_QUEUE, OPT_BATCH, OPT_KV, OPT_BODY, OPT_TIMEOUT, OPT_GRACE, OPT_CONNS };
+           OPT_QUEUE, OPT_BATCH, OPT_KV, OPT_PC, OPT_BODY, OPT_TIMEOUT, OPT_GRACE, OPT_CONNS };
     static const struct option opts[] = {CLI_MODEL_LONG_OPTIONS,
                                          {"host", required_argument, NULL, OPT_HOST},
                                          {"port", required_argument, NULL, OPT_PORT},
@@ -125,6 +129,7 @@ static int run(int argc, char **argv)
                                          {"max-queue", required_argument, NULL, OPT_QUEUE},
                                          {"max-batch-tokens", required_argument, NULL, OPT_BATCH},
                                          {"kv-tokens", required_argument, NULL, OPT_KV},
+                                         {"prefix-cache", required_argument, NULL, OPT_PC},
                                          {"max-body", required_argument, NULL, OPT_BODY},
                                          {"timeout", required_argument, NULL, OPT_TIMEOUT},
                                          {"grace", required_argument, NULL, OPT_GRACE},
@@ -132,7 +137,7 @@ static int run(int argc, char **argv)
                                          {NULL, 0, NULL, 0}};
     cli_model_opts mo = {0};
     srv_server srv;
-    srv_sched_options so = {256, 0, 32, 64};
+    srv_sched_options so = {256, 0, 32, 64, 32};
     long v, ctx = 0, kv = 0;
     double grace = 10;
     const char *key_file = NULL;
@@ -178,6 +183,7 @@ static int run(int argc, char **argv)
         case OPT_QUEUE: NUM(0, 1 << 20); so.max_queue = (int)v; break;
         case OPT_BATCH: NUM(1, 1 << 20); so.max_batch_tokens = (size_t)v; break;
         case OPT_KV: NUM(NVFP4_KV_BLOCK, 1L << 30); kv = v; break;
+        case OPT_PC: NUM(0, 1024); so.prefix_cache = (int)v; break;
         case OPT_BODY: NUM(64, 1L << 30); srv.max_body = (size_t)v; break;
         case OPT_CONNS: NUM(1, 65536); srv.max_connections = (int)v; break;
         case OPT_TIMEOUT:

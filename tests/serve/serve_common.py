@@ -34,7 +34,7 @@ PASSED = [0]
 
 
 class Server:
-    def __init__(self, nvfp4, model, log, *args, env=None):
+    def __init__(self, nvfp4, model, log, *args, env=None, wait_ready=True):
         self.log_path = log
         self.logf = open(log, "w")
         e = dict(os.environ)
@@ -59,6 +59,11 @@ class Server:
         if not self.port:
             self.kill()
             raise RuntimeError("server did not listen: " + open(log).read())
+        if not wait_ready:
+            return
+        self.wait_ready(deadline)
+
+    def wait_ready(self, deadline):
         while time.time() < deadline:
             try:
                 if self.request("GET", "/health")[0] == 200:
@@ -67,7 +72,7 @@ class Server:
                 pass
             time.sleep(0.05)
         self.kill()
-        raise RuntimeError("server never became ready: " + open(log).read())
+        raise RuntimeError("server never became ready: " + open(self.log_path).read())
 
     def conn(self, timeout=60):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)

@@ -2,8 +2,10 @@
 """nvfp4 serve over plain HTTP (standard library only): batch invariance of
 32 concurrent greedy streams against `nvfp4 generate`, errors, limits,
 disconnects, queueing, timeouts and shutdown.  argv: nvfp4 model workdir."""
+import atexit
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -168,6 +170,22 @@ check(st == 200 and r["choices"][0]["text"] == long_ref.decode("utf-8", "replace
       after - before >= 16, "shared prefix (%s tokens reused): output equals generate" %
       (after - before))
 
+# a finished request's whole KV blocks stay in the prefix cache: a later
+# prompt that begins the same way forks them, and still equals generate
+p2 = " ".join(reversed(WORDS * 2))
+ref2 = generate_ref(NVFP4, MODEL, p2 + " once more", 6)[0]
+st, r = srv.json("POST", "/v1/completions", {"prompt": p2, "max_tokens": 4, "temperature": 0},
+                 AUTH)
+kept = srv.metric("nvfp4_prefix_cache_sequences", AUTH)
+before = srv.metric("nvfp4_prefix_cached_tokens_total", AUTH)
+st2, r2 = srv.json("POST", "/v1/completions", {"prompt": p2 + " once more", "max_tokens": 6,
+                                              "temperature": 0}, AUTH)
+after = srv.metric("nvfp4_prefix_cached_tokens_total", AUTH)
+check(st == 200 and kept >= 1 and st2 == 200 and
+      r2["choices"][0]["text"] == ref2.decode("utf-8", "replace") and after - before >= 32,
+      "a finished request's prefix reused (%s tokens): output equals generate" %
+      (after - before))
+
 # ---- 2. errors: each gets its status, the server keeps serving --------------
 def status(method, path, body=None, headers=AUTH):
     return srv.request(method, path, body, headers)[0]
@@ -211,6 +229,7 @@ for body, field in [({"prompt": "x", "temperature": 5}, "temperature"),
                     ({"prompt": ""}, "prompt"),
                     ({"prompt": "x", "top_k": "a"}, "top_k"),
                     ({"prompt": "x", "seed": 1.5}, "seed"),
+                    ({"prompt": "x", "ignore_eos": "yes"}, "ignore_eos"),
                     ({"max_tokens": 3}, "prompt")]:
     st, r = srv.json("POST", "/v1/completions", body, AUTH)
     check(st == 400 and r["error"]["param"] == field and r["error"]["message"],
@@ -249,8 +268,10 @@ for stream in (True, False):
     t0 = time.time()
     while time.time() - t0 < 5 and srv.metric("nvfp4_sequences_running", AUTH) != 0:
         time.sleep(0.05)
+    # (what blocks stay are the prefix cache's)
     check(srv.metric("nvfp4_sequences_running", AUTH) == 0 and
-          srv.metric("nvfp4_kv_blocks_used", AUTH) == 0 and time.time() - t0 < 2,
+          srv.metric("nvfp4_kv_blocks_used", AUTH) <=
+          srv.metric("nvfp4_prefix_cache_blocks", AUTH) and time.time() - t0 < 2,
           "disconnect (%s) frees the sequence (%.2f s)" % (
               "stream" if stream else "whole", time.time() - t0))
 
@@ -319,4 +340,68 @@ err = len(ev) > 1 and json.loads(ev[-2]).get("error")
 check(rc == 0 and time.time() - t0 < 20 and ev and ev[-1] == "[DONE]" and err and
       "shut down" in err["message"],
       "SIGTERM mid-stream: the stream ends with [DONE], exit 0")
+
+# ---- 6. /health is 503 while the model loads, then 200 ---------------------
+# The server listens, says so on stderr, then loads the model.  Its stderr
+# here is a pipe this test filled beforehand: the 'listening' line blocks
+# the main thread before loading, with the HTTP threads up.  So while the
+# pipe stays full the model cannot have loaded (no timing involved); then
+# the pipe is drained and loading goes on.
+rfd, wfd = os.pipe()
+os.set_blocking(wfd, False)
+try:
+    while True:
+        os.write(wfd, b"." * 65536)
+except BlockingIOError:
+    pass
+os.set_blocking(wfd, True)      # the server's writes must block, not fail
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+port = s.getsockname()[1]
+s.close()
+env = dict(os.environ, OMP_NUM_THREADS="1")
+proc = subprocess.Popen([NVFP4, "serve", MODEL, "--port", str(port), "--threads", "1",
+                         "--api-key", KEY], stdout=wfd, stderr=wfd, env=env)
+atexit.register(lambda: proc.poll() is None and proc.kill())
+os.close(wfd)
+srv.port = port                 # Server's HTTP helpers, on the new server
+
+
+def health():
+    try:
+        return srv.json("GET", "/health")
+    except OSError:
+        return None, None
+
+
+t0 = time.time()
+st, r = health()
+while st is None and time.time() - t0 < 60 and proc.poll() is None:
+    time.sleep(0.02)
+    st, r = health()
+check(st == 503 and r == {"status": "loading"}, "/health while loading: 503 loading (%s)" % st)
+st, r = srv.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}, AUTH)
+check(st == 503 and "loading" in r["error"]["message"], "a completion while loading: 503")
+check(srv.json("GET", "/v1/models", None, {})[0] == 401, "the key is checked while loading")
+log = []
+drain = threading.Thread(target=lambda: log.extend(iter(lambda: os.read(rfd, 65536), b"")))
+drain.start()
+t0 = time.time()
+while time.time() - t0 < 60 and health()[0] != 200 and proc.poll() is None:
+    time.sleep(0.02)
+st, r = health()
+check(st == 200 and r == {"status": "ok"}, "/health once loaded: 200 ok")
+st, r = srv.json("POST", "/v1/completions",
+                 {"prompt": cases[3][0], "max_tokens": cases[3][1], "temperature": 0}, AUTH)
+check(st == 200 and r["choices"][0]["text"] == refs[3][0].decode("utf-8", "replace"),
+      "then it serves, the same output")
+proc.send_signal(signal.SIGTERM)
+try:
+    rc = proc.wait(30)
+except subprocess.TimeoutExpired:
+    proc.kill()
+    rc = None
+drain.join(10)
+os.close(rfd)
+check(rc == 0 and b"ready" in b"".join(log), "stopped (%r)" % rc)
 finish()

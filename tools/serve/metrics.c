@@ -110,7 +110,7 @@ char *srv_metrics_render(srv_metrics *m)
         "# TYPE nvfp4_prompt_tokens_total counter\n"
         "nvfp4_prompt_tokens_total %llu\n"
         "# HELP nvfp4_prefix_cached_tokens_total Prompt tokens whose KV was shared from a "
-        "running sequence.\n"
+        "running sequence or the prefix cache.\n"
         "# TYPE nvfp4_prefix_cached_tokens_total counter\n"
         "nvfp4_prefix_cached_tokens_total %llu\n"
         "# HELP nvfp4_generation_tokens_total Tokens generated.\n"
@@ -127,10 +127,18 @@ char *srv_metrics_render(srv_metrics *m)
         "nvfp4_kv_blocks_used %zu\n"
         "# HELP nvfp4_kv_blocks_total KV cache blocks in the pool.\n"
         "# TYPE nvfp4_kv_blocks_total gauge\n"
-        "nvfp4_kv_blocks_total %zu\n",
+        "nvfp4_kv_blocks_total %zu\n"
+        "# HELP nvfp4_prefix_cache_sequences Finished requests' sequences kept for their "
+        "prefixes.\n"
+        "# TYPE nvfp4_prefix_cache_sequences gauge\n"
+        "nvfp4_prefix_cache_sequences %d\n"
+        "# HELP nvfp4_prefix_cache_blocks KV blocks of the prefix cache (a block shared by "
+        "two counts twice).\n"
+        "# TYPE nvfp4_prefix_cache_blocks gauge\n"
+        "nvfp4_prefix_cache_blocks %zu\n",
         (unsigned long long)m->prompt_tokens, (unsigned long long)m->prefix_cached_tokens,
         (unsigned long long)m->generation_tokens,
-        m->running, m->queued, m->kv_used, m->kv_total);
+        m->running, m->queued, m->kv_used, m->kv_total, m->pc_seqs, m->pc_blocks);
     hist(&b, "nvfp4_time_to_first_token_seconds",
          "Time from a request's arrival to its first generated token.", &m->ttft);
     hist(&b, "nvfp4_inter_token_latency_seconds",

@@ -371,7 +371,8 @@ static int parse_fields(const json_t *o, srv_kind kind, srv_request *r, srv_erro
     }
     if (parse_stop(o, r, err))
         return -1;
-    if (opt_bool(o, "stream", &r->stream, err))
+    if (opt_bool(o, "stream", &r->stream, err) ||
+        opt_bool(o, "ignore_eos", &r->ignore_eos, err))
         return -1;
     v = json_object_get(o, "stream_options");
     if (v && !json_is_null(v)) {

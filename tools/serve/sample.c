@@ -79,6 +79,14 @@ int32_t srv_sample(srv_sampler *s, float *logits, size_t vocab, const uint32_t *
         if (top && n_top > 0)
             top_logprobs(logits, vocab, lse, top, n_top);
     }
+    if (s->temperature <= 0 && !(counts && (s->presence != 0 || s->frequency != 0))) {
+        /* greedy without penalties: argmax of the logits themselves */
+        for (size_t i = 1; i < vocab; i++)
+            if (logits[i] > logits[best])
+                best = i;
+        pick = (int32_t)best;
+        goto out;
+    }
     if (counts && (s->presence != 0 || s->frequency != 0)) {
         /* Penalised logits are worked on in the scratch copy so the log-probs
          * of the pick come from the model's own distribution. */

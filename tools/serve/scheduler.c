@@ -37,6 +37,22 @@ struct srv_sched {
     double stop_deadline;
     pthread_t th;
 
+    /* Prefix cache: finished requests' sequences cut to their full blocks,
+     * kept (least recently used first out) so that a later prompt that
+     * begins the same way forks them.  Their blocks count against the pool
+     * like reservations (pc_blocks; shared blocks counted again, which only
+     * errs on the safe side) and are given back when a reservation needs
+     * them. */
+    struct pc_entry {
+        nvfp4_seq seq;
+        int32_t *toks;           /* the cached tokens, n of them (whole blocks) */
+        size_t n;
+        uint64_t used;           /* LRU stamp */
+    } *pc;
+    int n_pc;
+    size_t pc_blocks;
+    uint64_t pc_clock;
+
     float *logits;               /* max_seqs rows of V */
     nvfp4_batch_entry *ent;
     srv_job **ent_job;
@@ -262,8 +278,9 @@ static int take_token(srv_sched *s, srv_job *j, float *logits, double t)
 
     pthread_mutex_lock(&j->lock);
     j->n_generated++;
-    if (id == s->eos || id == j->extra_eos[0] || id == j->extra_eos[1] ||
-        id == j->extra_eos[2] || id == j->extra_eos[3]) {
+    if (!j->req.ignore_eos &&
+        (id == s->eos || id == j->extra_eos[0] || id == j->extra_eos[1] ||
+         id == j->extra_eos[2] || id == j->extra_eos[3])) {
         /* The end token is not part of the output; text held back for a stop
          * string that never came is released. */
         if (j->raw_len > j->released) {
@@ -332,12 +349,84 @@ oom:
     return 1;
 }
 
-/* Remove running job I (seq freed, its reservation returned). Under s->lock. */
+static void pc_evict(srv_sched *s, int k)
+{
+    nvfp4_seq_free(s->ctx, s->pc[k].seq);
+    free(s->pc[k].toks);
+    s->pc_blocks -= s->pc[k].n / NVFP4_KV_BLOCK;
+    s->pc[k] = s->pc[--s->n_pc];
+}
+
+static void pc_evict_lru(srv_sched *s, int keep)
+{
+    int lru = -1;
+
+    for (int k = 0; k < s->n_pc; k++)
+        if (k != keep && (lru < 0 || s->pc[k].used < s->pc[lru].used))
+            lru = k;
+    if (lru < 0)
+        lru = keep;
+    pc_evict(s, lru);
+}
+
+/* Keep J's sequence (its whole blocks: the prompt and the generated tokens
+ * it has cached) in the prefix cache.  0 when it took the sequence. */
+static int pc_insert(srv_sched *s, srv_job *j)
+{
+    size_t len = nvfp4_seq_length(s->ctx, j->seq), n, g = 0;
+    int32_t *toks;
+    nvfp4_error err;
+
+    if (s->o.prefix_cache <= 0 || len == (size_t)-1 || j->error.status == 500)
+        return -1;
+    n = len / NVFP4_KV_BLOCK * NVFP4_KV_BLOCK;
+    if (n == 0 || n > j->n_fed + (j->n_fed == j->n_prompt ? j->n_toks : 0))
+        return -1;
+    if (!(toks = malloc(n * sizeof *toks)))
+        return -1;
+    memcpy(toks, j->prompt, (n < j->n_fed ? n : j->n_fed) * sizeof *toks);
+    /* generated tokens that were fed: every sampled one but the end token
+     * (which ends the request unfed) is a token event with its id */
+    for (size_t e = 0; j->n_fed + g < n && e < j->n_toks; e++)
+        if (j->toks[e].id >= 0)
+            toks[j->n_fed + g++] = j->toks[e].id;
+    if (j->n_fed + g < n && n > j->n_fed) {
+        free(toks);
+        return -1;
+    }
+    for (int k = 0; k < s->n_pc;) {
+        struct pc_entry *p = &s->pc[k];
+        if (p->n >= n && !memcmp(p->toks, toks, n * sizeof *toks)) {
+            p->used = ++s->pc_clock;     /* already cached */
+            free(toks);
+            return -1;
+        }
+        if (p->n < n && !memcmp(p->toks, toks, p->n * sizeof *toks))
+            pc_evict(s, k);              /* the new one covers it */
+        else
+            k++;
+    }
+    /* J's blocks (at most its reservation) change from reserved to cached */
+    if (s->reserved - j->reserve_blocks + s->pc_blocks + n / NVFP4_KV_BLOCK > s->blocks_total ||
+        nvfp4_seq_truncate(s->ctx, j->seq, n, &err)) {
+        free(toks);
+        return -1;
+    }
+    if (s->n_pc >= s->o.prefix_cache)
+        pc_evict_lru(s, -1);
+    s->pc[s->n_pc++] = (struct pc_entry){j->seq, toks, n, ++s->pc_clock};
+    s->pc_blocks += n / NVFP4_KV_BLOCK;
+    return 0;
+}
+
+/* Remove running job I (seq freed or cached, its reservation returned).
+ * Under s->lock. */
 static void drop_running(srv_sched *s, int i)
 {
     srv_job *j = s->run[i];
 
-    nvfp4_seq_free(s->ctx, j->seq);
+    if (pc_insert(s, j))
+        nvfp4_seq_free(s->ctx, j->seq);
     j->seq = -1;
     s->reserved -= j->reserve_blocks;
     memmove(&s->run[i], &s->run[i + 1], (size_t)(s->n_run - 1 - i) * sizeof *s->run);
@@ -352,6 +441,8 @@ static void update_gauges(srv_sched *s)
     s->met->queued = s->n_queued;
     s->met->kv_total = s->blocks_total;
     s->met->kv_used = s->blocks_total - nvfp4_context_kv_free_blocks(s->ctx);
+    s->met->pc_seqs = s->n_pc;
+    s->met->pc_blocks = s->pc_blocks;
     pthread_mutex_unlock(&s->met->lock);
 }
 
@@ -360,25 +451,50 @@ static void update_gauges(srv_sched *s)
  * and cuts the fork to the common prefix, so only the rest is prefilled.
  * Its reservation stays whole, so the pool still cannot run out.  Returns
  * the tokens reused (J's sequence made), or 0 (nothing made). */
-static size_t share_prefix(srv_sched *s, srv_job *j)
+/* The prefix cache entry that holds most of J's prompt (at least a block,
+ * never the whole prompt: its last token must be run for logits), or -1. */
+static int pc_match(const srv_sched *s, const srv_job *j, size_t *len)
 {
-    srv_job *best = NULL;
-    size_t best_len = 0;
-    nvfp4_error err;
+    int best = -1;
 
-    for (int i = 0; i < s->n_run; i++) {
-        srv_job *p = s->run[i];
-        size_t n = p->n_fed < j->n_prompt - 1 ? p->n_fed : j->n_prompt - 1, k = 0;
-        while (k < n && p->prompt[k] == j->prompt[k])
-            k++;
-        if (k > best_len) {
-            best_len = k;
-            best = p;
+    *len = 0;
+    for (int k = 0; k < s->n_pc; k++) {
+        const struct pc_entry *p = &s->pc[k];
+        size_t n = p->n < j->n_prompt - 1 ? p->n : j->n_prompt - 1, m = 0;
+        while (m < n && p->toks[m] == j->prompt[m])
+            m++;
+        if (m >= NVFP4_KV_BLOCK && m > *len) {
+            *len = m;
+            best = k;
         }
     }
-    if (!best || best_len < NVFP4_KV_BLOCK)
+    return best;
+}
+
+static size_t share_prefix(srv_sched *s, srv_job *j)
+{
+    nvfp4_seq from = -1;
+    size_t best_len = 0;
+    nvfp4_error err;
+    int k = pc_match(s, j, &best_len);
+
+    if (k >= 0) {
+        from = s->pc[k].seq;
+        s->pc[k].used = ++s->pc_clock;
+    }
+    for (int i = 0; i < s->n_run; i++) {
+        srv_job *p = s->run[i];
+        size_t n = p->n_fed < j->n_prompt - 1 ? p->n_fed : j->n_prompt - 1, m = 0;
+        while (m < n && p->prompt[m] == j->prompt[m])
+            m++;
+        if (m > best_len) {
+            best_len = m;
+            from = p->seq;
+        }
+    }
+    if (from < 0 || best_len < NVFP4_KV_BLOCK)
         return 0;
-    if (nvfp4_seq_fork(s->ctx, best->seq, &j->seq, &err))
+    if (nvfp4_seq_fork(s->ctx, from, &j->seq, &err))
         return 0;
     if (nvfp4_seq_truncate(s->ctx, j->seq, best_len, &err)) {
         nvfp4_seq_free(s->ctx, j->seq);
@@ -438,11 +554,20 @@ static void housekeeping(srv_sched *s, double t)
             pp = &j->next;
         }
     }
-    while (s->qhead && s->n_run < s->o.max_seqs &&
-           s->reserved + s->qhead->reserve_blocks <= s->blocks_total) {
+    while (s->qhead && s->n_run < s->o.max_seqs) {
         srv_job *j = s->qhead;
         nvfp4_error err;
-        size_t reuse = share_prefix(s, j);
+        size_t reuse, len;
+        /* cached prefixes give their blocks back to a reservation that
+         * needs them, the one this request would fork last */
+        int keep = pc_match(s, j, &len);
+        while (s->n_pc > 0 && s->reserved + s->pc_blocks + j->reserve_blocks > s->blocks_total) {
+            pc_evict_lru(s, keep);
+            keep = pc_match(s, j, &len);
+        }
+        if (s->reserved + s->pc_blocks + j->reserve_blocks > s->blocks_total)
+            break;
+        reuse = share_prefix(s, j);
         if (!reuse && nvfp4_seq_create(s->ctx, &j->seq, &err))
             break;
         s->qhead = j->next;
@@ -566,7 +691,7 @@ srv_sched *srv_sched_start(nvfp4_model *m, const srv_sched_options *o, srv_metri
     nvfp4_context_options_init(&co);
     co.kv_tokens = o->kv_tokens;
     co.max_batch_tokens = o->max_batch_tokens;
-    co.max_seqs = o->max_seqs;
+    co.max_seqs = o->max_seqs + (o->prefix_cache > 0 ? o->prefix_cache : 0);
     s->ctx = nvfp4_context_create(m, &co, err);
     if (!s->ctx) {
         free(s);
@@ -578,7 +703,8 @@ srv_sched *srv_sched_start(nvfp4_model *m, const srv_sched_options *o, srv_metri
     s->ent_job = calloc((size_t)o->max_seqs, sizeof *s->ent_job);
     s->run = calloc((size_t)o->max_seqs, sizeof *s->run);
     s->scratch = malloc(srv_sample_scratch(s->V));
-    if (!s->logits || !s->ent || !s->ent_job || !s->run || !s->scratch)
+    s->pc = calloc((size_t)(o->prefix_cache > 0 ? o->prefix_cache : 1), sizeof *s->pc);
+    if (!s->logits || !s->ent || !s->ent_job || !s->run || !s->scratch || !s->pc)
         goto nomem;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
@@ -597,6 +723,7 @@ nomem:
         free(s->ent_job);
         free(s->run);
         free(s->scratch);
+        free(s->pc);
         free(s);
     }
     memset(err, 0, sizeof *err);
@@ -615,6 +742,8 @@ void srv_sched_stop(srv_sched *s, double grace)
     pthread_cond_signal(&s->cond);
     pthread_mutex_unlock(&s->lock);
     pthread_join(s->th, NULL);
+    while (s->n_pc > 0)
+        pc_evict(s, s->n_pc - 1);
     nvfp4_context_free(s->ctx);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
@@ -623,5 +752,6 @@ void srv_sched_stop(srv_sched *s, double grace)
     free(s->ent_job);
     free(s->run);
     free(s->scratch);
+    free(s->pc);
     free(s);
 }

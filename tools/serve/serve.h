@@ -45,6 +45,7 @@ typedef struct {
     int top_logprobs;            /* alternatives per token, 0..SRV_MAX_TOP_LOGPROBS */
     int stream;
     int include_usage;           /* stream_options.include_usage */
+    int ignore_eos;              /* generate past EOS / end of turn (benchmarks) */
 } srv_request;
 
 /* An OpenAI-style error: HTTP status, message, offending field. */
@@ -106,6 +107,8 @@ typedef struct {
     uint64_t prefix_cached_tokens;  /* prompt tokens taken from another sequence's KV */
     int running, queued;
     size_t kv_used, kv_total;
+    int pc_seqs;                 /* prefix cache: sequences kept */
+    size_t pc_blocks;            /* and their blocks (shared ones counted each time) */
     srv_hist ttft, itl;
 } srv_metrics;
 
@@ -172,6 +175,7 @@ typedef struct {
     size_t kv_tokens;            /* KV pool; 0: max_ctx * max_seqs bounded */
     int max_seqs;                /* running at most */
     int max_queue;               /* waiting at most (then 429) */
+    int prefix_cache;            /* finished sequences kept for their prefixes; 0: none */
 } srv_sched_options;
 
 srv_sched *srv_sched_start(nvfp4_model *m, const srv_sched_options *o, srv_metrics *met,
