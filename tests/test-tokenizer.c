@@ -534,7 +534,7 @@ START_TEST(test_reject_model)
     json_object_set_new(json_object_get(j, "model"), "continuing_subword_prefix",
                         json_string("##"));
     expect_reject(j, NVFP4_ERR_UNSUPPORTED, "model.continuing_subword_prefix",
-                  "not byte-level BPE");
+                  "continuing_subword_prefix (WordPiece-style BPE) is not supported");
     json_decref(j);
     rmdir(tmpdir);
 }
@@ -589,7 +589,8 @@ START_TEST(test_reject_pipeline)
     j = fixture_json();
     json_object_set_new(j, "normalizer", json_pack("{ss}", "type", "NFKC"));
     expect_reject(j, NVFP4_ERR_UNSUPPORTED, "normalizer.type",
-                  "normalizer \"NFKC\" is not supported (only NFC or none)");
+                  "normalizer \"NFKC\" is not supported (expected NFC, Prepend, Replace or a "
+                  "Sequence of them)");
     json_decref(j);
 #ifndef HAVE_ICU
     j = fixture_json();
@@ -603,19 +604,14 @@ START_TEST(test_reject_pipeline)
                         json_pack("{ss s[{ss}]}", "type", "Sequence", "normalizers", "type",
                                   "Lowercase"));
     expect_reject(j, NVFP4_ERR_UNSUPPORTED, "normalizer.normalizers[0].type",
-                  "normalizer \"Lowercase\" is not supported (only NFC or none)");
+                  "normalizer \"Lowercase\" is not supported");
     json_decref(j);
 
     j = fixture_json();
-    json_object_set_new(j, "pre_tokenizer",
-                        json_pack("{ss ss}", "type", "Metaspace", "replacement", "_"));
+    json_object_set_new(j, "pre_tokenizer", json_pack("{ss}", "type", "Whitespace"));
     expect_reject(j, NVFP4_ERR_UNSUPPORTED, "pre_tokenizer.type",
-                  "pre-tokenizer \"Metaspace\" is not supported");
-    json_decref(j);
-
-    j = fixture_json();
-    json_object_set_new(j, "pre_tokenizer", json_null());
-    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "pre_tokenizer", "no pre-tokenizer");
+                  "pre-tokenizer \"Whitespace\" is not supported (expected ByteLevel, "
+                  "Metaspace, Split, Digits or a Sequence of them)");
     json_decref(j);
 
     /* ByteLevel must come last: a split after it would see mapped bytes */
@@ -657,7 +653,13 @@ START_TEST(test_reject_pipeline)
     j = fixture_json();
     json_object_set_new(j, "decoder", json_pack("{ss s[{ss}]}", "type", "Sequence", "decoders",
                                                 "type", "Fuse"));
-    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "decoder", "no ByteLevel step");
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "decoder",
+                  "no ByteLevel step, which the ByteLevel pre-tokenizer needs");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(j, "decoder", json_null());
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "decoder", "no decoder");
     json_decref(j);
 
     j = fixture_json();
@@ -687,6 +689,174 @@ START_TEST(test_reject_pipeline)
                        json_pack("{si si}", "id", 0, "content", 5));
     expect_reject(j, NVFP4_ERR_BAD_ENTRY, "added_tokens[0].content",
                   "expected a string, found an integer");
+    json_decref(j);
+    rmdir(tmpdir);
+}
+END_TEST
+
+/* SentencePiece-style files (tests/data/tokenizer/spm/llama2.json) with
+ * components we cannot run or malformed Metaspace / Prepend / Replace: the
+ * error names the component and its JSON path. */
+static json_t *spm_json(void)
+{
+    return tload_json("tokenizer/spm/llama2.json");
+}
+
+static json_t *metaspace(const char *scheme, int split)
+{
+    json_t *m = json_pack("{ss ss}", "type", "Metaspace", "replacement", "\xe2\x96\x81");
+    if (scheme)
+        json_object_set_new(m, "prepend_scheme", json_string(scheme));
+    if (split >= 0)
+        json_object_set_new(m, "split", json_boolean(split));
+    return m;
+}
+
+START_TEST(test_reject_spm)
+{
+    static const char *const models[] = {"Unigram", "WordPiece", "WordLevel"};
+    json_t *j, *m;
+
+    make_tmpdir();
+    /* the fixture itself loads */
+    j = spm_json();
+    ck_assert_int_eq(json_dump_file(j, tmp_path("ok.json"), JSON_COMPACT), 0);
+    {
+        nvfp4_tokenizer *tok = nvfp4_tokenizer_load(tmp_path("ok.json"), NULL);
+        ck_assert_ptr_nonnull(tok);
+        nvfp4_tokenizer_free(tok);
+    }
+    unlink(tmp_path("ok.json"));
+    json_decref(j);
+
+    for (int i = 0; i < 3; i++) {
+        char want[64];
+        j = spm_json();
+        json_object_set_new(json_object_get(j, "model"), "type", json_string(models[i]));
+        snprintf(want, sizeof(want), "model type \"%s\" is not supported", models[i]);
+        expect_reject(j, NVFP4_ERR_UNSUPPORTED, "model.type", want);
+        json_decref(j);
+    }
+
+    /* normalizers: SentencePiece's precompiled charsmap, regex Replace */
+    j = spm_json();
+    json_array_insert_new(json_object_get(json_object_get(j, "normalizer"), "normalizers"), 0,
+                          json_pack("{ss ss}", "type", "Precompiled", "precompiled_charsmap", "AA=="));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "normalizer.normalizers[0].type",
+                  "normalizer \"Precompiled\" is not supported");
+    json_decref(j);
+
+    j = spm_json();
+    json_object_set_new(j, "normalizer", json_pack("{ss s{ss} ss}", "type", "Replace", "pattern",
+                                                   "Regex", " {2,}", "content", " "));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "normalizer.pattern",
+                  "regex replacements are not supported");
+    json_decref(j);
+
+    j = spm_json();
+    json_object_set_new(j, "normalizer", json_pack("{ss s{ss}}", "type", "Replace", "pattern",
+                                                   "String", " "));
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "normalizer.content", "expected a string, found nothing");
+    json_decref(j);
+
+    j = spm_json();
+    json_object_del(json_array_get(json_object_get(json_object_get(j, "normalizer"), "normalizers"),
+                                   0), "prepend");
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "normalizer.normalizers[0].prepend",
+                  "expected a string, found nothing");
+    json_decref(j);
+
+    /* pre-tokenizers */
+    j = spm_json();
+    json_object_set_new(j, "pre_tokenizer",
+                        json_pack("{ss s[o {ss}]}", "type", "Sequence", "pretokenizers",
+                                  metaspace("first", 1), "type", "UnicodeScripts"));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "pre_tokenizer.pretokenizers[1].type",
+                  "pre-tokenizer \"UnicodeScripts\" is not supported");
+    json_decref(j);
+
+    j = spm_json();
+    m = metaspace("first", 0);
+    json_object_set_new(m, "replacement", json_string("ab"));
+    json_object_set_new(j, "pre_tokenizer", m);
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "pre_tokenizer.replacement",
+                  "expected one character, found a string");
+    json_decref(j);
+
+    j = spm_json();
+    m = metaspace("first", 0);
+    json_object_del(m, "replacement");
+    json_object_set_new(j, "pre_tokenizer", m);
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "pre_tokenizer.replacement",
+                  "expected one character, found nothing");
+    json_decref(j);
+
+    j = spm_json();
+    json_object_set_new(j, "pre_tokenizer", metaspace("First", 1));
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "pre_tokenizer.prepend_scheme",
+                  "expected \"always\", \"first\" or \"never\", found \"First\"");
+    json_decref(j);
+
+    j = spm_json();
+    m = metaspace(NULL, -1);
+    json_object_set_new(m, "prepend_scheme", json_null());
+    json_object_set_new(j, "pre_tokenizer", m);
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "pre_tokenizer.prepend_scheme", "found null");
+    json_decref(j);
+
+    /* tokenizers refuses this pair too ("add_prefix_space does not match
+     * declared prepend_scheme"); the scheme defaults to always */
+    j = spm_json();
+    m = metaspace(NULL, -1);
+    json_object_set_new(m, "add_prefix_space", json_false());
+    json_object_set_new(j, "pre_tokenizer", m);
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "pre_tokenizer.add_prefix_space",
+                  "add_prefix_space false does not match prepend_scheme \"always\"");
+    json_decref(j);
+
+    j = spm_json();
+    json_object_set_new(j, "pre_tokenizer", metaspace("never", 1));
+    json_object_set_new(json_object_get(j, "pre_tokenizer"), "split", json_integer(1));
+    expect_reject(j, NVFP4_ERR_TYPE, "pre_tokenizer.split", "expected a boolean, found an integer");
+    json_decref(j);
+
+    /* decoders */
+    j = spm_json();
+    json_array_set_new(json_object_get(json_object_get(j, "decoder"), "decoders"), 1,
+                       json_pack("{ss ss}", "type", "WordPiece", "prefix", "##"));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "decoder.decoders[1].type",
+                  "decoder \"WordPiece\" is not supported (expected ByteLevel, Metaspace, "
+                  "ByteFallback, Fuse, Replace, Strip or a Sequence of them)");
+    json_decref(j);
+
+    j = spm_json();
+    json_object_set_new(j, "decoder", json_pack("{ss ss}", "type", "CTC", "pad_token", "<pad>"));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "decoder.type", "decoder \"CTC\" is not supported");
+    json_decref(j);
+
+    j = spm_json();
+    m = metaspace("always", 1);
+    json_object_set_new(m, "replacement", json_integer(95));
+    json_object_set_new(j, "decoder", m);
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "decoder.replacement",
+                  "expected one character, found an integer");
+    json_decref(j);
+
+    j = spm_json();
+    json_object_set_new(j, "decoder", json_null());
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "decoder", "no decoder");
+    json_decref(j);
+
+    /* the model: an unk token outside the vocabulary, a bad merge pair */
+    j = spm_json();
+    json_object_set_new(json_object_get(j, "model"), "unk_token", json_string("<nope>"));
+    expect_reject(j, NVFP4_ERR_NOT_FOUND, "model.unk_token", "unk token \"<nope>\" is not in the vocab");
+    json_decref(j);
+
+    j = spm_json();
+    json_array_set_new(json_object_get(json_object_get(j, "model"), "merges"), 2,
+                       json_string("\xe2\x96\x81 t h"));
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "model.merges[2]", "expected \"left right\" (one space)");
     json_decref(j);
     rmdir(tmpdir);
 }
@@ -731,12 +901,21 @@ END_TEST
  * ids and decoded strings of the real tokenizers package
  * (scripts/fixtures/gen_tokenizer_variants.py).  Exact equality: the
  * tokenizer is a deterministic algorithm with no numerical freedom. */
-#define VARIANTS "tokenizer/variants/expected.json"
+#define VARIANTS "tokenizer/variants"
+/* SentencePiece-style BPE (Gemma, Llama 2, Phi-3, Metaspace): two models
+ * trained by tokenizers with byte_fallback, one family's pipeline per file
+ * (scripts/fixtures/gen_tokenizer_spm.py), the same checks plus
+ * decode_cases, hand-picked token sequences decoded by tokenizers. */
+#define SPM "tokenizer/spm"
 
-static int variant_count(void)
+static int variant_count(const char *dir)
 {
-    json_t *exp = tload_json(VARIANTS);
-    int n = (int)json_array_size(json_object_get(exp, "variants"));
+    char rel[256];
+    json_t *exp;
+    int n;
+    snprintf(rel, sizeof(rel), "%s/expected.json", dir);
+    exp = tload_json(rel);
+    n = (int)json_array_size(json_object_get(exp, "variants"));
     json_decref(exp);
     return n;
 }
@@ -747,15 +926,16 @@ static int same_string(const char *got, const json_t *want)
                                                                      strlen(got));
 }
 
-START_TEST(test_variants)
+static void check_variant(const char *dir, size_t index)
 {
-    json_t *exp = tload_json(VARIANTS);
+    char rel[256];
+    json_t *exp = (snprintf(rel, sizeof(rel), "%s/expected.json", dir), tload_json(rel));
     const json_t *texts = json_object_get(exp, "texts");
-    json_t *v = json_array_get(json_object_get(exp, "variants"), (size_t)_i);
+    json_t *v = json_array_get(json_object_get(exp, "variants"), index);
+    const json_t *cases = json_object_get(v, "decode_cases"), *c;
     const char *name = json_string_value(json_object_get(v, "name"));
     const json_t *all_ids = json_object_get(v, "ids"), *dec = json_object_get(v, "decoded"),
                  *decs = json_object_get(v, "decoded_skip");
-    char rel[256];
     nvfp4_tokenizer *tok;
     nvfp4_error err;
     size_t i, bad_enc = 0, bad_dec = 0;
@@ -767,7 +947,7 @@ START_TEST(test_variants)
         return;     /* NFC needs ICU; the load refusal itself is tested elsewhere */
     }
 #endif
-    snprintf(rel, sizeof(rel), "tokenizer/variants/%s", json_string_value(json_object_get(v, "file")));
+    snprintf(rel, sizeof(rel), "%s/%s", dir, json_string_value(json_object_get(v, "file")));
     nvfp4_error_clear(&err);
     tok = nvfp4_tokenizer_load(tdata(rel), &err);
     ck_assert_msg(tok != NULL, "%s: load: %s", name, err.text);
@@ -815,10 +995,42 @@ START_TEST(test_variants)
         free(ids);
         free(want);
     }
+    /* [ids, Tokenizer.decode(ids)] of token sequences tokenizers never
+     * produces from text (lone bytes, runs of the replacement character) */
+    json_array_foreach(cases, i, c) {
+        const json_t *w = json_array_get(c, 0);
+        size_t nw = json_array_size(w);
+        int32_t want[16];
+        char *s;
+        ck_assert_uint_le(nw, 16);
+        for (size_t k = 0; k < nw; k++)
+            want[k] = (int32_t)json_integer_value(json_array_get(w, k));
+        s = nvfp4_tokenizer_decode(tok, want, nw, 0, &err);
+        if (!same_string(s, json_array_get(c, 1)) && bad_dec++ < 6)
+            fprintf(stderr, "%s: decode case %zu: \"%s\", tokenizers \"%s\"\n", name, i,
+                    s ? s : err.text, json_string_value(json_array_get(c, 1)));
+        free(s);
+    }
+    /* one more than the largest id (tokenizers' vocab_size counts the ids
+     * in use, fewer when the vocabulary has holes) */
+    if (json_object_get(v, "id_count"))
+        ck_assert_uint_eq(nvfp4_tokenizer_vocab_size(tok),
+                          (size_t)json_integer_value(json_object_get(v, "id_count")));
     nvfp4_tokenizer_free(tok);
     ck_assert_msg(bad_enc == 0 && bad_dec == 0, "%s: %zu encode and %zu decode mismatches of %zu texts",
                   name, bad_enc, bad_dec, json_array_size(texts));
     json_decref(exp);
+}
+
+START_TEST(test_variants)
+{
+    check_variant(VARIANTS, (size_t)_i);
+}
+END_TEST
+
+START_TEST(test_spm)
+{
+    check_variant(SPM, (size_t)_i);
 }
 END_TEST
 
@@ -840,12 +1052,14 @@ int main(void)
     tcase_add_test(tc, test_nfc);
 #endif
     tcase_add_test(tc, test_cli);
-    tcase_add_loop_test(tc, test_variants, 0, variant_count());
+    tcase_add_loop_test(tc, test_variants, 0, variant_count(VARIANTS));
+    tcase_add_loop_test(tc, test_spm, 0, variant_count(SPM));
     tcase_set_timeout(tc, 60);
     tcase_add_test(rej, test_reject_files);
     tcase_add_test(rej, test_reject_model);
     tcase_add_test(rej, test_reject_merges);
     tcase_add_test(rej, test_reject_pipeline);
+    tcase_add_test(rej, test_reject_spm);
     tcase_add_test(rej, test_reject_encode_decode);
     tcase_set_timeout(rej, 120);
     suite_add_tcase(s, tc);
