@@ -1194,7 +1194,7 @@ static nvfp4_status load_rest(loader *L, const json_t *root)
  * of ByteFallback is its raw byte (not U+FFFD when it is a partial UTF-8
  * sequence) and nothing is made lossy; Fuse is a no-op on one token, Strip
  * and the first-token rule of Metaspace concern the start of the whole
- * text (a streamed token follows a prompt: "\u2581a" streams as " a").
+ * text (a streamed token follows a prompt: U+2581 "a" streams as " a").
  * malloc'ed. */
 static char *stream_bytes(const nvfp4_tokenizer *t, const char *s, size_t n, size_t *outn)
 {

@@ -1034,6 +1034,65 @@ START_TEST(test_spm)
 }
 END_TEST
 
+/* token_bytes on SentencePiece-style tokens: where the decoder chain has
+ * no step that looks at the whole text (Gemma's Replace/ByteFallback/Fuse,
+ * Metaspace with prepend_scheme never), the streamed bytes of tokenizers'
+ * ids joined are tokenizers' decoded text, whenever that has no U+FFFD (a
+ * byte run that is not UTF-8, which decode makes lossy and streaming keeps
+ * raw). */
+START_TEST(test_spm_token_bytes)
+{
+    static const char *const names[] = {"gemma", "gemma_split", "metaspace_never_split"};
+    json_t *exp = tload_json(SPM "/expected.json");
+    const json_t *texts = json_object_get(exp, "texts"), *v;
+    size_t i, checked = 0;
+
+    json_array_foreach(json_object_get(exp, "variants"), i, v) {
+        const char *name = json_string_value(json_object_get(v, "name"));
+        char rel[256];
+        nvfp4_tokenizer *tok;
+        int want_it = 0;
+
+        for (size_t k = 0; k < 3; k++)
+            want_it |= !strcmp(name, names[k]);
+        if (!want_it)
+            continue;
+        snprintf(rel, sizeof(rel), SPM "/%s", json_string_value(json_object_get(v, "file")));
+        tok = nvfp4_tokenizer_load(tdata(rel), NULL);
+        ck_assert_ptr_nonnull(tok);
+        for (size_t t = 0; t < json_array_size(texts); t++) {
+            const json_t *ids = json_array_get(json_object_get(v, "ids"), t);
+            const json_t *dec = json_array_get(json_object_get(v, "decoded"), t);
+            size_t o = 0, cap = 16;
+            char *buf;
+
+            if (strstr(json_string_value(dec), "\xef\xbf\xbd"))
+                continue;
+            buf = malloc(cap);
+            ck_assert_ptr_nonnull(buf);
+            for (size_t k = 0; k < json_array_size(ids); k++) {
+                size_t bl = 0;
+                const char *b = nvfp4_tokenizer_token_bytes(
+                    tok, (int32_t)json_integer_value(json_array_get(ids, k)), &bl);
+                ck_assert_ptr_nonnull(b);
+                while (o + bl > cap)
+                    ck_assert_ptr_nonnull(buf = realloc(buf, cap *= 2));
+                memcpy(buf + o, b, bl);
+                o += bl;
+            }
+            ck_assert_msg(o == json_string_length(dec) && !memcmp(buf, json_string_value(dec), o),
+                          "%s text %zu: streamed \"%.*s\", tokenizers decodes \"%s\"", name, t,
+                          (int)o, buf, json_string_value(dec));
+            free(buf);
+            checked++;
+        }
+        nvfp4_tokenizer_free(tok);
+    }
+    ck_assert_uint_ge(checked, 300);
+    json_decref(exp);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tokenizer");
@@ -1054,6 +1113,7 @@ int main(void)
     tcase_add_test(tc, test_cli);
     tcase_add_loop_test(tc, test_variants, 0, variant_count(VARIANTS));
     tcase_add_loop_test(tc, test_spm, 0, variant_count(SPM));
+    tcase_add_test(tc, test_spm_token_bytes);
     tcase_set_timeout(tc, 60);
     tcase_add_test(rej, test_reject_files);
     tcase_add_test(rej, test_reject_model);
