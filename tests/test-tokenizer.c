@@ -1034,6 +1034,80 @@ START_TEST(test_spm)
 }
 END_TEST
 
+/* ~100 KB for SentencePiece-style pipelines without a pre-tokenizer, where
+ * everything between two added tokens is ONE BPE word (Gemma) or one word
+ * with U+2581 prepended (Llama 2, Metaspace "always"; not "first", which
+ * prepends at the start of the text only): the texts of tokenizer/spm
+ * joined by a special token, over and over; each segment is normalized on its own, so
+ * the ids are tokenizers' ids of the texts joined by the token's id.  The
+ * time is printed, not asserted (as test_encode_100k). */
+START_TEST(test_spm_encode_long)
+{
+    static const struct {
+        const char *name, *sep;
+    } runs[] = {{"gemma", "<eos>"}, {"llama2", "</s>"}, {"metaspace_always_split", "<s>"}};
+    json_t *exp = tload_json(SPM "/expected.json");
+    const json_t *texts = json_object_get(exp, "texts"), *v = NULL;
+    size_t cap = 200000, i;
+
+    for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
+        char *text = malloc(cap), rel[256];
+        int32_t *want = malloc(cap * sizeof(int32_t)), *ids = NULL, sep_id;
+        size_t len = 0, nwant = 0, n = 0, sl = strlen(runs[r].sep);
+        nvfp4_tokenizer *tok;
+        nvfp4_error err;
+        const json_t *all;
+        double t0, t1;
+
+        json_array_foreach(json_object_get(exp, "variants"), i, v)
+            if (!strcmp(json_string_value(json_object_get(v, "name")), runs[r].name))
+                break;
+        ck_assert_ptr_nonnull(v);
+        all = json_object_get(v, "ids");
+        snprintf(rel, sizeof(rel), SPM "/%s.json", runs[r].name);
+        tok = nvfp4_tokenizer_load(tdata(rel), NULL);
+        ck_assert_ptr_nonnull(tok);
+        ck_assert_ptr_nonnull(text);
+        ck_assert_ptr_nonnull(want);
+        sep_id = nvfp4_tokenizer_token_id(tok, runs[r].sep);
+        ck_assert_int_ge(sep_id, 0);
+        while (len < 100000) {
+            for (i = 0; i < json_array_size(texts); i++) {
+                const json_t *t = json_array_get(texts, i), *arr = json_array_get(all, i);
+                size_t tl = json_string_length(t);
+                /* a text with the separator in it would be cut there */
+                if (strstr(json_string_value(t), runs[r].sep))
+                    continue;
+                ck_assert_uint_lt(len + tl + sl, cap);
+                ck_assert_uint_lt(nwant + json_array_size(arr) + 1, cap);
+                memcpy(text + len, json_string_value(t), tl);
+                len += tl;
+                memcpy(text + len, runs[r].sep, sl);
+                len += sl;
+                for (size_t k = 0; k < json_array_size(arr); k++)
+                    want[nwant++] = (int32_t)json_integer_value(json_array_get(arr, k));
+                want[nwant++] = sep_id;
+            }
+        }
+        nvfp4_error_clear(&err);
+        t0 = now();
+        ck_assert_int_eq(nvfp4_tokenizer_encode(tok, text, len, &ids, &n, &err), NVFP4_OK);
+        t1 = now();
+        fprintf(stderr, "encode %s: %zu bytes -> %zu ids in %.2f ms\n", runs[r].name, len, n,
+                (t1 - t0) * 1e3);
+        ck_assert_uint_eq(n, nwant);
+        for (size_t k = 0; k < n; k++)
+            ck_assert_msg(ids[k] == want[k], "%s id %zu: %d, expected %d", runs[r].name, k,
+                          ids[k], want[k]);
+        free(ids);
+        free(want);
+        free(text);
+        nvfp4_tokenizer_free(tok);
+    }
+    json_decref(exp);
+}
+END_TEST
+
 /* token_bytes on SentencePiece-style tokens: where the decoder chain has
  * no step that looks at the whole text (Gemma's Replace/ByteFallback/Fuse,
  * Metaspace with prepend_scheme never), the streamed bytes of tokenizers'
@@ -1114,6 +1188,7 @@ int main(void)
     tcase_add_loop_test(tc, test_variants, 0, variant_count(VARIANTS));
     tcase_add_loop_test(tc, test_spm, 0, variant_count(SPM));
     tcase_add_test(tc, test_spm_token_bytes);
+    tcase_add_test(tc, test_spm_encode_long);
     tcase_set_timeout(tc, 60);
     tcase_add_test(rej, test_reject_files);
     tcase_add_test(rej, test_reject_model);
