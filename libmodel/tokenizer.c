@@ -157,8 +157,10 @@ struct nvfp4_tokenizer {
     unsigned char byte_char_len[256];
     int32_t byte_id[256];
     int32_t byte_fb[256][2];   /* byte_fallback ids of the character's bytes */
-    /* Without ByteLevel: the id of <0xNN> for byte NN, or -1. */
+    /* Without ByteLevel: the id of <0xNN> for byte NN, or -1; the id of
+     * each ASCII character (a lookup saved per character), or -1. */
     int32_t byte_tok[256];
+    int32_t ascii_id[128];
 };
 
 static int pool_add(nvfp4_tokenizer *t, const char *s, size_t n, size_t *off)
@@ -1415,6 +1417,10 @@ static nvfp4_status build_tables(loader *L)
         char fb[8];
         snprintf(fb, sizeof(fb), "<0x%02X>", b);
         t->byte_tok[b] = vocab_find(t, fb, strlen(fb));
+        if (b < 128) {
+            fb[0] = (char)b;
+            t->ascii_id[b] = vocab_find(t, fb, 1);
+        }
         t->byte_id[b] = vocab_find(t, t->byte_char[b], t->byte_char_len[b]);
         t->byte_fb[b][0] = t->byte_fb[b][1] = -1;
         for (unsigned k = 0; k < t->byte_char_len[b]; k++) {
@@ -1653,7 +1659,7 @@ static size_t char_symbols(const nvfp4_tokenizer *t, bpe_state *S, const unsigne
             k = 2;
         if (k > n - i)
             k = n - i;
-        id = vocab_find(t, (const char *)s + i, k);
+        id = k == 1 && s[i] < 0x80 ? t->ascii_id[s[i]] : vocab_find(t, (const char *)s + i, k);
         if (id >= 0) {
             if (unk >= 0) {
                 S->c[ns++] = unk;
