@@ -118,7 +118,21 @@ typedef struct {
     norm_kind kind;
     char *a, *b;                /* Prepend: a; Replace: literal a -> b */
     size_t alen, blen;
+    char where[96];             /* its JSON path */
 } norm_step;
+
+/* Replace steps (normalizer or decoder) may grow the text; a chain of them
+ * could grow it exponentially.  Refused beyond GROWTH_MAX times the text
+ * the chain started from, plus GROWTH_SLACK bytes (real chains stay within
+ * 3x: " " -> "\xe2\x96\x81"). */
+#define GROWTH_MAX 8
+#define GROWTH_SLACK 4096
+
+static size_t growth_limit(size_t n)
+{
+    return n > (SIZE_MAX - GROWTH_SLACK) / GROWTH_MAX ? SIZE_MAX
+                                                       : n * GROWTH_MAX + GROWTH_SLACK;
+}
 
 struct nvfp4_tokenizer {
     char *path;
@@ -340,11 +354,12 @@ static int hexval(char c)
 }
 
 /* Replace's decode_chain on one token with a literal pattern: every
- * non-overlapping occurrence, left to right.  malloc'ed, or NULL. */
+ * non-overlapping occurrence, left to right.  malloc'ed; NULL when out of
+ * memory, or with *outn = SIZE_MAX when the result would exceed LIMIT. */
 static char *replace_all(const char *s, size_t n, const char *pat, size_t plen,
-                         const char *content, size_t clen, size_t *outn)
+                         const char *content, size_t clen, size_t limit, size_t *outn)
 {
-    size_t k, o = 0, hits = 0;
+    size_t k, o = 0, hits = 0, keep;
     char *b;
 
     for (k = 0; k + plen <= n;)
@@ -353,7 +368,12 @@ static char *replace_all(const char *s, size_t n, const char *pat, size_t plen,
             k += plen;
         } else
             k++;
-    if (hits > (SIZE_MAX - n - 1) / (clen + 1) || !(b = malloc(n + hits * clen + 1)))
+    keep = n - hits * plen;
+    if (keep > limit || (clen && hits > (limit - keep) / clen)) {
+        *outn = SIZE_MAX;
+        return NULL;
+    }
+    if (!(b = malloc(keep + hits * clen + 1)))
         return NULL;
     for (k = 0; k < n;)
         if (k + plen <= n && !memcmp(s + k, pat, plen)) {
@@ -742,6 +762,7 @@ static nvfp4_status add_normalizer(loader *L, const json_t *n, const char *path)
     nvfp4_status st;
 
     memset(&step, 0, sizeof(step));
+    snprintf(step.where, sizeof(step.where), "%s", path);
     if ((st = get_type(L, n, path, &type)))
         return st;
     snprintf(key, sizeof(key), "%s.type", path);
@@ -1197,7 +1218,8 @@ static nvfp4_status load_rest(loader *L, const json_t *root)
  * sequence) and nothing is made lossy; Fuse is a no-op on one token, Strip
  * and the first-token rule of Metaspace concern the start of the whole
  * text (a streamed token follows a prompt: U+2581 "a" streams as " a").
- * malloc'ed. */
+ * malloc'ed; NULL with *outn = SIZE_MAX when Replace steps grow the token
+ * beyond growth_limit(). */
 static char *stream_bytes(const nvfp4_tokenizer *t, const char *s, size_t n, size_t *outn)
 {
     char *cur = malloc(n + 1), *next;
@@ -1218,11 +1240,13 @@ static char *stream_bytes(const nvfp4_tokenizer *t, const char *s, size_t n, siz
             /* Metaspace as on a token after the first: replacement -> ' ' */
             next = d->kind == DEC_REPLACE
                        ? replace_all(cur, len, d->pattern, d->pattern_len, d->content,
-                                     d->content_len, &len)
-                       : replace_all(cur, len, d->strip, d->strip_len, " ", 1, &len);
+                                     d->content_len, growth_limit(n), &len)
+                       : replace_all(cur, len, d->strip, d->strip_len, " ", 1, SIZE_MAX, &len);
             free(cur);
-            if (!(cur = next))
+            if (!(cur = next)) {
+                *outn = len;    /* SIZE_MAX: too long */
                 return NULL;
+            }
         }
         if (d->kind == DEC_BYTE_LEVEL) {
             /* decoding never grows a token */
@@ -1246,6 +1270,9 @@ static char *stream_bytes(const nvfp4_tokenizer *t, const char *s, size_t n, siz
 static int normalize(const nvfp4_tokenizer *t, const char *s, size_t n, tk_arena *arena,
                      const char **out, size_t *outn, char *msg, size_t msgsize)
 {
+    size_t limit = growth_limit(n), n0 = n;
+    const norm_step *bad = NULL;
+
     for (size_t k = 0; k < t->n_norm; k++) {
         const norm_step *d = &t->norm[k];
         size_t hits = 0, i, o = 0, keep;
@@ -1260,7 +1287,11 @@ static int normalize(const nvfp4_tokenizer *t, const char *s, size_t n, tk_arena
             /* prepend.rs: nothing happens to an empty string */
             if (n == 0)
                 continue;
-            if (n > SIZE_MAX - d->alen || !(q = nvfp4m_tk_arena_alloc(arena, n + d->alen)))
+            if (n > limit || d->alen > limit - n) {
+                bad = d;
+                goto toolong;
+            }
+            if (!(q = nvfp4m_tk_arena_alloc(arena, n + d->alen)))
                 goto nomem;
             memcpy(q, d->a, d->alen);
             memcpy(q + d->alen, s, n);
@@ -1279,8 +1310,10 @@ static int normalize(const nvfp4_tokenizer *t, const char *s, size_t n, tk_arena
             if (!hits)
                 continue;
             keep = n - hits * d->alen;
-            if (d->blen && hits > (SIZE_MAX - keep) / d->blen)
-                goto nomem;
+            if (keep > limit || (d->blen && hits > (limit - keep) / d->blen)) {
+                bad = d;
+                goto toolong;
+            }
             if (!(q = nvfp4m_tk_arena_alloc(arena, keep + hits * d->blen + 1)))
                 goto nomem;
             for (i = 0; i < n;)
@@ -1298,6 +1331,11 @@ static int normalize(const nvfp4_tokenizer *t, const char *s, size_t n, tk_arena
     *out = s;
     *outn = n;
     return 0;
+toolong:
+    snprintf(msg, msgsize,
+             "%s would make a piece of %zu bytes longer than %d times that plus %d bytes",
+             bad->where, n0, GROWTH_MAX, GROWTH_SLACK);
+    return -1;
 nomem:
     snprintf(msg, msgsize, "out of memory");
     return -1;
@@ -1346,8 +1384,14 @@ static nvfp4_status build_tables(loader *L)
         char *tmp;
         if (!t->id_str[i])
             continue;
-        if (!(tmp = stream_bytes(t, t->pool + t->id_str[i] - 1, t->id_str_len[i], &len)) ||
-            pool_add(t, tmp, len, &off)) {
+        len = 0;
+        if (!(tmp = stream_bytes(t, t->pool + t->id_str[i] - 1, t->id_str_len[i], &len)) &&
+            len == SIZE_MAX)
+            return nvfp4_error_set(L->err, NVFP4_ERR_INVALID, L->path, "decoder", -1,
+                                   "its Replace steps make token %zu (%u bytes) longer than %d "
+                                   "times that plus %d bytes",
+                                   i, (unsigned)t->id_str_len[i], GROWTH_MAX, GROWTH_SLACK);
+        if (!tmp || pool_add(t, tmp, len, &off)) {
             free(tmp);
             return fail_nomem(L);
         }
@@ -1969,8 +2013,10 @@ static int flush_bytes(dlist *out, unsigned char *bytes, size_t *nb)
     return 0;
 }
 
-/* One decoder: IN -> OUT (OUT empty on entry). */
-static int dec_apply(const nvfp4_tokenizer *t, const dec_step *d, const dlist *in, dlist *out)
+/* One decoder: IN -> OUT (OUT empty on entry).  0; -1 out of memory; -2
+ * when Replace would make the text longer than LIMIT bytes. */
+static int dec_apply(const nvfp4_tokenizer *t, const dec_step *d, const dlist *in, dlist *out,
+                     size_t limit)
 {
     size_t len, i;
     char *b;
@@ -2026,12 +2072,13 @@ static int dec_apply(const nvfp4_tokenizer *t, const dec_step *d, const dlist *i
         return i ? -1 : 0;
     }
     case DEC_REPLACE:
-        for (i = 0; i < in->n; i++) {
-            size_t o, k;
+        for (i = 0, len = 0; i < in->n; i++) {
+            size_t o = 0, k;
             b = replace_all(in->v[i].s, in->v[i].n, d->pattern, d->pattern_len, d->content,
-                            d->content_len, &o);
+                            d->content_len, limit - len, &o);
             if (!b)
-                return -1;
+                return o == SIZE_MAX ? -2 : -1;
+            len += o;
             k = (size_t)dl_push(out, b, o);
             free(b);
             if (k)
@@ -2046,7 +2093,7 @@ static int dec_apply(const nvfp4_tokenizer *t, const dec_step *d, const dlist *i
             size_t o;
             int k;
             b = replace_all(in->v[i].s, in->v[i].n, d->strip, d->strip_len,
-                            " ", i == 0 && d->prepend ? 0 : 1, &o);
+                            " ", i == 0 && d->prepend ? 0 : 1, SIZE_MAX, &o);
             if (!b)
                 return -1;
             k = dl_push(out, b, o);
@@ -2082,7 +2129,8 @@ char *nvfp4_tokenizer_decode(const nvfp4_tokenizer *t, const int32_t *ids, size_
 {
     dlist a = {0}, b = {0};
     char *out = NULL;
-    size_t len;
+    size_t len, total = 0;
+    int rc;
 
     if (!t || (!ids && n)) {
         nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
@@ -2103,10 +2151,20 @@ char *nvfp4_tokenizer_decode(const nvfp4_tokenizer *t, const int32_t *ids, size_
             continue;
         if (dl_push(&a, t->pool + t->id_str[ids[i]] - 1, t->id_str_len[ids[i]]))
             goto nomem;
+        total += t->id_str_len[ids[i]];
     }
     for (size_t k = 0; k < t->n_dec; k++) {
         dlist tmp;
-        if (dec_apply(t, &t->dec[k], &a, &b))
+        if ((rc = dec_apply(t, &t->dec[k], &a, &b, growth_limit(total))) == -2) {
+            dl_free(&a);
+            dl_free(&b);
+            nvfp4_error_set(err, NVFP4_ERR_INVALID, t->path, "decoder", -1,
+                            "decoder step %zu (Replace) would make the text of %zu bytes "
+                            "longer than %d times that plus %d bytes",
+                            k, total, GROWTH_MAX, GROWTH_SLACK);
+            return NULL;
+        }
+        if (rc)
             goto nomem;
         dl_free(&a);
         tmp = a;

@@ -862,6 +862,105 @@ START_TEST(test_reject_spm)
 }
 END_TEST
 
+/* Hostile SentencePiece-style files: text that grows without bound under
+ * a chain of Replace steps, and vocabularies that are not valid UTF-8. */
+static void write_raw(const char *path, const char *a, const char *b, const char *c)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs(a, f);
+    fputs(b, f);
+    fputs(c, f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+START_TEST(test_reject_spm_hostile)
+{
+    static const char *const bad_keys[] = {"\"\xff\xfe\"", "\"a\\u0000b\"", "\"\\ud800\""};
+    char big[2100], text[101];
+    json_t *j, *seq;
+    nvfp4_tokenizer *tok;
+    nvfp4_error err;
+    int32_t *ids = NULL, many[100];
+    size_t n = 0;
+    char *s;
+
+    make_tmpdir();
+    /* six Replace("a", "aaaa") normalizers after Prepend and Replace(" "):
+     * 100 bytes become 103, 403, 1603, then 6403, past 8 * 100 + 4096 */
+    j = spm_json();
+    seq = json_object_get(json_object_get(j, "normalizer"), "normalizers");
+    for (int i = 0; i < 6; i++)
+        json_array_append_new(seq, json_pack("{ss s{ss} ss}", "type", "Replace", "pattern", "String",
+                                             "a", "content", "aaaa"));
+    ck_assert_int_eq(json_dump_file(j, tmp_path("grow.json"), JSON_COMPACT), 0);
+    json_decref(j);
+    nvfp4_error_clear(&err);
+    tok = nvfp4_tokenizer_load(tmp_path("grow.json"), &err);
+    ck_assert_msg(tok != NULL, "%s", err.text);
+    memset(text, 'a', 100);
+    text[100] = '\0';
+    ck_assert_int_eq(nvfp4_tokenizer_encode(tok, text, 100, &ids, &n, &err), NVFP4_ERR_INVALID);
+    ck_assert_ptr_null(ids);
+    assert_contains(err.text, "normalizer.normalizers[4] would make a piece of 100 bytes longer "
+                              "than 8 times that plus 4096 bytes");
+    /* a short text stays within the slack */
+    ck_assert_int_eq(nvfp4_tokenizer_encode(tok, "a", 1, &ids, &n, &err), NVFP4_OK);
+    free(ids);
+    nvfp4_tokenizer_free(tok);
+    unlink(tmp_path("grow.json"));
+
+    /* decoder Replace steps: three of 'a' -> 64 'a's grow a token 2^18 times
+     * (refused at load); one "\xe2\x96\x81" -> 2000 bytes passes per token
+     * but not on a decode of 100 of them */
+    memset(big, 'a', 64);
+    big[64] = '\0';
+    j = spm_json();
+    seq = json_object_get(json_object_get(j, "decoder"), "decoders");
+    for (int i = 0; i < 3; i++)
+        json_array_insert_new(seq, 0, json_pack("{ss s{ss} ss}", "type", "Replace", "pattern",
+                                                "String", "a", "content", big));
+    expect_reject(j, NVFP4_ERR_INVALID, "decoder", "its Replace steps make token");
+    json_decref(j);
+
+    memset(big, 'x', 2000);
+    big[2000] = '\0';
+    j = spm_json();
+    seq = json_object_get(json_object_get(j, "decoder"), "decoders");
+    json_array_insert_new(seq, 0, json_pack("{ss s{ss} ss}", "type", "Replace", "pattern", "String",
+                                            "\xe2\x96\x81", "content", big));
+    ck_assert_int_eq(json_dump_file(j, tmp_path("grow.json"), JSON_COMPACT), 0);
+    json_decref(j);
+    tok = nvfp4_tokenizer_load(tmp_path("grow.json"), &err);
+    ck_assert_msg(tok != NULL, "%s", err.text);
+    for (int i = 0; i < 100; i++)
+        many[i] = nvfp4_tokenizer_token_id(tok, "\xe2\x96\x81");
+    ck_assert_int_ge(many[0], 0);
+    s = nvfp4_tokenizer_decode(tok, many, 2, 0, &err);
+    ck_assert_ptr_nonnull(s);
+    free(s);
+    nvfp4_error_clear(&err);
+    ck_assert_ptr_null(nvfp4_tokenizer_decode(tok, many, 100, 0, &err));
+    ck_assert_int_eq(err.status, NVFP4_ERR_INVALID);
+    assert_contains(err.text, "decoder step 0 (Replace) would make the text of 300 bytes longer");
+    nvfp4_tokenizer_free(tok);
+    unlink(tmp_path("grow.json"));
+
+    /* vocab keys that are not UTF-8, hold a NUL or a lone surrogate: the
+     * JSON reader refuses them (tokenizers' serde_json does as well) */
+    for (int i = 0; i < 3; i++) {
+        const char *p = tmp_path("bad-vocab.json");
+        write_raw(p, "{\"model\": {\"type\": \"BPE\", \"vocab\": {", bad_keys[i],
+                  ": 0}, \"merges\": []}, \"decoder\": {\"type\": \"Fuse\"}}");
+        nvfp4_error_clear(&err);
+        ck_assert_ptr_null(nvfp4_tokenizer_load(p, &err));
+        ck_assert_int_eq(err.status, NVFP4_ERR_BAD_JSON);
+        unlink(p);
+    }
+    rmdir(tmpdir);
+}
+END_TEST
+
 START_TEST(test_reject_encode_decode)
 {
     nvfp4_tokenizer *tok = load_fixture();
@@ -1195,6 +1294,7 @@ int main(void)
     tcase_add_test(rej, test_reject_merges);
     tcase_add_test(rej, test_reject_pipeline);
     tcase_add_test(rej, test_reject_spm);
+    tcase_add_test(rej, test_reject_spm_hostile);
     tcase_add_test(rej, test_reject_encode_decode);
     tcase_set_timeout(rej, 120);
     suite_add_tcase(s, tc);
