@@ -118,8 +118,10 @@ NVFP4_API size_t nvfp4_tokenizer_vocab_size(const nvfp4_tokenizer *tok);
  * @param n_ids set to the number of ids (0 on failure)
  * @param err filled on failure, or NULL
  * @return ::NVFP4_OK; ::NVFP4_ERR_INVALID for a NULL argument, text that is
- *         not valid UTF-8 (err->offset is the byte) or text that exhausts
- *         the pre-tokenizer's matching budget; ::NVFP4_ERR_NOMEM
+ *         not valid UTF-8 (err->offset is the byte), text that exhausts
+ *         the pre-tokenizer's matching budget or that the normalizer's
+ *         Replace/Prepend steps would make longer than 8 times a piece plus
+ *         4096 bytes; ::NVFP4_ERR_NOMEM
  */
 NVFP4_API nvfp4_status nvfp4_tokenizer_encode(const nvfp4_tokenizer *tok,
                                               const char *text, size_t len,
@@ -152,7 +154,9 @@ NVFP4_API const char *nvfp4_tokenizer_token_bytes(const nvfp4_tokenizer *tok,
  * @param skip_special nonzero drops special tokens
  * @param err filled on failure, or NULL
  * @return the NUL-terminated text, malloc'ed, which the caller frees with
- *         free(); NULL on failure: ::NVFP4_ERR_INVALID (NULL argument),
+ *         free(); NULL on failure: ::NVFP4_ERR_INVALID (NULL argument, or
+ *         the decoder's Replace steps would make the text longer than 8
+ *         times the token strings plus 4096 bytes),
  *         ::NVFP4_ERR_OUT_OF_RANGE (an id that is not a token, naming its
  *         index), ::NVFP4_ERR_NOMEM
  */
