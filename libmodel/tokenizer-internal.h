@@ -23,6 +23,8 @@ typedef struct {
     const char *p;
     size_t n;
     int32_t id;       /* an added token's id, or -1 for text still to split */
+    int first;        /* it starts where the text starts (offsets_original().0
+                       * == 0, which Metaspace's prepend_scheme "first" asks) */
 } tk_piece;
 
 typedef struct {
@@ -30,6 +32,7 @@ typedef struct {
     size_t n, cap;
 } tk_pieces;
 
+/* Appends a piece with first = 0. */
 int nvfp4m_tk_pieces_push(tk_pieces *ps, const char *p, size_t n, int32_t id);
 
 /* Bump allocator for strings made during one encode (prefix spaces);
@@ -57,18 +60,29 @@ typedef enum {
     TK_CONTIGUOUS,
 } tk_behavior;
 
-typedef enum { TK_PT_SPLIT = 0, TK_PT_BYTELEVEL } tk_pt_kind;
+typedef enum { TK_PT_SPLIT = 0, TK_PT_BYTELEVEL, TK_PT_METASPACE } tk_pt_kind;
+
+/* Metaspace's PrependScheme. */
+typedef enum { TK_PREPEND_ALWAYS = 0, TK_PREPEND_FIRST, TK_PREPEND_NEVER } tk_prepend;
 
 /* One pre-tokenizer step.  Digits is a Split on \p{N} (Isolated when
  * individual_digits, else Contiguous), which is what digits.rs does with
- * char::is_numeric (general categories Nd, Nl, No = \p{N}). */
+ * char::is_numeric (general categories Nd, Nl, No = \p{N}).  Metaspace
+ * (pre_tokenizers/metaspace.rs) replaces every ' ' by its replacement
+ * character, prepends one per its scheme and, when split, splits before
+ * each replacement character (MergedWithNext on the literal RE). */
 typedef struct {
     tk_pt_kind kind;
-    pcre2_code *re;       /* Split pattern, or the GPT-2 regex of ByteLevel */
+    pcre2_code *re;       /* Split pattern, the GPT-2 regex of ByteLevel, or
+                           * Metaspace's replacement as a literal (split) */
     tk_behavior behavior;
     int invert;
     int add_prefix_space; /* ByteLevel */
     int use_regex;        /* ByteLevel */
+    char repl[4];         /* Metaspace: the replacement character (UTF-8) */
+    size_t repl_len;
+    tk_prepend prepend;
+    int split;
     char where[160];      /* its JSON path, to name it in errors */
 } tk_pretok;
 
@@ -129,9 +143,10 @@ int nvfp4m_tk_added_set_build(tk_added_set *set, tk_added *tokens, size_t n, cha
 void nvfp4m_tk_added_set_free(tk_added_set *set);
 
 /* AddedVocabulary::find_matches on one piece: append token pieces (id >= 0)
- * and the text between them (id -1) to OUT. */
-int nvfp4m_tk_added_split(const tk_added_set *set, const char *s, size_t n, tk_pieces *out,
-                   pcre2_match_data *md);
+ * and the text between them (id -1) to OUT; the text piece at offset 0 of
+ * S gets the flag FIRST. */
+int nvfp4m_tk_added_split(const tk_added_set *set, const char *s, size_t n, int first,
+                          tk_pieces *out, pcre2_match_data *md);
 
 /* Offset of the first invalid UTF-8 byte (Rust str rules), or len if valid. */
 size_t nvfp4m_tk_utf8_check(const unsigned char *s, size_t len);

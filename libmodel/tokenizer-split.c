@@ -33,6 +33,7 @@ int nvfp4m_tk_pieces_push(tk_pieces *ps, const char *p, size_t n, int32_t id)
     ps->v[ps->n].p = p;
     ps->v[ps->n].n = n;
     ps->v[ps->n].id = id;
+    ps->v[ps->n].first = 0;
     ps->n++;
     return 0;
 }
@@ -547,6 +548,47 @@ int nvfp4m_tk_pretok_apply(const tk_pretok *pt, const tk_pieces *in, tk_pieces *
                 goto out;
             continue;
         }
+        if (pt->kind == TK_PT_METASPACE) {
+            /* metaspace.rs: ' ' -> the replacement, then one more in front
+             * (always, or on the piece at the start of the text) unless the
+             * piece already starts with it; an empty piece stays empty. */
+            size_t spaces = 0, o = 0, rl = pt->repl_len;
+            int pre;
+            char *q;
+            for (size_t k = 0; k < pc.n; k++)
+                spaces += pc.p[k] == ' ';
+            pre = pc.n > 0 &&
+                  (pt->prepend == TK_PREPEND_ALWAYS ||
+                   (pt->prepend == TK_PREPEND_FIRST && pc.first)) &&
+                  !(pc.p[0] == ' ' || (pc.n >= rl && !memcmp(pc.p, pt->repl, rl)));
+            if (spaces || pre) {
+                if (spaces + pre > (SIZE_MAX - pc.n) / rl ||
+                    !(q = nvfp4m_tk_arena_alloc(arena, pc.n + (spaces + pre) * rl)))
+                    goto out;
+                if (pre) {
+                    memcpy(q, pt->repl, rl);
+                    o = rl;
+                }
+                for (size_t k = 0; k < pc.n; k++)
+                    if (pc.p[k] == ' ') {
+                        memcpy(q + o, pt->repl, rl);
+                        o += rl;
+                    } else
+                        q[o++] = pc.p[k];
+                pc.p = q;
+                pc.n = o;
+            }
+            if (!pt->split) {
+                if (pc.n) {
+                    if (nvfp4m_tk_pieces_push(out, pc.p, pc.n, -1))
+                        goto out;
+                    out->v[out->n - 1].first = pc.first;
+                }
+                continue;
+            }
+            behavior = TK_MERGED_WITH_NEXT;
+            invert = 0;
+        }
         if (pt->kind == TK_PT_BYTELEVEL) {
             /* byte_level.rs: prefix every piece that lacks a leading space. */
             if (pt->add_prefix_space && (pc.n == 0 || pc.p[0] != ' ')) {
@@ -559,8 +601,11 @@ int nvfp4m_tk_pretok_apply(const tk_pretok *pt, const tk_pieces *in, tk_pieces *
                 pc.n++;
             }
             if (!pt->use_regex) {
-                if (pc.n && nvfp4m_tk_pieces_push(out, pc.p, pc.n, -1))
-                    goto out;
+                if (pc.n) {
+                    if (nvfp4m_tk_pieces_push(out, pc.p, pc.n, -1))
+                        goto out;
+                    out->v[out->n - 1].first = pc.first;
+                }
                 continue;
             }
             behavior = TK_ISOLATED;
@@ -587,6 +632,7 @@ int nvfp4m_tk_pretok_apply(const tk_pretok *pt, const tk_pieces *in, tk_pieces *
                 snprintf(msg, msgsize, "out of memory");
                 goto out;
             }
+            out->v[out->n - 1].first = pc.first && sp.v[k].s == 0;
         }
     }
     rc = 0;
@@ -658,13 +704,19 @@ static int char_is(const pcre2_code *re, const char *s, size_t n, size_t i,
     return rc >= 0;
 }
 
-int nvfp4m_tk_added_split(const tk_added_set *set, const char *s, size_t n, tk_pieces *out,
-                   pcre2_match_data *md)
+int nvfp4m_tk_added_split(const tk_added_set *set, const char *s, size_t n, int first,
+                          tk_pieces *out, pcre2_match_data *md)
 {
     size_t start_offset = 0, i = 0;
 
-    if (set->n == 0 || n == 0)
-        return n ? nvfp4m_tk_pieces_push(out, s, n, -1) : 0;
+    if (set->n == 0 || n == 0) {
+        if (!n)
+            return 0;
+        if (nvfp4m_tk_pieces_push(out, s, n, -1))
+            return -1;
+        out->v[out->n - 1].first = first;
+        return 0;
+    }
     while (i < n) {
         unsigned char b = (unsigned char)s[i];
         const tk_added *m = NULL;
@@ -704,13 +756,19 @@ int nvfp4m_tk_added_split(const tk_added_set *set, const char *s, size_t n, tk_p
             while (stop < n && char_is(set->space_re, s, n, stop, md))
                 stop += char_len(s, n, stop);
         }
-        if (start_offset < start && nvfp4m_tk_pieces_push(out, s + start_offset, start - start_offset, -1))
-            return -1;
+        if (start_offset < start) {
+            if (nvfp4m_tk_pieces_push(out, s + start_offset, start - start_offset, -1))
+                return -1;
+            out->v[out->n - 1].first = first && start_offset == 0;
+        }
         if (nvfp4m_tk_pieces_push(out, s + start, stop - start, m->id))
             return -1;
         start_offset = stop;
     }
-    if (start_offset < n && nvfp4m_tk_pieces_push(out, s + start_offset, n - start_offset, -1))
-        return -1;
+    if (start_offset < n) {
+        if (nvfp4m_tk_pieces_push(out, s + start_offset, n - start_offset, -1))
+            return -1;
+        out->v[out->n - 1].first = first && start_offset == 0;
+    }
     return 0;
 }

@@ -1,21 +1,27 @@
 /* SPDX-License-Identifier: MIT */
-/* The byte-level BPE tokenizer of a Hugging Face tokenizer.json (GPT-2,
- * Llama 3, Qwen, SmolLM): loading, the BPE model, encode and decode.
+/* The BPE tokenizer of a Hugging Face tokenizer.json: byte-level BPE
+ * (GPT-2, Llama 3, Qwen, SmolLM) and SentencePiece-style BPE with byte
+ * fallback (Llama 2, Mistral, Phi-3, Gemma): loading, the BPE model, encode
+ * and decode.
  *
  * Encoding reproduces `tokenizers` Tokenizer.encode(text,
  * add_special_tokens=False).ids step by step:
  *   1. added tokens with normalized=false are cut out of the raw text
  *      (AddedVocabulary::extract_and_normalize, leftmost-longest);
- *   2. the rest is normalized (identity, or NFC through ICU) and tokens
- *      with normalized=true are cut out of it;
- *   3. the pre-tokenizer steps split what is left (tokenizer-split.c), the
- *      last of them ByteLevel, which maps every byte to one character;
+ *   2. the rest is normalized (the normalizer chain: NFC through ICU,
+ *      Prepend, Replace) and tokens with normalized=true are cut out of it;
+ *   3. the pre-tokenizer steps split what is left (tokenizer-split.c):
+ *      Split, Digits, Metaspace, and for byte-level BPE a last ByteLevel,
+ *      which maps every byte to one character;
  *   4. each piece goes through BPE (models/bpe/model.rs merge_word and
- *      word.rs merge_all: lowest merge rank first, leftmost on ties).
+ *      word.rs merge_all: lowest merge rank first, leftmost on ties).  Its
+ *      symbols are the characters of the piece: with ByteLevel one per
+ *      byte; without, the UTF-8 characters themselves, an unknown one
+ *      becoming its <0xNN> byte tokens (byte_fallback) or the unk token.
  * post_processor is not consulted: with add_special_tokens=False neither
  * TemplateProcessing nor the ByteLevel post-processor changes the ids.
  * Decoding runs the decoder chain (ByteFallback, Fuse, Replace, ByteLevel,
- * Strip) over the token strings as Tokenizer::decode does.
+ * Metaspace, Strip) over the token strings as Tokenizer::decode does.
  *
  * A loaded tokenizer is read-only: encode and decode keep their state on
  * the call, so threads may share one. */
@@ -84,16 +90,49 @@ typedef struct {
     int32_t id;
 } vocab_entry;
 
-/* One decoder of the chain (the crate's decoders directory, Replace). */
-typedef enum { DEC_BYTE_LEVEL = 0, DEC_BYTE_FALLBACK, DEC_FUSE, DEC_REPLACE, DEC_STRIP } dec_kind;
+/* One decoder of the chain (the crate's decoders directory, Replace,
+ * Metaspace). */
+typedef enum {
+    DEC_BYTE_LEVEL = 0,
+    DEC_BYTE_FALLBACK,
+    DEC_FUSE,
+    DEC_REPLACE,
+    DEC_STRIP,
+    DEC_METASPACE
+} dec_kind;
 
 typedef struct {
     dec_kind kind;
     char *pattern, *content;    /* Replace: literal pattern -> content */
     size_t pattern_len, content_len;
-    char strip[4];              /* Strip: the character, its UTF-8 length */
+    char strip[4];              /* Strip: the character, its UTF-8 length;
+                                 * Metaspace: the replacement */
     size_t strip_len, start, stop;
+    int prepend;                /* Metaspace: prepend_scheme is not "never" */
 } dec_step;
+
+/* One normalizer of the chain (normalizers/{unicode,prepend,replace}.rs). */
+typedef enum { NORM_NFC = 0, NORM_PREPEND, NORM_REPLACE } norm_kind;
+
+typedef struct {
+    norm_kind kind;
+    char *a, *b;                /* Prepend: a; Replace: literal a -> b */
+    size_t alen, blen;
+    char where[96];             /* its JSON path */
+} norm_step;
+
+/* Replace steps (normalizer or decoder) may grow the text; a chain of them
+ * could grow it exponentially.  Refused beyond GROWTH_MAX times the text
+ * the chain started from, plus GROWTH_SLACK bytes (real chains stay within
+ * 3x: " " -> "\xe2\x96\x81"). */
+#define GROWTH_MAX 8
+#define GROWTH_SLACK 4096
+
+static size_t growth_limit(size_t n)
+{
+    return n > (SIZE_MAX - GROWTH_SLACK) / GROWTH_MAX ? SIZE_MAX
+                                                       : n * GROWTH_MAX + GROWTH_SLACK;
+}
 
 struct nvfp4_tokenizer {
     char *path;
@@ -118,9 +157,11 @@ struct nvfp4_tokenizer {
     size_t n_added;
     tk_added_set added_raw, added_norm;
 
-    int nfc;                /* the normalizer is NFC (else the identity) */
+    norm_step *norm;        /* the normalizer chain (none: the identity) */
+    size_t n_norm;
     tk_pretok *pretok;
     size_t n_pretok;
+    int byte_level;         /* the pre-tokenizer ends with ByteLevel */
 
     dec_step *dec;          /* the decoder chain */
     size_t n_dec;
@@ -130,6 +171,10 @@ struct nvfp4_tokenizer {
     unsigned char byte_char_len[256];
     int32_t byte_id[256];
     int32_t byte_fb[256][2];   /* byte_fallback ids of the character's bytes */
+    /* Without ByteLevel: the id of <0xNN> for byte NN, or -1; the id of
+     * each ASCII character (a lookup saved per character), or -1. */
+    int32_t byte_tok[256];
+    int32_t ascii_id[128];
 };
 
 static int pool_add(nvfp4_tokenizer *t, const char *s, size_t n, size_t *off)
@@ -309,11 +354,12 @@ static int hexval(char c)
 }
 
 /* Replace's decode_chain on one token with a literal pattern: every
- * non-overlapping occurrence, left to right.  malloc'ed, or NULL. */
+ * non-overlapping occurrence, left to right.  malloc'ed; NULL when out of
+ * memory, or with *outn = SIZE_MAX when the result would exceed LIMIT. */
 static char *replace_all(const char *s, size_t n, const char *pat, size_t plen,
-                         const char *content, size_t clen, size_t *outn)
+                         const char *content, size_t clen, size_t limit, size_t *outn)
 {
-    size_t k, o = 0, hits = 0;
+    size_t k, o = 0, hits = 0, keep;
     char *b;
 
     for (k = 0; k + plen <= n;)
@@ -322,7 +368,12 @@ static char *replace_all(const char *s, size_t n, const char *pat, size_t plen,
             k += plen;
         } else
             k++;
-    if (hits > (SIZE_MAX - n - 1) / (clen + 1) || !(b = malloc(n + hits * clen + 1)))
+    keep = n - hits * plen;
+    if (keep > limit || (clen && hits > (limit - keep) / clen)) {
+        *outn = SIZE_MAX;
+        return NULL;
+    }
+    if (!(b = malloc(keep + hits * clen + 1)))
         return NULL;
     for (k = 0; k < n;)
         if (k + plen <= n && !memcmp(s + k, pat, plen)) {
@@ -451,7 +502,8 @@ static nvfp4_status load_model(loader *L, const json_t *root)
         snprintf(k, sizeof(k), "model.%s", affixes[i]);
         if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
             return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, k, -1,
-                                   "a non-empty %s is not byte-level BPE; expected null or \"\"",
+                                   "a non-empty %s (WordPiece-style BPE) is not supported; "
+                                   "expected null or \"\"",
                                    affixes[i]);
     }
     if ((st = get_bool(L, model, "byte_fallback", "model", 0, &t->byte_fallback)) ||
@@ -679,29 +731,92 @@ static nvfp4_status load_added(loader *L, const json_t *root)
     return assign_added_ids(L);
 }
 
-/* One normalizer: NFC is the only one besides the identity. */
+static nvfp4_status push_norm(loader *L, const norm_step *n)
+{
+    nvfp4_tokenizer *t = L->t;
+    norm_step *v = realloc(t->norm, (t->n_norm + 1) * sizeof(*v));
+    if (!v)
+        return fail_nomem(L);
+    t->norm = v;
+    t->norm[t->n_norm++] = *n;
+    return NVFP4_OK;
+}
+
+/* A copy of a JSON string (NUL-terminated, its length in *len). */
+static char *dup_json_string(const json_t *v, size_t *len)
+{
+    char *c = malloc(json_string_length(v) + 1);
+    if (c) {
+        *len = json_string_length(v);
+        memcpy(c, json_string_value(v), *len + 1);
+    }
+    return c;
+}
+
+/* One normalizer: NFC, Prepend or Replace (a literal String pattern). */
 static nvfp4_status add_normalizer(loader *L, const json_t *n, const char *path)
 {
     const char *type = NULL;
     char key[128];
+    norm_step step;
     nvfp4_status st;
 
+    memset(&step, 0, sizeof(step));
+    snprintf(step.where, sizeof(step.where), "%s", path);
     if ((st = get_type(L, n, path, &type)))
         return st;
     snprintf(key, sizeof(key), "%s.type", path);
-    if (strcmp(type, "NFC") != 0)
-        return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, key, -1,
-                               "normalizer \"%s\" is not supported (only NFC or none)", type);
+    if (!strcmp(type, "NFC")) {
 #ifndef HAVE_ICU
-    return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, key, -1,
-                           "normalizer \"NFC\" needs ICU, which this build of nvfp4 lacks");
+        return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, key, -1,
+                               "normalizer \"NFC\" needs ICU, which this build of nvfp4 lacks");
 #else
-    L->t->nfc = 1;      /* NFC twice is NFC */
-    return NVFP4_OK;
+        step.kind = NORM_NFC;
+        return push_norm(L, &step);
 #endif
+    }
+    if (!strcmp(type, "Prepend")) {
+        const json_t *v = json_object_get(n, "prepend");
+        snprintf(key, sizeof(key), "%s.prepend", path);
+        if (!json_is_string(v))
+            return nvfp4_error_set(L->err, NVFP4_ERR_BAD_ENTRY, L->path, key, -1,
+                                   "expected a string, found %s", json_kind(v));
+        if (json_string_length(v) == 0)
+            return NVFP4_OK;   /* prepending nothing is the identity */
+        step.kind = NORM_PREPEND;
+        if (!(step.a = dup_json_string(v, &step.alen)))
+            return fail_nomem(L);
+    } else if (!strcmp(type, "Replace")) {
+        const json_t *pat = json_object_get(n, "pattern"), *c = json_object_get(n, "content");
+        const json_t *ps = json_is_object(pat) ? json_object_get(pat, "String") : NULL;
+        snprintf(key, sizeof(key), "%s.pattern", path);
+        if (!json_is_string(ps) || json_string_length(ps) == 0)
+            return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, key, -1,
+                                   "expected {\"String\": non-empty string} (regex "
+                                   "replacements are not supported)");
+        snprintf(key, sizeof(key), "%s.content", path);
+        if (!json_is_string(c))
+            return nvfp4_error_set(L->err, NVFP4_ERR_BAD_ENTRY, L->path, key, -1,
+                                   "expected a string, found %s", json_kind(c));
+        step.kind = NORM_REPLACE;
+        if (!(step.a = dup_json_string(ps, &step.alen)) ||
+            !(step.b = dup_json_string(c, &step.blen))) {
+            free(step.a);
+            return fail_nomem(L);
+        }
+    } else
+        return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, key, -1,
+                               "normalizer \"%s\" is not supported (expected NFC, Prepend, "
+                               "Replace or a Sequence of them)",
+                               type);
+    if ((st = push_norm(L, &step))) {
+        free(step.a);
+        free(step.b);
+    }
+    return st;
 }
 
-/* normalizer: null, NFC, or a Sequence of those. */
+/* normalizer: null, one normalizer, or a Sequence of them. */
 static nvfp4_status load_normalizer(loader *L, const json_t *root)
 {
     const json_t *n = json_object_get(root, "normalizer");
@@ -757,6 +872,76 @@ static nvfp4_status compile_or_fail(loader *L, const char *pat, size_t len, int 
     return NVFP4_OK;
 }
 
+static size_t count_chars(const char *s, size_t n)
+{
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
+
+/* Is V a string of exactly one character?  Its UTF-8 into out[4]. */
+static int one_char(const json_t *v, char *out, size_t *len)
+{
+    const char *c;
+    size_t n;
+    if (!json_is_string(v))
+        return 0;
+    c = json_string_value(v);
+    n = json_string_length(v);
+    if (n == 0 || n > 4 || nvfp4m_tk_utf8_check((const unsigned char *)c, n) != n ||
+        count_chars(c, n) != 1)
+        return 0;
+    memcpy(out, c, n);
+    *len = n;
+    return 1;
+}
+
+/* The fields of Metaspace, pre-tokenizer and decoder alike, as the crate's
+ * deserializer reads them: "replacement" (one character), "prepend_scheme"
+ * ("always" when absent), "split" (true when absent or null) and the older
+ * "add_prefix_space", which must be true unless the scheme is "never". */
+static nvfp4_status parse_metaspace(loader *L, const json_t *o, const char *path, char *repl,
+                                    size_t *repl_len, tk_prepend *prepend, int *split)
+{
+    static const char *const schemes[] = {"always", "first", "never"};
+    const json_t *v = json_object_get(o, "prepend_scheme");
+    char key[256];
+    int aps;
+    nvfp4_status st;
+
+    snprintf(key, sizeof(key), "%s.replacement", path);
+    if (!one_char(json_object_get(o, "replacement"), repl, repl_len))
+        return nvfp4_error_set(L->err, NVFP4_ERR_BAD_ENTRY, L->path, key, -1,
+                               "expected one character, found %s",
+                               json_kind(json_object_get(o, "replacement")));
+    *prepend = TK_PREPEND_ALWAYS;
+    snprintf(key, sizeof(key), "%s.prepend_scheme", path);
+    if (v) {
+        int found = 0;
+        for (int i = 0; i < 3; i++)
+            if (json_is_string(v) && !strcmp(json_string_value(v), schemes[i])) {
+                *prepend = (tk_prepend)i;
+                found = 1;
+            }
+        if (!found)
+            return nvfp4_error_set(L->err, NVFP4_ERR_BAD_ENTRY, L->path, key, -1,
+                                   "expected \"always\", \"first\" or \"never\", found %s%s%s",
+                                   json_is_string(v) ? "\"" : json_kind(v),
+                                   json_is_string(v) ? json_string_value(v) : "",
+                                   json_is_string(v) ? "\"" : "");
+    }
+    if ((st = get_bool(L, o, "add_prefix_space", path, 1, &aps)))
+        return st;
+    if (!aps && *prepend != TK_PREPEND_NEVER) {
+        snprintf(key, sizeof(key), "%s.add_prefix_space", path);
+        return nvfp4_error_set(L->err, NVFP4_ERR_BAD_ENTRY, L->path, key, -1,
+                               "add_prefix_space false does not match prepend_scheme \"%s\"",
+                               schemes[*prepend]);
+    }
+    return split ? get_bool(L, o, "split", path, 1, split) : NVFP4_OK;
+}
+
 static nvfp4_status add_pretok(loader *L, const json_t *pt, const char *path, int depth)
 {
     tk_pretok p;
@@ -790,6 +975,15 @@ static nvfp4_status add_pretok(loader *L, const json_t *pt, const char *path, in
         snprintf(key, sizeof(key), "%s.use_regex", path);
         if (p.use_regex &&
             (st = compile_or_fail(L, GPT2_PATTERN, sizeof(GPT2_PATTERN) - 1, 0, key, &p.re)))
+            return st;
+        return push_pretok(L, &p);
+    }
+    if (!strcmp(type, "Metaspace")) {
+        p.kind = TK_PT_METASPACE;
+        if ((st = parse_metaspace(L, pt, path, p.repl, &p.repl_len, &p.prepend, &p.split)))
+            return st;
+        snprintf(key, sizeof(key), "%s.replacement", path);
+        if (p.split && (st = compile_or_fail(L, p.repl, p.repl_len, 1, key, &p.re)))
             return st;
         return push_pretok(L, &p);
     }
@@ -849,8 +1043,8 @@ static nvfp4_status add_pretok(loader *L, const json_t *pt, const char *path, in
     }
     snprintf(key, sizeof(key), "%s.type", path);
     return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, key, -1,
-                           "pre-tokenizer \"%s\" is not supported (expected ByteLevel, Split, "
-                           "Digits or a Sequence of them)", type);
+                           "pre-tokenizer \"%s\" is not supported (expected ByteLevel, "
+                           "Metaspace, Split, Digits or a Sequence of them)", type);
 }
 
 static nvfp4_status load_pretok(loader *L, const json_t *root)
@@ -859,16 +1053,17 @@ static nvfp4_status load_pretok(loader *L, const json_t *root)
     nvfp4_tokenizer *t = L->t;
     nvfp4_status st;
 
+    /* none: the normalized text is one word (Gemma, Llama 2) */
     if (!pt || json_is_null(pt))
-        return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, "pre_tokenizer", -1,
-                               "no pre-tokenizer: not a byte-level BPE tokenizer "
-                               "(expected ByteLevel)");
+        return NVFP4_OK;
     if ((st = add_pretok(L, pt, "pre_tokenizer", 0)))
         return st;
+    for (size_t i = 0; i < t->n_pretok; i++)
+        t->byte_level |= t->pretok[i].kind == TK_PT_BYTELEVEL;
     /* The byte mapping happens once, after every split (our pieces stay raw
      * bytes until BPE), which equals tokenizers only when ByteLevel is last:
      * a split after it would see the mapped characters. */
-    for (size_t i = 0; i < t->n_pretok; i++)
+    for (size_t i = 0; t->byte_level && i < t->n_pretok; i++)
         if ((t->pretok[i].kind == TK_PT_BYTELEVEL) != (i + 1 == t->n_pretok))
             return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, "pre_tokenizer", -1,
                                    "expected exactly one ByteLevel pre-tokenizer, as the last "
@@ -877,14 +1072,6 @@ static nvfp4_status load_pretok(loader *L, const json_t *root)
                                                                         : "a split",
                                    i);
     return NVFP4_OK;
-}
-
-static size_t count_chars(const char *s, size_t n)
-{
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++)
-        c += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return c;
 }
 
 static nvfp4_status push_dec(loader *L, const dec_step *d)
@@ -957,6 +1144,12 @@ static nvfp4_status add_decoder(loader *L, const json_t *d, const char *path, in
             free(step.content);
         }
         return st;
+    } else if (!strcmp(type, "Metaspace")) {
+        tk_prepend pre;
+        step.kind = DEC_METASPACE;
+        if ((st = parse_metaspace(L, d, path, step.strip, &step.strip_len, &pre, NULL)))
+            return st;
+        step.prepend = pre != TK_PREPEND_NEVER;
     } else if (!strcmp(type, "Strip")) {
         const json_t *c = json_object_get(d, "content"), *a = json_object_get(d, "start"),
                      *b = json_object_get(d, "stop");
@@ -980,8 +1173,9 @@ static nvfp4_status add_decoder(loader *L, const json_t *d, const char *path, in
     } else {
         snprintf(key, sizeof(key), "%s.type", path);
         return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, key, -1,
-                               "decoder \"%s\" is not supported (expected ByteLevel, or a "
-                               "Sequence of ByteLevel, ByteFallback, Fuse, Replace, Strip)",
+                               "decoder \"%s\" is not supported (expected ByteLevel, "
+                               "Metaspace, ByteFallback, Fuse, Replace, Strip or a Sequence "
+                               "of them)",
                                type);
     }
     return push_dec(L, &step);
@@ -1001,24 +1195,31 @@ static nvfp4_status load_rest(loader *L, const json_t *root)
             return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, off[i], -1,
                                    "%s changes the ids of encode; expected null", off[i]);
     }
+    /* Without a decoder Tokenizer::decode joins the token strings with
+     * spaces, which no real tokenizer relies on: refused. */
     if (!d || json_is_null(d))
         return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, "decoder", -1,
-                               "no decoder; expected ByteLevel");
+                               "no decoder; expected ByteLevel, Metaspace or a Sequence of "
+                               "decoders");
     if ((st = add_decoder(L, d, "decoder", 0)))
         return st;
     for (i = 0; i < t->n_dec && t->dec[i].kind != DEC_BYTE_LEVEL; i++)
         ;
-    if (i == t->n_dec)
+    if (i == t->n_dec && t->byte_level)
         return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, "decoder", -1,
-                               "the decoder has no ByteLevel step: not byte-level BPE");
+                               "the decoder has no ByteLevel step, which the ByteLevel "
+                               "pre-tokenizer needs");
     return NVFP4_OK;
 }
 
 /* The bytes one token stands for, for streaming: the decoder chain up to
  * its ByteLevel step applied to the token alone, except that a <0xXX> token
  * of ByteFallback is its raw byte (not U+FFFD when it is a partial UTF-8
- * sequence) and nothing is made lossy; Fuse is a no-op on one token and
- * steps after ByteLevel (Strip) concern the whole text.  malloc'ed. */
+ * sequence) and nothing is made lossy; Fuse is a no-op on one token, Strip
+ * and the first-token rule of Metaspace concern the start of the whole
+ * text (a streamed token follows a prompt: U+2581 "a" streams as " a").
+ * malloc'ed; NULL with *outn = SIZE_MAX when Replace steps grow the token
+ * beyond growth_limit(). */
 static char *stream_bytes(const nvfp4_tokenizer *t, const char *s, size_t n, size_t *outn)
 {
     char *cur = malloc(n + 1), *next;
@@ -1035,12 +1236,17 @@ static char *stream_bytes(const nvfp4_tokenizer *t, const char *s, size_t n, siz
             *outn = 1;
             return cur;
         }
-        if (d->kind == DEC_REPLACE) {
-            next = replace_all(cur, len, d->pattern, d->pattern_len, d->content,
-                               d->content_len, &len);
+        if (d->kind == DEC_REPLACE || d->kind == DEC_METASPACE) {
+            /* Metaspace as on a token after the first: replacement -> ' ' */
+            next = d->kind == DEC_REPLACE
+                       ? replace_all(cur, len, d->pattern, d->pattern_len, d->content,
+                                     d->content_len, growth_limit(n), &len)
+                       : replace_all(cur, len, d->strip, d->strip_len, " ", 1, SIZE_MAX, &len);
             free(cur);
-            if (!(cur = next))
+            if (!(cur = next)) {
+                *outn = len;    /* SIZE_MAX: too long */
                 return NULL;
+            }
         }
         if (d->kind == DEC_BYTE_LEVEL) {
             /* decoding never grows a token */
@@ -1056,6 +1262,83 @@ static char *stream_bytes(const nvfp4_tokenizer *t, const char *s, size_t n, siz
     }
     *outn = len;
     return cur;
+}
+
+/* The normalizer chain on S (NormalizedString's transformations; only the
+ * text matters here, not the alignments): S itself or a string in ARENA.
+ * 0, or -1 with msg set ("out of memory", or ICU's failure). */
+static int normalize(const nvfp4_tokenizer *t, const char *s, size_t n, tk_arena *arena,
+                     const char **out, size_t *outn, char *msg, size_t msgsize)
+{
+    size_t limit = growth_limit(n), n0 = n;
+    const norm_step *bad = NULL;
+
+    for (size_t k = 0; k < t->n_norm; k++) {
+        const norm_step *d = &t->norm[k];
+        size_t hits = 0, i, o = 0, keep;
+        char *q;
+
+        switch (d->kind) {
+        case NORM_NFC:
+            if (nvfp4m_tk_nfc(s, n, arena, &s, &n, msg, msgsize))
+                return -1;
+            continue;
+        case NORM_PREPEND:
+            /* prepend.rs: nothing happens to an empty string */
+            if (n == 0)
+                continue;
+            if (n > limit || d->alen > limit - n) {
+                bad = d;
+                goto toolong;
+            }
+            if (!(q = nvfp4m_tk_arena_alloc(arena, n + d->alen)))
+                goto nomem;
+            memcpy(q, d->a, d->alen);
+            memcpy(q + d->alen, s, n);
+            s = q;
+            n += d->alen;
+            continue;
+        case NORM_REPLACE:
+            /* every non-overlapping occurrence, left to right (a match of
+             * valid UTF-8 in valid UTF-8 is on character boundaries) */
+            for (i = 0; i + d->alen <= n;)
+                if (!memcmp(s + i, d->a, d->alen)) {
+                    hits++;
+                    i += d->alen;
+                } else
+                    i++;
+            if (!hits)
+                continue;
+            keep = n - hits * d->alen;
+            if (keep > limit || (d->blen && hits > (limit - keep) / d->blen)) {
+                bad = d;
+                goto toolong;
+            }
+            if (!(q = nvfp4m_tk_arena_alloc(arena, keep + hits * d->blen + 1)))
+                goto nomem;
+            for (i = 0; i < n;)
+                if (i + d->alen <= n && !memcmp(s + i, d->a, d->alen)) {
+                    memcpy(q + o, d->b, d->blen);
+                    o += d->blen;
+                    i += d->alen;
+                } else
+                    q[o++] = s[i++];
+            s = q;
+            n = o;
+            continue;
+        }
+    }
+    *out = s;
+    *outn = n;
+    return 0;
+toolong:
+    snprintf(msg, msgsize,
+             "%s would make a piece of %zu bytes longer than %d times that plus %d bytes",
+             bad->where, n0, GROWTH_MAX, GROWTH_SLACK);
+    return -1;
+nomem:
+    snprintf(msg, msgsize, "out of memory");
+    return -1;
 }
 
 /* Id tables, decoded bytes and the per-byte symbols of BPE. */
@@ -1101,8 +1384,14 @@ static nvfp4_status build_tables(loader *L)
         char *tmp;
         if (!t->id_str[i])
             continue;
-        if (!(tmp = stream_bytes(t, t->pool + t->id_str[i] - 1, t->id_str_len[i], &len)) ||
-            pool_add(t, tmp, len, &off)) {
+        len = 0;
+        if (!(tmp = stream_bytes(t, t->pool + t->id_str[i] - 1, t->id_str_len[i], &len)) &&
+            len == SIZE_MAX)
+            return nvfp4_error_set(L->err, NVFP4_ERR_INVALID, L->path, "decoder", -1,
+                                   "its Replace steps make token %zu (%u bytes) longer than %d "
+                                   "times that plus %d bytes",
+                                   i, (unsigned)t->id_str_len[i], GROWTH_MAX, GROWTH_SLACK);
+        if (!tmp || pool_add(t, tmp, len, &off)) {
             free(tmp);
             return fail_nomem(L);
         }
@@ -1117,12 +1406,14 @@ static nvfp4_status build_tables(loader *L)
         tk_added *a = &t->added[i];
         a->match_off = a->off;
         a->match_len = a->len;
-        if (a->normalized && t->nfc) {
+        if (a->normalized && t->n_norm) {
             tk_arena arena = {0};
             const char *s;
             size_t n;
-            if (nvfp4m_tk_nfc(t->pool + a->off, a->len, &arena, &s, &n, msg, sizeof(msg))) {
+            if (normalize(t, t->pool + a->off, a->len, &arena, &s, &n, msg, sizeof(msg))) {
                 nvfp4m_tk_arena_free(&arena);
+                if (!strcmp(msg, "out of memory"))
+                    return fail_nomem(L);
                 return nvfp4_error_set(L->err, NVFP4_ERR_INVALID, L->path, "added_tokens", -1,
                                        "%s", msg);
             }
@@ -1168,6 +1459,12 @@ static nvfp4_status build_tables(loader *L)
     byte_level_init(t);
     for (unsigned b = 0; b < 256; b++) {
         char fb[8];
+        snprintf(fb, sizeof(fb), "<0x%02X>", b);
+        t->byte_tok[b] = vocab_find(t, fb, strlen(fb));
+        if (b < 128) {
+            fb[0] = (char)b;
+            t->ascii_id[b] = vocab_find(t, fb, 1);
+        }
         t->byte_id[b] = vocab_find(t, t->byte_char[b], t->byte_char_len[b]);
         t->byte_fb[b][0] = t->byte_fb[b][1] = -1;
         for (unsigned k = 0; k < t->byte_char_len[b]; k++) {
@@ -1237,6 +1534,11 @@ void nvfp4_tokenizer_free(nvfp4_tokenizer *t)
     for (size_t i = 0; i < t->n_pretok; i++)
         pcre2_code_free(t->pretok[i].re);
     free(t->pretok);
+    for (size_t i = 0; i < t->n_norm; i++) {
+        free(t->norm[i].a);
+        free(t->norm[i].b);
+    }
+    free(t->norm);
     for (size_t i = 0; i < t->n_dec; i++) {
         free(t->dec[i].pattern);
         free(t->dec[i].content);
@@ -1380,6 +1682,59 @@ static int word_reserve(bpe_state *S, size_t n)
 
 #define NO_SYM SIZE_MAX
 
+/* merge_word's symbols without ByteLevel: one per UTF-8 character of the
+ * piece (valid UTF-8), its vocab id; else, with byte_fallback and every
+ * byte's <0xNN> in the vocab, those; else the unk token, fused over a run
+ * of unknowns when fuse_unk; else nothing.  Returns the symbol count. */
+static size_t char_symbols(const nvfp4_tokenizer *t, bpe_state *S, const unsigned char *s,
+                           size_t n)
+{
+    size_t ns = 0, i = 0;
+    int32_t unk = -1;
+
+    while (i < n) {
+        size_t k = 1, j;
+        int32_t id;
+        if (s[i] >= 0xF0)
+            k = 4;
+        else if (s[i] >= 0xE0)
+            k = 3;
+        else if (s[i] >= 0xC0)
+            k = 2;
+        if (k > n - i)
+            k = n - i;
+        id = k == 1 && s[i] < 0x80 ? t->ascii_id[s[i]] : vocab_find(t, (const char *)s + i, k);
+        if (id >= 0) {
+            if (unk >= 0) {
+                S->c[ns++] = unk;
+                unk = -1;
+            }
+            S->c[ns++] = id;
+            i += k;
+            continue;
+        }
+        for (j = 0; t->byte_fallback && j < k && t->byte_tok[s[i + j]] >= 0; j++)
+            ;
+        if (t->byte_fallback && j == k) {
+            /* as the crate does, a pending unk is not flushed first: the
+             * byte tokens come before it (merge_word's `continue`) */
+            for (j = 0; j < k; j++)
+                S->c[ns++] = t->byte_tok[s[i + j]];
+            i += k;
+            continue;
+        }
+        if (t->unk_id >= 0) {
+            if (unk >= 0 && !t->fuse_unk)
+                S->c[ns++] = unk;
+            unk = t->unk_id;
+        }
+        i += k;
+    }
+    if (unk >= 0)
+        S->c[ns++] = unk;
+    return ns;
+}
+
 /* merge_word + merge_all on the bytes of one piece. */
 static int bpe_word(const nvfp4_tokenizer *t, bpe_state *S, const unsigned char *s, size_t n)
 {
@@ -1390,7 +1745,11 @@ static int bpe_word(const nvfp4_tokenizer *t, bpe_state *S, const unsigned char 
         return 0;
     if (word_reserve(S, n))
         return -1;
-    if (t->ignore_merges) {
+    if (t->ignore_merges && !t->byte_level) {
+        int32_t id = vocab_find(t, (const char *)s, n);
+        if (id >= 0)
+            return ids_push(S, id);
+    } else if (t->ignore_merges) {
         size_t m = 0;
         int32_t id;
         for (i = 0; i < n; i++) {
@@ -1402,7 +1761,9 @@ static int bpe_word(const nvfp4_tokenizer *t, bpe_state *S, const unsigned char 
     }
     /* Symbols: one per character of the mapped word, i.e. one per byte; a
      * byte up to two byte_fallback tokens. */
-    for (i = 0; i < n; i++) {
+    if (!t->byte_level)
+        ns = char_symbols(t, S, s, n);
+    for (i = 0; t->byte_level && i < n; i++) {
         int32_t id = t->byte_id[s[i]];
         if (id >= 0) {
             if (unk >= 0) {
@@ -1504,8 +1865,8 @@ nvfp4_status nvfp4_tokenizer_encode(const nvfp4_tokenizer *t, const char *text, 
     /* Interpreter only (JIT ignores these): bounded recursion and heap. */
     pcre2_set_depth_limit(bud.mc, 100000);
     pcre2_set_heap_limit(bud.mc, 65536); /* KiB */
-    /* 1-2: added tokens, raw then (identity-)normalized */
-    if (nvfp4m_tk_added_split(&t->added_raw, text, len, &a, md))
+    /* 1-2: added tokens, raw then normalized */
+    if (nvfp4m_tk_added_split(&t->added_raw, text, len, 1, &a, md))
         goto fail;
     for (size_t i = 0; i < a.n; i++) {
         const char *p = a.v[i].p;
@@ -1515,11 +1876,11 @@ nvfp4_status nvfp4_tokenizer_encode(const nvfp4_tokenizer *t, const char *text, 
                 goto fail;
             continue;
         }
-        if (t->nfc && nvfp4m_tk_nfc(p, pn, &arena, &p, &pn, msg, sizeof(msg))) {
-            st = NVFP4_ERR_INVALID;
+        if (normalize(t, p, pn, &arena, &p, &pn, msg, sizeof(msg))) {
+            st = strcmp(msg, "out of memory") ? NVFP4_ERR_INVALID : NVFP4_ERR_NOMEM;
             goto fail;
         }
-        if (nvfp4m_tk_added_split(&t->added_norm, p, pn, &b, md))
+        if (nvfp4m_tk_added_split(&t->added_norm, p, pn, a.v[i].first, &b, md))
             goto fail;
     }
     /* 3: pre-tokenizer steps */
@@ -1652,8 +2013,10 @@ static int flush_bytes(dlist *out, unsigned char *bytes, size_t *nb)
     return 0;
 }
 
-/* One decoder: IN -> OUT (OUT empty on entry). */
-static int dec_apply(const nvfp4_tokenizer *t, const dec_step *d, const dlist *in, dlist *out)
+/* One decoder: IN -> OUT (OUT empty on entry).  0; -1 out of memory; -2
+ * when Replace would make the text longer than LIMIT bytes. */
+static int dec_apply(const nvfp4_tokenizer *t, const dec_step *d, const dlist *in, dlist *out,
+                     size_t limit)
 {
     size_t len, i;
     char *b;
@@ -1709,13 +2072,31 @@ static int dec_apply(const nvfp4_tokenizer *t, const dec_step *d, const dlist *i
         return i ? -1 : 0;
     }
     case DEC_REPLACE:
-        for (i = 0; i < in->n; i++) {
-            size_t o, k;
+        for (i = 0, len = 0; i < in->n; i++) {
+            size_t o = 0, k;
             b = replace_all(in->v[i].s, in->v[i].n, d->pattern, d->pattern_len, d->content,
-                            d->content_len, &o);
+                            d->content_len, limit - len, &o);
+            if (!b)
+                return o == SIZE_MAX ? -2 : -1;
+            len += o;
+            k = (size_t)dl_push(out, b, o);
+            free(b);
+            if (k)
+                return -1;
+        }
+        return 0;
+    case DEC_METASPACE:
+        /* metaspace.rs decode_chain: every replacement character becomes
+         * ' ', except in the first token, where they all go (unless the
+         * scheme is "never"). */
+        for (i = 0; i < in->n; i++) {
+            size_t o;
+            int k;
+            b = replace_all(in->v[i].s, in->v[i].n, d->strip, d->strip_len,
+                            " ", i == 0 && d->prepend ? 0 : 1, SIZE_MAX, &o);
             if (!b)
                 return -1;
-            k = (size_t)dl_push(out, b, o);
+            k = dl_push(out, b, o);
             free(b);
             if (k)
                 return -1;
@@ -1748,7 +2129,8 @@ char *nvfp4_tokenizer_decode(const nvfp4_tokenizer *t, const int32_t *ids, size_
 {
     dlist a = {0}, b = {0};
     char *out = NULL;
-    size_t len;
+    size_t len, total = 0;
+    int rc;
 
     if (!t || (!ids && n)) {
         nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
@@ -1769,10 +2151,20 @@ char *nvfp4_tokenizer_decode(const nvfp4_tokenizer *t, const int32_t *ids, size_
             continue;
         if (dl_push(&a, t->pool + t->id_str[ids[i]] - 1, t->id_str_len[ids[i]]))
             goto nomem;
+        total += t->id_str_len[ids[i]];
     }
     for (size_t k = 0; k < t->n_dec; k++) {
         dlist tmp;
-        if (dec_apply(t, &t->dec[k], &a, &b))
+        if ((rc = dec_apply(t, &t->dec[k], &a, &b, growth_limit(total))) == -2) {
+            dl_free(&a);
+            dl_free(&b);
+            nvfp4_error_set(err, NVFP4_ERR_INVALID, t->path, "decoder", -1,
+                            "decoder step %zu (Replace) would make the text of %zu bytes "
+                            "longer than %d times that plus %d bytes",
+                            k, total, GROWTH_MAX, GROWTH_SLACK);
+            return NULL;
+        }
+        if (rc)
             goto nomem;
         dl_free(&a);
         tmp = a;

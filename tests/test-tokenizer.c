@@ -27,6 +27,11 @@
 
 #define TOK_JSON "tokenizer/tokenizer.json"
 #define EXPECTED "tokenizer/expected.json"
+/* SentencePiece-style BPE (Gemma, Llama 2, Phi-3, Metaspace): two models
+ * trained by tokenizers with byte_fallback, one family's pipeline per file
+ * (scripts/fixtures/gen_tokenizer_spm.py); the variant checks plus
+ * decode_cases, hand-picked token sequences decoded by tokenizers. */
+#define SPM "tokenizer/spm"
 
 static void assert_contains(const char *text, const char *want)
 {
@@ -391,6 +396,25 @@ START_TEST(test_cli)
     ck_assert_str_eq(json_string_value(json_object_get(j, "decoded")), "Hello, world!");
     json_decref(j);
 
+    /* a SentencePiece-style tokenizer through the same command: Gemma's
+     * text 0 of tokenizer/spm ("Hello world") and a refused component */
+    {
+        json_t *spm = tload_json(SPM "/expected.json"), *v;
+        v = json_array_get(json_object_get(spm, "variants"), 0);
+        ck_assert_str_eq(json_string_value(json_object_get(v, "name")), "gemma");
+        ck_assert_str_eq(json_string_value(json_array_get(json_object_get(spm, "texts"), 0)),
+                         "Hello world");
+        snprintf(args, sizeof(args), "'%s' --text 'Hello world' --json", tdata(SPM "/gemma.json"));
+        ck_assert_int_eq(run_tool(args, 0, out, sizeof(out)), 0);
+        j = json_loads(out, 0, &je);
+        ck_assert_msg(j != NULL, "not JSON: %s", out);
+        ck_assert(json_equal(json_object_get(j, "ids"),
+                             json_array_get(json_object_get(v, "ids"), 0)));
+        ck_assert_str_eq(json_string_value(json_object_get(j, "decoded")), "Hello world");
+        json_decref(j);
+        json_decref(spm);
+    }
+
     /* wrong usage exits 2, bad input 1 with the library's message */
     snprintf(args, sizeof(args), "'%s'", tdata(TOK_JSON));
     ck_assert_int_eq(run_tool(args, 1, out, sizeof(out)), 2);
@@ -534,7 +558,7 @@ START_TEST(test_reject_model)
     json_object_set_new(json_object_get(j, "model"), "continuing_subword_prefix",
                         json_string("##"));
     expect_reject(j, NVFP4_ERR_UNSUPPORTED, "model.continuing_subword_prefix",
-                  "not byte-level BPE");
+                  "continuing_subword_prefix (WordPiece-style BPE) is not supported");
     json_decref(j);
     rmdir(tmpdir);
 }
@@ -589,7 +613,8 @@ START_TEST(test_reject_pipeline)
     j = fixture_json();
     json_object_set_new(j, "normalizer", json_pack("{ss}", "type", "NFKC"));
     expect_reject(j, NVFP4_ERR_UNSUPPORTED, "normalizer.type",
-                  "normalizer \"NFKC\" is not supported (only NFC or none)");
+                  "normalizer \"NFKC\" is not supported (expected NFC, Prepend, Replace or a "
+                  "Sequence of them)");
     json_decref(j);
 #ifndef HAVE_ICU
     j = fixture_json();
@@ -603,19 +628,14 @@ START_TEST(test_reject_pipeline)
                         json_pack("{ss s[{ss}]}", "type", "Sequence", "normalizers", "type",
                                   "Lowercase"));
     expect_reject(j, NVFP4_ERR_UNSUPPORTED, "normalizer.normalizers[0].type",
-                  "normalizer \"Lowercase\" is not supported (only NFC or none)");
+                  "normalizer \"Lowercase\" is not supported");
     json_decref(j);
 
     j = fixture_json();
-    json_object_set_new(j, "pre_tokenizer",
-                        json_pack("{ss ss}", "type", "Metaspace", "replacement", "_"));
+    json_object_set_new(j, "pre_tokenizer", json_pack("{ss}", "type", "Whitespace"));
     expect_reject(j, NVFP4_ERR_UNSUPPORTED, "pre_tokenizer.type",
-                  "pre-tokenizer \"Metaspace\" is not supported");
-    json_decref(j);
-
-    j = fixture_json();
-    json_object_set_new(j, "pre_tokenizer", json_null());
-    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "pre_tokenizer", "no pre-tokenizer");
+                  "pre-tokenizer \"Whitespace\" is not supported (expected ByteLevel, "
+                  "Metaspace, Split, Digits or a Sequence of them)");
     json_decref(j);
 
     /* ByteLevel must come last: a split after it would see mapped bytes */
@@ -657,7 +677,13 @@ START_TEST(test_reject_pipeline)
     j = fixture_json();
     json_object_set_new(j, "decoder", json_pack("{ss s[{ss}]}", "type", "Sequence", "decoders",
                                                 "type", "Fuse"));
-    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "decoder", "no ByteLevel step");
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "decoder",
+                  "no ByteLevel step, which the ByteLevel pre-tokenizer needs");
+    json_decref(j);
+
+    j = fixture_json();
+    json_object_set_new(j, "decoder", json_null());
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "decoder", "no decoder");
     json_decref(j);
 
     j = fixture_json();
@@ -688,6 +714,273 @@ START_TEST(test_reject_pipeline)
     expect_reject(j, NVFP4_ERR_BAD_ENTRY, "added_tokens[0].content",
                   "expected a string, found an integer");
     json_decref(j);
+    rmdir(tmpdir);
+}
+END_TEST
+
+/* SentencePiece-style files (tests/data/tokenizer/spm/llama2.json) with
+ * components we cannot run or malformed Metaspace / Prepend / Replace: the
+ * error names the component and its JSON path. */
+static json_t *spm_json(void)
+{
+    return tload_json("tokenizer/spm/llama2.json");
+}
+
+static json_t *metaspace(const char *scheme, int split)
+{
+    json_t *m = json_pack("{ss ss}", "type", "Metaspace", "replacement", "\xe2\x96\x81");
+    if (scheme)
+        json_object_set_new(m, "prepend_scheme", json_string(scheme));
+    if (split >= 0)
+        json_object_set_new(m, "split", json_boolean(split));
+    return m;
+}
+
+START_TEST(test_reject_spm)
+{
+    static const char *const models[] = {"Unigram", "WordPiece", "WordLevel"};
+    json_t *j, *m;
+
+    make_tmpdir();
+    /* the fixture itself loads */
+    j = spm_json();
+    ck_assert_int_eq(json_dump_file(j, tmp_path("ok.json"), JSON_COMPACT), 0);
+    {
+        nvfp4_tokenizer *tok = nvfp4_tokenizer_load(tmp_path("ok.json"), NULL);
+        ck_assert_ptr_nonnull(tok);
+        nvfp4_tokenizer_free(tok);
+    }
+    unlink(tmp_path("ok.json"));
+    json_decref(j);
+
+    for (int i = 0; i < 3; i++) {
+        char want[64];
+        j = spm_json();
+        json_object_set_new(json_object_get(j, "model"), "type", json_string(models[i]));
+        snprintf(want, sizeof(want), "model type \"%s\" is not supported", models[i]);
+        expect_reject(j, NVFP4_ERR_UNSUPPORTED, "model.type", want);
+        json_decref(j);
+    }
+
+    /* normalizers: SentencePiece's precompiled charsmap, regex Replace */
+    j = spm_json();
+    json_array_insert_new(json_object_get(json_object_get(j, "normalizer"), "normalizers"), 0,
+                          json_pack("{ss ss}", "type", "Precompiled", "precompiled_charsmap", "AA=="));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "normalizer.normalizers[0].type",
+                  "normalizer \"Precompiled\" is not supported");
+    json_decref(j);
+
+    j = spm_json();
+    json_object_set_new(j, "normalizer", json_pack("{ss s{ss} ss}", "type", "Replace", "pattern",
+                                                   "Regex", " {2,}", "content", " "));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "normalizer.pattern",
+                  "regex replacements are not supported");
+    json_decref(j);
+
+    j = spm_json();
+    json_object_set_new(j, "normalizer", json_pack("{ss s{ss}}", "type", "Replace", "pattern",
+                                                   "String", " "));
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "normalizer.content", "expected a string, found nothing");
+    json_decref(j);
+
+    j = spm_json();
+    json_object_del(json_array_get(json_object_get(json_object_get(j, "normalizer"), "normalizers"),
+                                   0), "prepend");
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "normalizer.normalizers[0].prepend",
+                  "expected a string, found nothing");
+    json_decref(j);
+
+    /* pre-tokenizers */
+    j = spm_json();
+    json_object_set_new(j, "pre_tokenizer",
+                        json_pack("{ss s[o {ss}]}", "type", "Sequence", "pretokenizers",
+                                  metaspace("first", 1), "type", "UnicodeScripts"));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "pre_tokenizer.pretokenizers[1].type",
+                  "pre-tokenizer \"UnicodeScripts\" is not supported");
+    json_decref(j);
+
+    j = spm_json();
+    m = metaspace("first", 0);
+    json_object_set_new(m, "replacement", json_string("ab"));
+    json_object_set_new(j, "pre_tokenizer", m);
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "pre_tokenizer.replacement",
+                  "expected one character, found a string");
+    json_decref(j);
+
+    j = spm_json();
+    m = metaspace("first", 0);
+    json_object_del(m, "replacement");
+    json_object_set_new(j, "pre_tokenizer", m);
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "pre_tokenizer.replacement",
+                  "expected one character, found nothing");
+    json_decref(j);
+
+    j = spm_json();
+    json_object_set_new(j, "pre_tokenizer", metaspace("First", 1));
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "pre_tokenizer.prepend_scheme",
+                  "expected \"always\", \"first\" or \"never\", found \"First\"");
+    json_decref(j);
+
+    j = spm_json();
+    m = metaspace(NULL, -1);
+    json_object_set_new(m, "prepend_scheme", json_null());
+    json_object_set_new(j, "pre_tokenizer", m);
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "pre_tokenizer.prepend_scheme", "found null");
+    json_decref(j);
+
+    /* tokenizers refuses this pair too ("add_prefix_space does not match
+     * declared prepend_scheme"); the scheme defaults to always */
+    j = spm_json();
+    m = metaspace(NULL, -1);
+    json_object_set_new(m, "add_prefix_space", json_false());
+    json_object_set_new(j, "pre_tokenizer", m);
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "pre_tokenizer.add_prefix_space",
+                  "add_prefix_space false does not match prepend_scheme \"always\"");
+    json_decref(j);
+
+    j = spm_json();
+    json_object_set_new(j, "pre_tokenizer", metaspace("never", 1));
+    json_object_set_new(json_object_get(j, "pre_tokenizer"), "split", json_integer(1));
+    expect_reject(j, NVFP4_ERR_TYPE, "pre_tokenizer.split", "expected a boolean, found an integer");
+    json_decref(j);
+
+    /* decoders */
+    j = spm_json();
+    json_array_set_new(json_object_get(json_object_get(j, "decoder"), "decoders"), 1,
+                       json_pack("{ss ss}", "type", "WordPiece", "prefix", "##"));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "decoder.decoders[1].type",
+                  "decoder \"WordPiece\" is not supported (expected ByteLevel, Metaspace, "
+                  "ByteFallback, Fuse, Replace, Strip or a Sequence of them)");
+    json_decref(j);
+
+    j = spm_json();
+    json_object_set_new(j, "decoder", json_pack("{ss ss}", "type", "CTC", "pad_token", "<pad>"));
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "decoder.type", "decoder \"CTC\" is not supported");
+    json_decref(j);
+
+    j = spm_json();
+    m = metaspace("always", 1);
+    json_object_set_new(m, "replacement", json_integer(95));
+    json_object_set_new(j, "decoder", m);
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "decoder.replacement",
+                  "expected one character, found an integer");
+    json_decref(j);
+
+    j = spm_json();
+    json_object_set_new(j, "decoder", json_null());
+    expect_reject(j, NVFP4_ERR_UNSUPPORTED, "decoder", "no decoder");
+    json_decref(j);
+
+    /* the model: an unk token outside the vocabulary, a bad merge pair */
+    j = spm_json();
+    json_object_set_new(json_object_get(j, "model"), "unk_token", json_string("<nope>"));
+    expect_reject(j, NVFP4_ERR_NOT_FOUND, "model.unk_token", "unk token \"<nope>\" is not in the vocab");
+    json_decref(j);
+
+    j = spm_json();
+    json_array_set_new(json_object_get(json_object_get(j, "model"), "merges"), 2,
+                       json_string("\xe2\x96\x81 t h"));
+    expect_reject(j, NVFP4_ERR_BAD_ENTRY, "model.merges[2]", "expected \"left right\" (one space)");
+    json_decref(j);
+    rmdir(tmpdir);
+}
+END_TEST
+
+/* Hostile SentencePiece-style files: text that grows without bound under
+ * a chain of Replace steps, and vocabularies that are not valid UTF-8. */
+static void write_raw(const char *path, const char *a, const char *b, const char *c)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs(a, f);
+    fputs(b, f);
+    fputs(c, f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+START_TEST(test_reject_spm_hostile)
+{
+    static const char *const bad_keys[] = {"\"\xff\xfe\"", "\"a\\u0000b\"", "\"\\ud800\""};
+    char big[2100], text[101];
+    json_t *j, *seq;
+    nvfp4_tokenizer *tok;
+    nvfp4_error err;
+    int32_t *ids = NULL, many[100];
+    size_t n = 0;
+    char *s;
+
+    make_tmpdir();
+    /* six Replace("a", "aaaa") normalizers after Prepend and Replace(" "):
+     * 100 bytes become 103, 403, 1603, then 6403, past 8 * 100 + 4096 */
+    j = spm_json();
+    seq = json_object_get(json_object_get(j, "normalizer"), "normalizers");
+    for (int i = 0; i < 6; i++)
+        json_array_append_new(seq, json_pack("{ss s{ss} ss}", "type", "Replace", "pattern", "String",
+                                             "a", "content", "aaaa"));
+    ck_assert_int_eq(json_dump_file(j, tmp_path("grow.json"), JSON_COMPACT), 0);
+    json_decref(j);
+    nvfp4_error_clear(&err);
+    tok = nvfp4_tokenizer_load(tmp_path("grow.json"), &err);
+    ck_assert_msg(tok != NULL, "%s", err.text);
+    memset(text, 'a', 100);
+    text[100] = '\0';
+    ck_assert_int_eq(nvfp4_tokenizer_encode(tok, text, 100, &ids, &n, &err), NVFP4_ERR_INVALID);
+    ck_assert_ptr_null(ids);
+    assert_contains(err.text, "normalizer.normalizers[4] would make a piece of 100 bytes longer "
+                              "than 8 times that plus 4096 bytes");
+    /* a short text stays within the slack */
+    ck_assert_int_eq(nvfp4_tokenizer_encode(tok, "a", 1, &ids, &n, &err), NVFP4_OK);
+    free(ids);
+    nvfp4_tokenizer_free(tok);
+    unlink(tmp_path("grow.json"));
+
+    /* decoder Replace steps: three of 'a' -> 64 'a's grow a token 2^18 times
+     * (refused at load); one "\xe2\x96\x81" -> 2000 bytes passes per token
+     * but not on a decode of 100 of them */
+    memset(big, 'a', 64);
+    big[64] = '\0';
+    j = spm_json();
+    seq = json_object_get(json_object_get(j, "decoder"), "decoders");
+    for (int i = 0; i < 3; i++)
+        json_array_insert_new(seq, 0, json_pack("{ss s{ss} ss}", "type", "Replace", "pattern",
+                                                "String", "a", "content", big));
+    expect_reject(j, NVFP4_ERR_INVALID, "decoder", "its Replace steps make token");
+    json_decref(j);
+
+    memset(big, 'x', 2000);
+    big[2000] = '\0';
+    j = spm_json();
+    seq = json_object_get(json_object_get(j, "decoder"), "decoders");
+    json_array_insert_new(seq, 0, json_pack("{ss s{ss} ss}", "type", "Replace", "pattern", "String",
+                                            "\xe2\x96\x81", "content", big));
+    ck_assert_int_eq(json_dump_file(j, tmp_path("grow.json"), JSON_COMPACT), 0);
+    json_decref(j);
+    tok = nvfp4_tokenizer_load(tmp_path("grow.json"), &err);
+    ck_assert_msg(tok != NULL, "%s", err.text);
+    for (int i = 0; i < 100; i++)
+        many[i] = nvfp4_tokenizer_token_id(tok, "\xe2\x96\x81");
+    ck_assert_int_ge(many[0], 0);
+    s = nvfp4_tokenizer_decode(tok, many, 2, 0, &err);
+    ck_assert_ptr_nonnull(s);
+    free(s);
+    nvfp4_error_clear(&err);
+    ck_assert_ptr_null(nvfp4_tokenizer_decode(tok, many, 100, 0, &err));
+    ck_assert_int_eq(err.status, NVFP4_ERR_INVALID);
+    assert_contains(err.text, "decoder step 0 (Replace) would make the text of 300 bytes longer");
+    nvfp4_tokenizer_free(tok);
+    unlink(tmp_path("grow.json"));
+
+    /* vocab keys that are not UTF-8, hold a NUL or a lone surrogate: the
+     * JSON reader refuses them (tokenizers' serde_json does as well) */
+    for (int i = 0; i < 3; i++) {
+        const char *p = tmp_path("bad-vocab.json");
+        write_raw(p, "{\"model\": {\"type\": \"BPE\", \"vocab\": {", bad_keys[i],
+                  ": 0}, \"merges\": []}, \"decoder\": {\"type\": \"Fuse\"}}");
+        nvfp4_error_clear(&err);
+        ck_assert_ptr_null(nvfp4_tokenizer_load(p, &err));
+        ck_assert_int_eq(err.status, NVFP4_ERR_BAD_JSON);
+        unlink(p);
+    }
     rmdir(tmpdir);
 }
 END_TEST
@@ -731,12 +1024,16 @@ END_TEST
  * ids and decoded strings of the real tokenizers package
  * (scripts/fixtures/gen_tokenizer_variants.py).  Exact equality: the
  * tokenizer is a deterministic algorithm with no numerical freedom. */
-#define VARIANTS "tokenizer/variants/expected.json"
+#define VARIANTS "tokenizer/variants"
 
-static int variant_count(void)
+static int variant_count(const char *dir)
 {
-    json_t *exp = tload_json(VARIANTS);
-    int n = (int)json_array_size(json_object_get(exp, "variants"));
+    char rel[256];
+    json_t *exp;
+    int n;
+    snprintf(rel, sizeof(rel), "%s/expected.json", dir);
+    exp = tload_json(rel);
+    n = (int)json_array_size(json_object_get(exp, "variants"));
     json_decref(exp);
     return n;
 }
@@ -747,15 +1044,23 @@ static int same_string(const char *got, const json_t *want)
                                                                      strlen(got));
 }
 
-START_TEST(test_variants)
+/* Under valgrind (scripts/test.sh sets NVFP4_TEST_QUICK=1) the
+ * SentencePiece-style tests take their hand-written texts only. */
+static int quick(void)
 {
-    json_t *exp = tload_json(VARIANTS);
+    return getenv("NVFP4_TEST_QUICK") != NULL;
+}
+
+static void check_variant(const char *dir, size_t index, size_t max_texts)
+{
+    char rel[256];
+    json_t *exp = (snprintf(rel, sizeof(rel), "%s/expected.json", dir), tload_json(rel));
     const json_t *texts = json_object_get(exp, "texts");
-    json_t *v = json_array_get(json_object_get(exp, "variants"), (size_t)_i);
+    json_t *v = json_array_get(json_object_get(exp, "variants"), index);
+    const json_t *cases = json_object_get(v, "decode_cases"), *c;
     const char *name = json_string_value(json_object_get(v, "name"));
     const json_t *all_ids = json_object_get(v, "ids"), *dec = json_object_get(v, "decoded"),
                  *decs = json_object_get(v, "decoded_skip");
-    char rel[256];
     nvfp4_tokenizer *tok;
     nvfp4_error err;
     size_t i, bad_enc = 0, bad_dec = 0;
@@ -767,12 +1072,12 @@ START_TEST(test_variants)
         return;     /* NFC needs ICU; the load refusal itself is tested elsewhere */
     }
 #endif
-    snprintf(rel, sizeof(rel), "tokenizer/variants/%s", json_string_value(json_object_get(v, "file")));
+    snprintf(rel, sizeof(rel), "%s/%s", dir, json_string_value(json_object_get(v, "file")));
     nvfp4_error_clear(&err);
     tok = nvfp4_tokenizer_load(tdata(rel), &err);
     ck_assert_msg(tok != NULL, "%s: load: %s", name, err.text);
     ck_assert_uint_eq(json_array_size(all_ids), json_array_size(texts));
-    for (i = 0; i < json_array_size(texts); i++) {
+    for (i = 0; i < json_array_size(texts) && i < max_texts; i++) {
         const json_t *t = json_array_get(texts, i), *w = json_array_get(all_ids, i);
         int32_t *ids = NULL, *want;
         size_t n = 0, nw;
@@ -815,9 +1120,174 @@ START_TEST(test_variants)
         free(ids);
         free(want);
     }
+    /* [ids, Tokenizer.decode(ids)] of token sequences tokenizers never
+     * produces from text (lone bytes, runs of the replacement character) */
+    json_array_foreach(cases, i, c) {
+        const json_t *w = json_array_get(c, 0);
+        size_t nw = json_array_size(w);
+        int32_t want[16];
+        char *s;
+        ck_assert_uint_le(nw, 16);
+        for (size_t k = 0; k < nw; k++)
+            want[k] = (int32_t)json_integer_value(json_array_get(w, k));
+        s = nvfp4_tokenizer_decode(tok, want, nw, 0, &err);
+        if (!same_string(s, json_array_get(c, 1)) && bad_dec++ < 6)
+            fprintf(stderr, "%s: decode case %zu: \"%s\", tokenizers \"%s\"\n", name, i,
+                    s ? s : err.text, json_string_value(json_array_get(c, 1)));
+        free(s);
+    }
+    /* one more than the largest id (tokenizers' vocab_size counts the ids
+     * in use, fewer when the vocabulary has holes) */
+    if (json_object_get(v, "id_count"))
+        ck_assert_uint_eq(nvfp4_tokenizer_vocab_size(tok),
+                          (size_t)json_integer_value(json_object_get(v, "id_count")));
     nvfp4_tokenizer_free(tok);
     ck_assert_msg(bad_enc == 0 && bad_dec == 0, "%s: %zu encode and %zu decode mismatches of %zu texts",
                   name, bad_enc, bad_dec, json_array_size(texts));
+    json_decref(exp);
+}
+
+START_TEST(test_variants)
+{
+    check_variant(VARIANTS, (size_t)_i, SIZE_MAX);
+}
+END_TEST
+
+START_TEST(test_spm)
+{
+    check_variant(SPM, (size_t)_i, quick() ? 50 : SIZE_MAX);
+}
+END_TEST
+
+/* ~100 KB for SentencePiece-style pipelines without a pre-tokenizer, where
+ * everything between two added tokens is ONE BPE word (Gemma) or one word
+ * with U+2581 prepended (Llama 2, Metaspace "always"; not "first", which
+ * prepends at the start of the text only): the texts of tokenizer/spm
+ * joined by a special token, over and over; each segment is normalized on its own, so
+ * the ids are tokenizers' ids of the texts joined by the token's id.  The
+ * time is printed, not asserted (as test_encode_100k). */
+START_TEST(test_spm_encode_long)
+{
+    static const struct {
+        const char *name, *sep;
+    } runs[] = {{"gemma", "<eos>"}, {"llama2", "</s>"}, {"metaspace_always_split", "<s>"}};
+    json_t *exp = tload_json(SPM "/expected.json");
+    const json_t *texts = json_object_get(exp, "texts"), *v = NULL;
+    size_t cap = 200000, i;
+
+    for (size_t r = 0; r < (quick() ? 1 : sizeof(runs) / sizeof(runs[0])); r++) {
+        char *text = malloc(cap), rel[256];
+        int32_t *want = malloc(cap * sizeof(int32_t)), *ids = NULL, sep_id;
+        size_t len = 0, nwant = 0, n = 0, sl = strlen(runs[r].sep);
+        nvfp4_tokenizer *tok;
+        nvfp4_error err;
+        const json_t *all;
+        double t0, t1;
+
+        json_array_foreach(json_object_get(exp, "variants"), i, v)
+            if (!strcmp(json_string_value(json_object_get(v, "name")), runs[r].name))
+                break;
+        ck_assert_ptr_nonnull(v);
+        all = json_object_get(v, "ids");
+        snprintf(rel, sizeof(rel), SPM "/%s.json", runs[r].name);
+        tok = nvfp4_tokenizer_load(tdata(rel), NULL);
+        ck_assert_ptr_nonnull(tok);
+        ck_assert_ptr_nonnull(text);
+        ck_assert_ptr_nonnull(want);
+        sep_id = nvfp4_tokenizer_token_id(tok, runs[r].sep);
+        ck_assert_int_ge(sep_id, 0);
+        while (len < 100000) {
+            for (i = 0; i < json_array_size(texts); i++) {
+                const json_t *t = json_array_get(texts, i), *arr = json_array_get(all, i);
+                size_t tl = json_string_length(t);
+                /* a text with the separator in it would be cut there */
+                if (strstr(json_string_value(t), runs[r].sep))
+                    continue;
+                ck_assert_uint_lt(len + tl + sl, cap);
+                ck_assert_uint_lt(nwant + json_array_size(arr) + 1, cap);
+                memcpy(text + len, json_string_value(t), tl);
+                len += tl;
+                memcpy(text + len, runs[r].sep, sl);
+                len += sl;
+                for (size_t k = 0; k < json_array_size(arr); k++)
+                    want[nwant++] = (int32_t)json_integer_value(json_array_get(arr, k));
+                want[nwant++] = sep_id;
+            }
+        }
+        nvfp4_error_clear(&err);
+        t0 = now();
+        ck_assert_int_eq(nvfp4_tokenizer_encode(tok, text, len, &ids, &n, &err), NVFP4_OK);
+        t1 = now();
+        fprintf(stderr, "encode %s: %zu bytes -> %zu ids in %.2f ms\n", runs[r].name, len, n,
+                (t1 - t0) * 1e3);
+        ck_assert_uint_eq(n, nwant);
+        for (size_t k = 0; k < n; k++)
+            ck_assert_msg(ids[k] == want[k], "%s id %zu: %d, expected %d", runs[r].name, k,
+                          ids[k], want[k]);
+        free(ids);
+        free(want);
+        free(text);
+        nvfp4_tokenizer_free(tok);
+    }
+    json_decref(exp);
+}
+END_TEST
+
+/* token_bytes on SentencePiece-style tokens: where the decoder chain has
+ * no step that looks at the whole text (Gemma's Replace/ByteFallback/Fuse,
+ * Metaspace with prepend_scheme never), the streamed bytes of tokenizers'
+ * ids joined are tokenizers' decoded text, whenever that has no U+FFFD (a
+ * byte run that is not UTF-8, which decode makes lossy and streaming keeps
+ * raw). */
+START_TEST(test_spm_token_bytes)
+{
+    static const char *const names[] = {"gemma", "gemma_split", "metaspace_never_split"};
+    json_t *exp = tload_json(SPM "/expected.json");
+    const json_t *texts = json_object_get(exp, "texts"), *v;
+    size_t i, checked = 0;
+
+    json_array_foreach(json_object_get(exp, "variants"), i, v) {
+        const char *name = json_string_value(json_object_get(v, "name"));
+        char rel[256];
+        nvfp4_tokenizer *tok;
+        int want_it = 0;
+
+        for (size_t k = 0; k < 3; k++)
+            want_it |= !strcmp(name, names[k]);
+        if (!want_it)
+            continue;
+        snprintf(rel, sizeof(rel), SPM "/%s", json_string_value(json_object_get(v, "file")));
+        tok = nvfp4_tokenizer_load(tdata(rel), NULL);
+        ck_assert_ptr_nonnull(tok);
+        for (size_t t = 0; t < json_array_size(texts); t++) {
+            const json_t *ids = json_array_get(json_object_get(v, "ids"), t);
+            const json_t *dec = json_array_get(json_object_get(v, "decoded"), t);
+            size_t o = 0, cap = 16;
+            char *buf;
+
+            if (strstr(json_string_value(dec), "\xef\xbf\xbd"))
+                continue;
+            buf = malloc(cap);
+            ck_assert_ptr_nonnull(buf);
+            for (size_t k = 0; k < json_array_size(ids); k++) {
+                size_t bl = 0;
+                const char *b = nvfp4_tokenizer_token_bytes(
+                    tok, (int32_t)json_integer_value(json_array_get(ids, k)), &bl);
+                ck_assert_ptr_nonnull(b);
+                while (o + bl > cap)
+                    ck_assert_ptr_nonnull(buf = realloc(buf, cap *= 2));
+                memcpy(buf + o, b, bl);
+                o += bl;
+            }
+            ck_assert_msg(o == json_string_length(dec) && !memcmp(buf, json_string_value(dec), o),
+                          "%s text %zu: streamed \"%.*s\", tokenizers decodes \"%s\"", name, t,
+                          (int)o, buf, json_string_value(dec));
+            free(buf);
+            checked++;
+        }
+        nvfp4_tokenizer_free(tok);
+    }
+    ck_assert_uint_ge(checked, 300);
     json_decref(exp);
 }
 END_TEST
@@ -840,12 +1310,17 @@ int main(void)
     tcase_add_test(tc, test_nfc);
 #endif
     tcase_add_test(tc, test_cli);
-    tcase_add_loop_test(tc, test_variants, 0, variant_count());
+    tcase_add_loop_test(tc, test_variants, 0, variant_count(VARIANTS));
+    tcase_add_loop_test(tc, test_spm, 0, variant_count(SPM));
+    tcase_add_test(tc, test_spm_token_bytes);
+    tcase_add_test(tc, test_spm_encode_long);
     tcase_set_timeout(tc, 60);
     tcase_add_test(rej, test_reject_files);
     tcase_add_test(rej, test_reject_model);
     tcase_add_test(rej, test_reject_merges);
     tcase_add_test(rej, test_reject_pipeline);
+    tcase_add_test(rej, test_reject_spm);
+    tcase_add_test(rej, test_reject_spm_hostile);
     tcase_add_test(rej, test_reject_encode_decode);
     tcase_set_timeout(rej, 120);
     suite_add_tcase(s, tc);

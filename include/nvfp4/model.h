@@ -3,7 +3,7 @@
  * @file nvfp4/model.h
  * @brief The model layer: architectures, weight assembly, the forward pass
  * (prefill and decode with a paged KV cache, many sequences per context),
- * perplexity, sampling, the byte-level BPE tokenizer of tokenizer.json and
+ * perplexity, sampling, the BPE tokenizer of tokenizer.json and
  * chat templates (link with @c pkg-config @c nvfp4-model).
  *
  * Built on nvfp4/kernels.h.
@@ -66,7 +66,7 @@ extern "C" {
  */
 NVFP4_API const char *nvfp4_model_version(void);
 
-/* ---- tokenizer (tokenizer.json, byte-level BPE) ---------------------------- */
+/* ---- tokenizer (tokenizer.json, BPE) --------------------------------------- */
 
 /** A loaded tokenizer (opaque), immutable after nvfp4_tokenizer_load().
  *  Owned by the caller and freed with nvfp4_tokenizer_free(), unless it is
@@ -74,9 +74,13 @@ NVFP4_API const char *nvfp4_model_version(void);
 typedef struct nvfp4_tokenizer nvfp4_tokenizer;
 
 /**
- * Load a Hugging Face tokenizer.json whose model is byte-level BPE (GPT-2,
- * Llama 3, Qwen, SmolLM styles): pre-tokenizer split regex, merges, added
- * and special tokens.
+ * Load a Hugging Face tokenizer.json whose model is BPE: byte-level (GPT-2,
+ * Llama 3, Qwen, SmolLM styles) or SentencePiece-style with byte fallback
+ * (Llama 2, Mistral, Phi-3, Gemma styles), with merges, added and special
+ * tokens and these components: normalizers NFC, Prepend, Replace (string
+ * pattern); pre-tokenizers ByteLevel (last), Metaspace, Split, Digits, or
+ * none; decoders ByteLevel, Metaspace, ByteFallback, Fuse, Replace (string
+ * pattern), Strip; Sequences of them.
  * @param path the tokenizer.json file
  * @param err filled on failure, or NULL
  * @return the tokenizer, to be freed with nvfp4_tokenizer_free(); NULL on
@@ -84,7 +88,8 @@ typedef struct nvfp4_tokenizer nvfp4_tokenizer;
  *         @p path, or a bad value), ::NVFP4_ERR_NOT_FOUND (no such
  *         file, or a missing key), ::NVFP4_ERR_IO, ::NVFP4_ERR_BAD_JSON,
  *         ::NVFP4_ERR_BAD_ENTRY, ::NVFP4_ERR_TYPE, ::NVFP4_ERR_UNSUPPORTED
- *         for anything but byte-level BPE, ::NVFP4_ERR_NOMEM
+ *         for any other model or component (the error names its JSON path,
+ *         e.g. "decoder.decoders[1].type"), ::NVFP4_ERR_NOMEM
  */
 NVFP4_API nvfp4_tokenizer *nvfp4_tokenizer_load(const char *path, nvfp4_error *err);
 /**
@@ -113,16 +118,22 @@ NVFP4_API size_t nvfp4_tokenizer_vocab_size(const nvfp4_tokenizer *tok);
  * @param n_ids set to the number of ids (0 on failure)
  * @param err filled on failure, or NULL
  * @return ::NVFP4_OK; ::NVFP4_ERR_INVALID for a NULL argument, text that is
- *         not valid UTF-8 (err->offset is the byte) or text that exhausts
- *         the pre-tokenizer's matching budget; ::NVFP4_ERR_NOMEM
+ *         not valid UTF-8 (err->offset is the byte), text that exhausts
+ *         the pre-tokenizer's matching budget or that the normalizer's
+ *         Replace/Prepend steps would make longer than 8 times a piece plus
+ *         4096 bytes; ::NVFP4_ERR_NOMEM
  */
 NVFP4_API nvfp4_status nvfp4_tokenizer_encode(const nvfp4_tokenizer *tok,
                                               const char *text, size_t len,
                                               int32_t **ids, size_t *n_ids,
                                               nvfp4_error *err);
 /**
- * The bytes a token stands for (byte-level decoded), for streaming output:
- * possibly a partial UTF-8 sequence, which the following tokens complete.
+ * The bytes a token stands for, for streaming output: the decoder chain on
+ * the token alone (ByteLevel mapped back to bytes, a <0xNN> byte token its
+ * raw byte, Metaspace's and Replace's U+2581 a space), possibly a partial
+ * UTF-8 sequence, which the following tokens complete.  Steps that concern
+ * the start of the whole text are left out (Strip, and Metaspace dropping
+ * the first token's leading U+2581): a streamed token follows a prompt.
  * @param tok the tokenizer
  * @param id the token id
  * @param len set to the number of bytes, or NULL; untouched when NULL is
@@ -143,7 +154,9 @@ NVFP4_API const char *nvfp4_tokenizer_token_bytes(const nvfp4_tokenizer *tok,
  * @param skip_special nonzero drops special tokens
  * @param err filled on failure, or NULL
  * @return the NUL-terminated text, malloc'ed, which the caller frees with
- *         free(); NULL on failure: ::NVFP4_ERR_INVALID (NULL argument),
+ *         free(); NULL on failure: ::NVFP4_ERR_INVALID (NULL argument, or
+ *         the decoder's Replace steps would make the text longer than 8
+ *         times the token strings plus 4096 bytes),
  *         ::NVFP4_ERR_OUT_OF_RANGE (an id that is not a token, naming its
  *         index), ::NVFP4_ERR_NOMEM
  */

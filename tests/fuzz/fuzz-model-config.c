@@ -10,25 +10,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    nvfp4_model_options opt;
-    nvfp4_error err;
-    nvfp4_model *m;
-
-    fz_link("model.safetensors", TEST_DATA_DIR "/models/tiny/model.safetensors");
+    fz_tiny_link("model.safetensors");
     fz_write("config.json", data, size);
-    nvfp4_model_options_init(&opt);
-    opt.quiet = 1;
-    opt.threads = 1;
-    opt.max_ctx = 8;
-    m = nvfp4_model_open(fz_dir(), &opt, &err);
-    if (m) {
-        int32_t ids[2] = {1, 2};
-        size_t v = (size_t)nvfp4_model_vocab_size(m);
-        float *logits = malloc(2 * v * sizeof(float));
-        if (logits)
-            (void)nvfp4_model_forward(m, ids, 2, 0, logits, 0, &err);
-        free(logits);
-    }
-    nvfp4_model_free(m);
+    fz_open_and_forward();
     return 0;
 }

@@ -21,7 +21,7 @@ static void load_payload(void)
 
     if (payload)
         return;
-    b = fz_slurp(TEST_DATA_DIR "/models/tiny/model.safetensors", &n);
+    b = fz_slurp(FZ_TINY "model.safetensors", &n);
     for (int i = 0; i < 8; i++)
         h |= (uint64_t)b[i] << (8 * i);
     if (n < 8 || h > n - 8)
@@ -36,29 +36,13 @@ static void load_payload(void)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    nvfp4_model_options opt;
-    nvfp4_error err;
-    nvfp4_model *m;
     unsigned char len[8];
 
     load_payload();
     for (int i = 0; i < 8; i++)
         len[i] = (unsigned char)((uint64_t)size >> (8 * i));
-    fz_link("config.json", TEST_DATA_DIR "/models/tiny/config.json");
+    fz_tiny_link("config.json");
     fz_write3("model.safetensors", len, 8, data, size, payload, npayload);
-    nvfp4_model_options_init(&opt);
-    opt.quiet = 1;
-    opt.threads = 1;
-    opt.max_ctx = 8;
-    m = nvfp4_model_open(fz_dir(), &opt, &err);
-    if (m) {
-        int32_t ids[2] = {1, 2};
-        size_t v = (size_t)nvfp4_model_vocab_size(m);
-        float *logits = malloc(2 * v * sizeof(float));
-        if (logits)
-            (void)nvfp4_model_forward(m, ids, 2, 0, logits, 0, &err);
-        free(logits);
-    }
-    nvfp4_model_free(m);
+    fz_open_and_forward();
     return 0;
 }

@@ -10,7 +10,8 @@
 
 static const char *const texts[] = {
     "Hello, world! 123 4567", "  leading and trailing  ", "\xc3\xa9t\xc3\xa9 \xe6\xbc\xa2\xe5\xad\x97 \xf0\x9f\x98\x80",
-    "<|endoftext|>a<|im_start|>b", "don't I'm we'll\n\n\tx", "", NULL};
+    "<|endoftext|>a<|im_start|>b", "don't I'm we'll\n\n\tx",
+    "\xe2\x96\x81x  \xe2\x96\x81\xe2\x96\x81<s>y</s> <0x41><unk>\xf4\x8f\xbf\xbf", "", NULL};
 
 static void run(const nvfp4_tokenizer *tok, const char *text, size_t n)
 {

@@ -82,4 +82,44 @@ static inline unsigned char *fz_slurp(const char *path, size_t *n)
     return b;
 }
 
+/* The harnesses that open a model fuzz one file of the tiny fixture model
+ * (tests/data/models/tiny) and take the other from it. */
+#define FZ_TINY TEST_DATA_DIR "/models/tiny/"
+
+/* A symlink DIR/NAME -> the tiny fixture's file NAME. */
+static inline void fz_tiny_link(const char *name)
+{
+    char target[512];
+
+    snprintf(target, sizeof(target), FZ_TINY "%s", name);
+    fz_link(name, target);
+}
+
+#ifdef NVFP4_MODEL_H
+/* nvfp4_model_open of the scratch directory (quiet, one thread, 8
+ * positions) and, when it opens, a forward pass of two tokens, so that every
+ * value that got through the open reaches assembly and the kernels. */
+static inline void fz_open_and_forward(void)
+{
+    nvfp4_model_options opt;
+    nvfp4_error err;
+    nvfp4_model *m;
+
+    nvfp4_model_options_init(&opt);
+    opt.quiet = 1;
+    opt.threads = 1;
+    opt.max_ctx = 8;
+    m = nvfp4_model_open(fz_dir(), &opt, &err);
+    if (m) {
+        int32_t ids[2] = {1, 2};
+        size_t v = (size_t)nvfp4_model_vocab_size(m);
+        float *logits = malloc(2 * v * sizeof(float));
+        if (logits)
+            (void)nvfp4_model_forward(m, ids, 2, 0, logits, 0, &err);
+        free(logits);
+    }
+    nvfp4_model_free(m);
+}
+#endif
+
 #endif
