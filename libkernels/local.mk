@@ -10,7 +10,7 @@ libkernels_libnvfp4_kernels_la_SOURCES = \
 	%reldir%/cpu.c \
 	%reldir%/cpu-linear.c
 # GPU backend plugins are looked up in $(pkglibdir)/backends (backend-impl.h).
-libkernels_libnvfp4_kernels_la_CPPFLAGS = $(AM_CPPFLAGS) \
+libkernels_libnvfp4_kernels_la_CPPFLAGS = $(AM_CPPFLAGS) $(NUMERICS_CPPFLAGS) \
 	-DNVFP4_BACKEND_DIR='"$(pkglibdir)/backends"'
 # -ffp-contract=off: the scalar code keeps the reference's float32 operation
 # order (no silently fused multiply-add); SIMD kernels use explicit FMAs.

@@ -189,7 +189,7 @@ static nvfp4_status load_nvfp4(nvfp4_checkpoint *ck, const char *prefix, int64_t
     /* §8: NaN or negative block scales would poison or flip whole blocks. */
     bytes = sc->data;
     for (uint64_t i = 0; i < sc->nbytes; i++) {
-        if (quant_bad_scale_byte(bytes[i]))
+        if (num_e4m3_bad_scale(bytes[i]))
             return nvfp4_error_set(err, NVFP4_ERR_INVALID, sc->file, sc->name,
                                    (int64_t)(sc->offset + i),
                                    "block scale [%" PRIu64 ", %" PRIu64 "] is byte 0x%02X (%s);"
@@ -410,7 +410,7 @@ nvfp4_status nvfp4_linear_fuse_check(const char *layer, nvfp4_linear *shards, si
             if (!fresh[i])
                 continue;
             for (size_t j = 0; j < nsc; j++)
-                fresh[i][j] = nvfp4_fp8_e4m3_encode(quant_e4m3_value(s->scales[j]) * ratio);
+                fresh[i][j] = nvfp4_fp8_e4m3_encode(num_e4m3_value(s->scales[j]) * ratio);
             free(s->owned_scales);
             s->owned_scales = fresh[i];
             s->scales = fresh[i];

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The GPU kernels' number formats and §5 activation quantize-dequantize
- * (gpu/numerics.h), compiled here as plain C - the very functions the CUDA
+ * (libquant/numerics.h), compiled here as plain C - the very functions the CUDA
  * and HIP kernels call - and checked against PyTorch's fixtures under
  * tests/data/quant/ (written by torch, cross-checked with amd-quark; see
  * tests/data/quant/quant.json).  Runs on every machine: no GPU needed.
@@ -17,7 +17,7 @@
 
 #include "testutil.h"
 
-#include "../gpu/numerics.h"
+#include "numerics.h"
 
 static uint32_t bits(float f)
 {
