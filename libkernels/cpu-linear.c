@@ -1061,19 +1061,7 @@ void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t npa
             const nvfp4_linear *p = &parts[i];
             const size_t nsc = (size_t)p->n * (k / NVFP4_BLOCK);
 
-            /* §8: NaN and negative non-zero block scales are invalid; libquant
-             * rejects them at load, a hand-made nvfp4_linear is checked here */
-            for (size_t j = 0; j < nsc; j++) {
-                uint8_t b = p->scales[j];
-                if (num_e4m3_bad_scale(b)) {
-                    nvfp4_error_set(err, NVFP4_ERR_INVALID, "", p->prefix, -1,
-                                    "weight_scale of row %zu, block %zu is 0x%02X (%s); "
-                                    "expected a finite non-negative E4M3 value",
-                                    j / (k / NVFP4_BLOCK), j % (k / NVFP4_BLOCK), b,
-                                    (b & 0x7F) == 0x7F ? "NaN" : "negative");
-                    goto fail;
-                }
-            }
+            /* §8's block-scale bytes: nvfp4_linear_validate() (registry.c) */
             memcpy(w->scales + r0 * (k / NVFP4_BLOCK), p->scales, nsc);
 #pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads((cpu_ctx *)ctx))
             for (int64_t r = 0; r < p->n; r++)
