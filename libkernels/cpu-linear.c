@@ -45,6 +45,7 @@
 #endif
 
 #include "cpu-internal.h"
+#include "numerics.h" /* §1 codecs, §5: libquant/numerics.h */
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
@@ -65,8 +66,7 @@
 /* Block scales decoded per stretch of a row (floats on the stack). */
 #define CPU_SCALE_SEG 512
 
-static const float e2m1_f[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                                 -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+static const float e2m1_f[16] = {NUM_E2M1_VALUES};
 
 /* The part of the contraction one kernel call covers: blocks of 16 (or
  * chunks, for the VNNI kernel) [b0, b1), added to y when acc != 0.  The
@@ -106,14 +106,14 @@ static inline const float *xblock(const float *x, size_t k, size_t t0, size_t t,
                   : x + (t0 + t) * k + 16 * b;
 }
 
-/* E4M3 byte -> float (§1), from libquant's decoder once. */
+/* E4M3 byte -> float (§1), from numerics.h's decoder once. */
 static float e4m3_table[256];
 static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
 
 static void e4m3_table_fill(void)
 {
     for (int i = 0; i < 256; i++)
-        e4m3_table[i] = nvfp4_fp8_e4m3_decode((uint8_t)i);
+        e4m3_table[i] = num_e4m3_value((uint32_t)i);
 }
 
 void nvfp4k_cpu_tables_init(void)
@@ -745,42 +745,31 @@ row2_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t
 }
 
 /* §5 for one block of 16 in AVX-512: the E2M1 code of every element,
- * doubled (-12..12), and s / gs.  Identical to libquant's scalar
- * nvfp4_quant_qdq_row (test-kernels checks the two bit for bit through an
- * identity weight, and against torch's act_qdq fixture): the same float32
- * operations in the same order, the E4M3 rounding by libquant's encoder, and
- * E2M1 round-half-even as the spec's table of thresholds (§1). */
+ * doubled (-12..12), and s / gs.  Identical to numerics.h's num_qdq_block
+ * (test-kernels checks the two bit for bit through an identity weight, and
+ * against torch's act_qdq fixture): its num_qdq_scale for the block scale,
+ * the same float32 product x * osc, and E2M1 round-half-even by counting
+ * the edges of NUM_E2M1_EDGES passed (saturating like the clamp to 6). */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __m512i
 qdq_block_avx512(const float *xb, float gs, float *back_out)
 {
-    const float sixth = 1.0f / 6.0f;
     __m512 v = _mm512_loadu_ps(xb), a;
-    float amax = _mm512_reduce_max_ps(_mm512_abs_ps(v)), t, s, osc;
+    float osc;
     __m512i q = _mm512_setzero_si512();
+    const __m512i one = _mm512_set1_epi32(1);
 
-    t = gs * (amax * sixth);
-    s = e4m3_table[nvfp4_fp8_e4m3_encode(t)]; /* the encoder clamps to 448 */
-    osc = s == 0.0f ? 0.0f : gs / s;
-    *back_out = s / gs;
+    (void)num_qdq_scale(_mm512_reduce_max_ps(_mm512_abs_ps(v)), gs, &osc, back_out);
     a = _mm512_abs_ps(_mm512_mul_ps(v, _mm512_set1_ps(osc)));
-    /* 2*E2M1 steps 0,1,2,3,4,6,8,12 at the spec's round-half-even edges */
-    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.25f), _CMP_GT_OQ), q,
-                              _mm512_set1_epi32(1));
-    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.75f), _CMP_GE_OQ), q,
-                              _mm512_set1_epi32(1));
-    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.25f), _CMP_GT_OQ), q,
-                              _mm512_set1_epi32(1));
-    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.75f), _CMP_GE_OQ), q,
-                              _mm512_set1_epi32(1));
-    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(2.5f), _CMP_GT_OQ), q,
-                              _mm512_set1_epi32(2));
-    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(3.5f), _CMP_GE_OQ), q,
-                              _mm512_set1_epi32(2));
-    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(5.0f), _CMP_GT_OQ), q,
-                              _mm512_set1_epi32(4));
+#define QDQ_PASS(e, cmp) \
+    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(e), _CMP_##cmp##_OQ), q, one);
+    NUM_E2M1_EDGES(QDQ_PASS)
+#undef QDQ_PASS
     /* negative inputs take the negative code; zero stays +0 (§1) */
-    return _mm512_mask_sub_epi32(q, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ),
-                                 _mm512_setzero_si512(), q);
+    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), q,
+                              _mm512_set1_epi32(8));
+    /* code -> 2 * E2M1 value, exact; -0 -> 0 */
+    return _mm512_permutexvar_epi32(
+        q, _mm512_cvttps_epi32(_mm512_add_ps(_mm512_loadu_ps(e2m1_f), _mm512_loadu_ps(e2m1_f))));
 }
 
 /* One row for the VNNI kernel: codes in the CHUNK plane order. */
@@ -1125,19 +1114,7 @@ void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t npa
             const nvfp4_linear *p = &parts[i];
             const size_t nsc = (size_t)p->n * (k / NVFP4_BLOCK);
 
-            /* §8: NaN and negative non-zero block scales are invalid; libquant
-             * rejects them at load, a hand-made nvfp4_linear is checked here */
-            for (size_t j = 0; j < nsc; j++) {
-                uint8_t b = p->scales[j];
-                if ((b & 0x7F) == 0x7F || b > 0x80) {
-                    nvfp4_error_set(err, NVFP4_ERR_INVALID, "", p->prefix, -1,
-                                    "weight_scale of row %zu, block %zu is 0x%02X (%s); "
-                                    "expected a finite non-negative E4M3 value",
-                                    j / (k / NVFP4_BLOCK), j % (k / NVFP4_BLOCK), b,
-                                    (b & 0x7F) == 0x7F ? "NaN" : "negative");
-                    goto fail;
-                }
-            }
+            /* §8's block-scale bytes: nvfp4_linear_validate() (registry.c) */
             memcpy(w->scales + r0 * (k / NVFP4_BLOCK), p->scales, nsc);
 #pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads((cpu_ctx *)ctx))
             for (int64_t r = 0; r < p->n; r++)

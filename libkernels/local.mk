@@ -15,7 +15,7 @@ if HAVE_MPI
 libkernels_libnvfp4_kernels_la_SOURCES += %reldir%/comm-mpi.c
 endif
 # GPU backend plugins are looked up in $(pkglibdir)/backends (backend-impl.h).
-libkernels_libnvfp4_kernels_la_CPPFLAGS = $(AM_CPPFLAGS) \
+libkernels_libnvfp4_kernels_la_CPPFLAGS = $(AM_CPPFLAGS) $(NUMERICS_CPPFLAGS) \
 	-DNVFP4_BACKEND_DIR='"$(pkglibdir)/backends"'
 # -ffp-contract=off: the scalar code keeps the reference's float32 operation
 # order (no silently fused multiply-add); SIMD kernels use explicit FMAs.

@@ -486,24 +486,6 @@ nvfp4_status nvfp4_backend_download(nvfp4_backend *be, void *dst, const void *sr
 
 /* ---- weights ------------------------------------------------------------- */
 
-/* A tensor of N elements in F32/BF16/F16, as the kernels read them. */
-static nvfp4_status check_float_tensor(const char *prefix, const char *what,
-                                       const nvfp4_tensor *t, uint64_t numel,
-                                       nvfp4_error *err)
-{
-    if (t->dtype != NVFP4_DTYPE_F32 && t->dtype != NVFP4_DTYPE_BF16 &&
-        t->dtype != NVFP4_DTYPE_F16)
-        return nvfp4_error_set(err, NVFP4_ERR_BAD_DTYPE, t->file, t->name, -1,
-                               "%s of %s: expected F32, BF16 or F16, found %s", what,
-                               prefix, nvfp4_dtype_name(t->dtype));
-    if (t->numel != numel || !t->data)
-        return nvfp4_error_set(err, NVFP4_ERR_BAD_SHAPE, t->file, t->name, -1,
-                               "%s of %s: expected %llu elements, found %llu", what,
-                               prefix, (unsigned long long)numel,
-                               (unsigned long long)t->numel);
-    return NVFP4_OK;
-}
-
 nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be, const nvfp4_linear *parts,
                                     size_t nparts, nvfp4_error *err)
 {
@@ -543,21 +525,16 @@ nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be, const nvfp4_linear *parts
                             "fused weight size overflows");
             return NULL;
         }
+        /* the part's own invariants: libquant's one check of a Linear
+         * (shape, data, block-scale bytes, finite positive scales, dense and
+         * bias tensors); what follows is about fusing the parts */
+        if (nvfp4_linear_validate(p, err) != NVFP4_OK)
+            return NULL;
         if (d.scheme == NVFP4_SCHEME_NONE) {
-            if (!p->dense) {
-                nvfp4_error_set(err, NVFP4_ERR_INVALID, "", p->prefix, -1,
-                                "unquantized Linear without a weight tensor");
-                return NULL;
-            }
-            if (check_float_tensor(p->prefix, "weight", p->dense,
-                                   (uint64_t)p->n * (uint64_t)p->k, err) != NVFP4_OK)
-                return NULL;
             /* dequantized NVFP4 shards of an exact fused group (libmodel,
              * DIALECTS.md) keep their W4A4 activation scale: §5 runs before
              * the float product.  All parts or none; the CPU backend only. */
-            if ((p->input_scale > 0.0f) != (parts[0].input_scale > 0.0f) ||
-                (p->input_scale != 0.0f &&
-                 (!(p->input_scale > 0.0f) || isinf(p->input_scale)))) {
+            if ((p->input_scale > 0.0f) != (parts[0].input_scale > 0.0f)) {
                 nvfp4_error_set(err, NVFP4_ERR_INVALID, "", p->prefix, -1,
                                 "dense part %zu has input scale %g, part 0 (%s) %g", i,
                                 p->input_scale, parts[0].prefix, parts[0].input_scale);
@@ -574,17 +551,6 @@ nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be, const nvfp4_linear *parts
                 d.input_gs = p->input_gs > 0.0f ? p->input_gs : 1.0f / p->input_scale;
             }
         } else {
-            if (p->k % NVFP4_BLOCK != 0) {
-                nvfp4_error_set(err, NVFP4_ERR_BAD_SHAPE, "", p->prefix, -1,
-                                "NVFP4 weight needs k %% 16 == 0, found k = %lld",
-                                (long long)p->k);
-                return NULL;
-            }
-            if (!p->weight || !p->scales) {
-                nvfp4_error_set(err, NVFP4_ERR_INVALID, "", p->prefix, -1,
-                                "NVFP4 Linear without weight or weight_scale data");
-                return NULL;
-            }
             /* §4: one fused weight carries one global scale */
             if (p->weight_scale_2 != d.weight_scale_2) {
                 nvfp4_error_set(err, NVFP4_ERR_SCALE_MISMATCH, "", p->prefix, -1,
@@ -593,30 +559,13 @@ nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be, const nvfp4_linear *parts
                                 p->weight_scale_2, d.weight_scale_2, parts[0].prefix);
                 return NULL;
             }
-            if (!(p->weight_scale_2 > 0.0f) || isinf(p->weight_scale_2)) {
-                nvfp4_error_set(err, NVFP4_ERR_INVALID, "", p->prefix, -1,
-                                "weight_scale_2 must be finite and > 0, found %g",
-                                p->weight_scale_2);
-                return NULL;
-            }
-            if (d.scheme == NVFP4_SCHEME_W4A4 &&
-                (!(p->input_scale > 0.0f) || isinf(p->input_scale))) {
-                nvfp4_error_set(err, NVFP4_ERR_INVALID, "", p->prefix, -1,
-                                "W4A4 input scale must be finite and > 0, found %g",
-                                p->input_scale);
-                return NULL;
-            }
             if (p->input_scale > d.input_scale) { /* §4: max over shards */
                 d.input_scale = p->input_scale;
                 d.input_gs = p->input_gs > 0.0f ? p->input_gs : 1.0f / p->input_scale;
             }
         }
-        if (p->bias) {
-            if (check_float_tensor(p->prefix, "bias", p->bias, (uint64_t)p->n, err) !=
-                NVFP4_OK)
-                return NULL;
+        if (p->bias)
             d.has_bias = 1;
-        }
     }
     if (d.scheme == NVFP4_SCHEME_W4A16)
         d.input_scale = d.input_gs = 0.0f;

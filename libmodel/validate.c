@@ -91,22 +91,6 @@ nvfp4_status nvfp4m_check_counts(nvfp4_checkpoint *ck, const nvfp4_config *cfg,
     return NVFP4_OK;
 }
 
-/* Scalars the Linear loader checks itself (finite and > 0, §8, with a
- * message about scales). */
-static int is_global_scale(const char *name)
-{
-    static const char *const sfx[] = {".weight_scale_2", ".input_scale", ".input_scale_2",
-                                      ".output_scale"};
-    size_t n = strlen(name);
-
-    for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
-        size_t k = strlen(sfx[i]);
-        if (n >= k && !strcmp(name + n - k, sfx[i]))
-            return 1;
-    }
-    return 0;
-}
-
 /* Index of the first NaN or Inf element, or UINT64_MAX.  The exponent field
  * all ones is both; data need not be aligned, hence memcpy. */
 static uint64_t first_nonfinite(const nvfp4_tensor *t)
@@ -154,7 +138,9 @@ nvfp4_status nvfp4m_check_finite(nvfp4_checkpoint *ck, nvfp4_error *err)
         const nvfp4_tensor *t;
         uint64_t bad;
 
-        if (is_global_scale(name))
+        /* libquant's Linear loader checks the scales itself (finite and
+         * > 0, §8, with a message about scales) */
+        if (nvfp4_linear_is_scale_tensor(name))
             continue;
         if (nvfp4_checkpoint_get(ck, name, &t, err))
             return err ? err->status : NVFP4_ERR_IO;

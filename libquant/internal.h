@@ -9,43 +9,14 @@
 
 #include <nvfp4/quant.h>
 
-/* Decoded value of every E2M1 nibble (§1); 0x8 is -0. */
+/* The codecs of §1 and §5's quantize-dequantize: libquant/numerics.h is
+ * their one definition (static inline), shared with libkernels and the GPU
+ * kernels. */
+#include "numerics.h"
+
+/* Decoded value of every E2M1 nibble (§1; 0x8 is -0): the table the SIMD
+ * dequantizer permutes, filled from NUM_E2M1_VALUES. */
 extern const float nvfp4q_e2m1_table[16];
-
-static inline uint32_t f32_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof(u));
-    return u;
-}
-
-static inline float f32_from_bits(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, sizeof(x));
-    return x;
-}
-
-/* E4M3FN byte -> float32 (§1), built from the bits so it is exact: the
- * library's hot loops inline this instead of calling the exported wrapper. */
-static inline float quant_e4m3_value(uint8_t b)
-{
-    uint32_t sign = (uint32_t)(b & 0x80) << 24;
-    uint32_t e = (b >> 3) & 0xF, m = b & 7;
-
-    if (e == 15 && m == 7)
-        return f32_from_bits(sign | 0x7FC00000u);
-    if (e == 0) /* subnormal: m * 2^-9, exact in float32 */
-        return f32_from_bits(sign | f32_bits((float)m * 0x1p-9f));
-    return f32_from_bits(sign | ((e - 7 + 127) << 23) | (m << 20));
-}
-
-/* True for an E4M3FN byte that a block-scale tensor may not hold: NaN (0x7F,
- * 0xFF) or a negative non-zero value (§8).  0x80 (-0) is a zero scale. */
-static inline int quant_bad_scale_byte(uint8_t b)
-{
-    return (b & 0x7F) == 0x7F || (b > 0x80);
-}
 
 /* ---- dialects (dialect.c): ModelOpt and compressed-tensors configs ---- */
 #include <jansson.h>

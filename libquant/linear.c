@@ -3,9 +3,12 @@
  * dequantization, and the global-scale rule for fused shards (§4).
  *
  * Loading never copies weights: the view points into the checkpoint's
- * mapping.  Every check happens here, once, so the kernels above can trust
- * what they get: dtypes and shapes, finite positive global scales, and block
- * scale bytes that are neither NaN nor negative. */
+ * mapping.  The loader checks the tensors it reads against the file (dtypes,
+ * shapes against config.json, scale bytes with their file offsets);
+ * nvfp4_linear_validate() is the one check of a view's invariants (shape,
+ * data present, block-scale bytes, finite positive scales, dense/bias
+ * tensors), run by the loader on what it built and by libkernels on every
+ * part it is given to upload. */
 #include "config.h"
 
 #include <float.h>
@@ -189,7 +192,7 @@ static nvfp4_status load_nvfp4(nvfp4_checkpoint *ck, const char *prefix, int64_t
     /* §8: NaN or negative block scales would poison or flip whole blocks. */
     bytes = sc->data;
     for (uint64_t i = 0; i < sc->nbytes; i++) {
-        if (quant_bad_scale_byte(bytes[i]))
+        if (num_e4m3_bad_scale(bytes[i]))
             return nvfp4_error_set(err, NVFP4_ERR_INVALID, sc->file, sc->name,
                                    (int64_t)(sc->offset + i),
                                    "block scale [%" PRIu64 ", %" PRIu64 "] is byte 0x%02X (%s);"
@@ -245,6 +248,144 @@ static nvfp4_status load_nvfp4(nvfp4_checkpoint *ck, const char *prefix, int64_t
     return NVFP4_OK;
 }
 
+/* ---- the one check of a Linear view ------------------------------------- */
+
+/* A tensor of NUMEL elements in F32/BF16/F16 with data, as the kernels read
+ * the unquantized weights and biases. */
+static nvfp4_status check_float_part(const char *prefix, const char *what,
+                                     const nvfp4_tensor *t, uint64_t numel, nvfp4_error *err)
+{
+    if (t->dtype != NVFP4_DTYPE_F32 && t->dtype != NVFP4_DTYPE_BF16 &&
+        t->dtype != NVFP4_DTYPE_F16)
+        return nvfp4_error_set(err, NVFP4_ERR_BAD_DTYPE, t->file, t->name, -1,
+                               "%s of %s: expected F32, BF16 or F16, found %s", what, prefix,
+                               nvfp4_dtype_name(t->dtype));
+    if (t->numel != numel || !t->data)
+        return nvfp4_error_set(err, NVFP4_ERR_BAD_SHAPE, t->file, t->name, -1,
+                               "%s of %s: expected %" PRIu64 " elements, found %" PRIu64, what,
+                               prefix, numel, t->numel);
+    return NVFP4_OK;
+}
+
+/* An activation scale (§5): INPUT_SCALE a finite multiplier > 0 whose
+ * reciprocal is finite when it is the gs (INPUT_GS 0), else INPUT_GS
+ * finite and > 0. */
+static nvfp4_status check_input_scale(const nvfp4_linear *lin, nvfp4_error *err)
+{
+    if (!(lin->input_scale > 0.0f) || isinf(lin->input_scale))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, lin->prefix, -1,
+                               "W4A4 input scale must be finite and > 0, found %g",
+                               (double)lin->input_scale);
+    if (lin->input_gs != 0.0f && (!(lin->input_gs > 0.0f) || isinf(lin->input_gs)))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, lin->prefix, -1,
+                               "W4A4 input_gs (the global activation scale of §5) must be "
+                               "finite and > 0, or 0 for 1 / input scale; found %g",
+                               (double)lin->input_gs);
+    if (lin->input_gs == 0.0f && isinf(1.0f / lin->input_scale))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, lin->prefix, -1,
+                               "W4A4 input scale %g: its reciprocal (the global activation "
+                               "scale of §5) overflows float32", (double)lin->input_scale);
+    return NVFP4_OK;
+}
+
+/* nvfp4_linear_validate(); SCAN_SCALES 0 skips the block-scale bytes (the
+ * loader checked them itself, naming their file offsets). */
+static nvfp4_status linear_check(const nvfp4_linear *lin, int scan_scales, nvfp4_error *err)
+{
+    const char *p = lin->prefix;
+    uint64_t nk;
+
+    if (lin->scheme != NVFP4_SCHEME_NONE && lin->scheme != NVFP4_SCHEME_W4A4 &&
+        lin->scheme != NVFP4_SCHEME_W4A16)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, p, -1, "unknown scheme %d",
+                               (int)lin->scheme);
+    if (lin->n <= 0 || lin->k <= 0 ||
+        __builtin_mul_overflow((uint64_t)lin->n, (uint64_t)lin->k, &nk) ||
+        nk > ((uint64_t)1 << 48))
+        return nvfp4_error_set(err, NVFP4_ERR_BAD_SHAPE, NULL, p, -1,
+                               "shape [%" PRId64 ", %" PRId64 "]; expected n > 0, k > 0 and "
+                               "n * k <= 2^48", lin->n, lin->k);
+    if (lin->scheme == NVFP4_SCHEME_NONE) {
+        nvfp4_status st;
+        if (!lin->dense)
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, p, -1,
+                                   "unquantized Linear without a weight tensor");
+        if ((st = check_float_part(p, "weight", lin->dense, nk, err)))
+            return st;
+        /* dequantized W4A4 shards of an exact fused group keep their
+         * activation scale: §5 runs before the float product */
+        if (lin->input_scale != 0.0f) {
+            if (lin->k % NVFP4_BLOCK != 0)
+                return nvfp4_error_set(err, NVFP4_ERR_BAD_SHAPE, NULL, p, -1,
+                                       "NVFP4 activations need k %% 16 == 0, found k = %" PRId64,
+                                       lin->k);
+            if ((st = check_input_scale(lin, err)))
+                return st;
+        }
+    } else {
+        if (lin->k % NVFP4_BLOCK != 0)
+            return nvfp4_error_set(err, NVFP4_ERR_BAD_SHAPE, NULL, p, -1,
+                                   "NVFP4 weight needs k %% 16 == 0, found k = %" PRId64, lin->k);
+        if (!lin->weight || !lin->scales)
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, p, -1,
+                                   "NVFP4 Linear without weight or weight_scale data");
+        if (!(lin->weight_scale_2 > 0.0f) || isinf(lin->weight_scale_2))
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, p, -1,
+                                   "weight_scale_2 must be finite and > 0, found %g",
+                                   (double)lin->weight_scale_2);
+        if ((double)lin->weight_scale_2 * 6.0 * 448.0 > (double)FLT_MAX)
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, p, -1,
+                                   "weight_scale_2 is %g; 6 * 448 * scale (the largest "
+                                   "dequantized value, §2) overflows float32",
+                                   (double)lin->weight_scale_2);
+        if (lin->scheme == NVFP4_SCHEME_W4A4) {
+            nvfp4_status st = check_input_scale(lin, err);
+            if (st)
+                return st;
+        }
+        if (scan_scales) {
+            const uint64_t nb = (uint64_t)lin->k / NVFP4_BLOCK, nsc = (uint64_t)lin->n * nb;
+            for (uint64_t j = 0; j < nsc; j++) {
+                uint8_t b = lin->scales[j];
+                if (num_e4m3_bad_scale(b))
+                    return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, p, -1,
+                                           "weight_scale of row %" PRIu64 ", block %" PRIu64
+                                           " is 0x%02X (%s); expected a finite non-negative "
+                                           "E4M3 value",
+                                           j / nb, j % nb, b,
+                                           (b & 0x7F) == 0x7F ? "NaN" : "negative");
+            }
+        }
+    }
+    if (lin->bias)
+        return check_float_part(p, "bias", lin->bias, (uint64_t)lin->n, err);
+    return NVFP4_OK;
+}
+
+nvfp4_status nvfp4_linear_validate(const nvfp4_linear *lin, nvfp4_error *err)
+{
+    if (!lin)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                               "nvfp4_linear_validate: NULL argument");
+    return linear_check(lin, 1, err);
+}
+
+int nvfp4_linear_is_scale_tensor(const char *name)
+{
+    /* every dialect's per-tensor scales (§2, docs/DIALECTS.md) */
+    static const char *const sfx[] = {".weight_scale_2", ".input_scale", ".input_scale_2",
+                                      ".output_scale", ".weight_global_scale",
+                                      ".input_global_scale"};
+    size_t n = name ? strlen(name) : 0;
+
+    for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
+        size_t k = strlen(sfx[i]);
+        if (n >= k && !strcmp(name + n - k, sfx[i]))
+            return 1;
+    }
+    return 0;
+}
+
 nvfp4_status nvfp4_linear_load(nvfp4_checkpoint *ck, const char *prefix,
                                nvfp4_scheme scheme, int64_t n, int64_t k,
                                nvfp4_linear *out, nvfp4_error *err)
@@ -284,6 +425,10 @@ nvfp4_status nvfp4_linear_load_dialect(nvfp4_checkpoint *ck, const char *prefix,
                                                   out, err);
     if (!st && !(st = get_tensor(ck, prefix, "bias", 1, &out->bias, err)) && out->bias)
         st = check_bias(out->bias, out->n, err);
+    /* the view's invariants, as every consumer checks them; the block
+     * scales were scanned above, naming their offsets in the file */
+    if (!st)
+        st = linear_check(out, 0, err);
     if (st) {
         char keep[sizeof(out->prefix)];
         memcpy(keep, out->prefix, sizeof(keep));
@@ -410,7 +555,7 @@ nvfp4_status nvfp4_linear_fuse_check(const char *layer, nvfp4_linear *shards, si
             if (!fresh[i])
                 continue;
             for (size_t j = 0; j < nsc; j++)
-                fresh[i][j] = nvfp4_fp8_e4m3_encode(quant_e4m3_value(s->scales[j]) * ratio);
+                fresh[i][j] = nvfp4_fp8_e4m3_encode(num_e4m3_value(s->scales[j]) * ratio);
             free(s->owned_scales);
             s->owned_scales = fresh[i];
             s->scales = fresh[i];

@@ -5,6 +5,7 @@ pkgconfig_DATA += pkgconfig/nvfp4-quant.pc
 
 libquant_libnvfp4_quant_la_SOURCES = \
 	%reldir%/internal.h \
+	%reldir%/numerics.h \
 	%reldir%/codec.c \
 	%reldir%/nvfp4.c \
 	%reldir%/qconfig.c \

@@ -21,7 +21,7 @@ static void dequant_row_scalar(const uint8_t *packed, const uint8_t *scales,
                                float global, size_t k, float *out)
 {
     for (size_t b = 0; b < k / NVFP4_BLOCK; b++) {
-        float s = quant_e4m3_value(scales[b]) * global;
+        float s = num_e4m3_value(scales[b]) * global;
         const uint8_t *p = packed + b * (NVFP4_BLOCK / 2);
         float *o = out + b * NVFP4_BLOCK;
         for (int j = 0; j < NVFP4_BLOCK / 2; j++) {
@@ -45,7 +45,7 @@ dequant_row_avx512(const uint8_t *packed, const uint8_t *scales, float global,
     const __m512i shifts = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
 
     for (size_t b = 0; b < k / NVFP4_BLOCK; b++) {
-        float s = quant_e4m3_value(scales[b]) * global;
+        float s = num_e4m3_value(scales[b]) * global;
         uint64_t w;
         __m128i bytes;
         __m512i idx;
@@ -96,14 +96,8 @@ void nvfp4_quant_dequant_row_bf16(const uint8_t *packed, const uint8_t *scales,
     }
 }
 
-/* §5, vLLM's emulation, in float32 and in its order:
- *   s   = e4m3(clamp(gs * (amax * (1/6)), -448, 448)),  gs = 1 / input_scale
- *   osc = s == 0 ? 0 : gs / s
- *   x'  = e2m1(clamp(x * osc, -6, 6)) * (s / gs)
- * An all-zero block gives s = 0, osc = 0 and x' = 0 (never 0/0).  fmaxf
- * skips NaN when forming amax where torch would propagate it, so a block
- * holding NaN differs from the reference: its values are unspecified, but
- * nothing traps. */
+/* §5, vLLM's emulation (libquant/numerics.h: num_qdq_block is the one
+ * definition, the GPU kernels run it too), gs = 1 / input_scale. */
 void nvfp4_quant_qdq_row(const float *x, size_t k, float input_scale, float *out)
 {
     nvfp4_quant_qdq_row_gs(x, k, 1.0f / input_scale, out);
@@ -111,25 +105,8 @@ void nvfp4_quant_qdq_row(const float *x, size_t k, float input_scale, float *out
 
 void nvfp4_quant_qdq_row_gs(const float *x, size_t k, float gs, float *out)
 {
-    const float sixth = 1.0f / 6.0f; /* float32(1/6), as the reference */
-
-    for (size_t b = 0; b < k / NVFP4_BLOCK; b++) {
-        const float *xb = x + b * NVFP4_BLOCK;
-        float *ob = out + b * NVFP4_BLOCK;
-        float amax = 0.0f, t, s, osc, back;
-
-        for (int j = 0; j < NVFP4_BLOCK; j++)
-            amax = fmaxf(amax, fabsf(xb[j]));
-        t = gs * (amax * sixth);
-        s = quant_e4m3_value(nvfp4_fp8_e4m3_encode(t)); /* encode clamps, §1 */
-        osc = s == 0.0f ? 0.0f : gs / s;
-        back = s / gs;
-        for (int j = 0; j < NVFP4_BLOCK; j++) {
-            float y = xb[j] * osc;
-            y = y < -NVFP4_E2M1_MAX ? -NVFP4_E2M1_MAX : y > NVFP4_E2M1_MAX ? NVFP4_E2M1_MAX : y;
-            ob[j] = nvfp4q_e2m1_table[nvfp4_fp4_encode(y)] * back;
-        }
-    }
+    for (size_t b = 0; b < k / NVFP4_BLOCK; b++)
+        num_qdq_block(x + b * NVFP4_BLOCK, gs, out + b * NVFP4_BLOCK);
 }
 
 /* §7: float32(amax) / 2688 with 2688 = 448 * 6, one division; a zero result
@@ -157,10 +134,10 @@ void nvfp4_quant_weight(const float *w, size_t n, size_t k, float global,
             for (int j = 0; j < NVFP4_BLOCK; j++)
                 amax = fmaxf(amax, fabsf(wb[j]));
             sb = nvfp4_fp8_e4m3_encode(amax / denom6);
-            if (quant_e4m3_value(sb) == 0.0f)
+            if (num_e4m3_value(sb) == 0.0f)
                 sb = 0x38;
             scales[r * (k / NVFP4_BLOCK) + b] = sb;
-            d = quant_e4m3_value(sb) * global;
+            d = num_e4m3_value(sb) * global;
             for (int j = 0; j < NVFP4_BLOCK / 2; j++)
                 pb[j] = (uint8_t)(nvfp4_fp4_encode(wb[2 * j] / d) |
                                   nvfp4_fp4_encode(wb[2 * j + 1] / d) << 4);

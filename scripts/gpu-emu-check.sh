@@ -99,7 +99,7 @@ for warp in $WARPS; do
     mkdir -p "$d"
     flags="-std=c++17 -O1 -g -fPIC -ffp-contract=off -U_FORTIFY_SOURCE -fvisibility=hidden -Wall -Wextra \
         -Wno-unused-parameter -DNVFP4_GPU_EMU -DGPU_EMU_WARP=$warp -DNVFP4_BUILDING \
-        -DHAVE_CONFIG_H -I$B -I$ROOT/include -I$ROOT/libkernels/gpu $SAN"
+        -DHAVE_CONFIG_H -I$B -I$ROOT/include -I$ROOT/libkernels/gpu -I$ROOT/libquant $SAN"
     $CXX $flags -c "$E/emu-kernels.cc" -o "$d/kernels.o"
     $CXX $flags -x c++ -c "$ROOT/libkernels/gpu/backend-gpu.cu" -o "$d/backend.o"
     $CXX $flags -c "$ROOT/libkernels/gpu/emu.cc" -o "$d/emu.o"

@@ -124,8 +124,8 @@ TESTS += tests/test-context
 # a device (SKIP, exit 77, without one; modules from the build tree).
 check_PROGRAMS += tests/test-gpu-numerics
 tests_test_gpu_numerics_SOURCES = %reldir%/test-gpu-numerics.c %reldir%/testutil.h \
-	libkernels/gpu/numerics.h
-tests_test_gpu_numerics_CPPFLAGS = $(TEST_CPPFLAGS)
+	libquant/numerics.h
+tests_test_gpu_numerics_CPPFLAGS = $(TEST_CPPFLAGS) $(NUMERICS_CPPFLAGS)
 tests_test_gpu_numerics_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS) \
 	-ffp-contract=off
 tests_test_gpu_numerics_LDADD = $(CHECK_LIBS) $(JANSSON_LIBS) $(LIBM)

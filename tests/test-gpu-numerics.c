@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The GPU kernels' number formats and §5 activation quantize-dequantize
- * (libkernels/gpu/numerics.h), compiled here as plain C - the very functions the CUDA
+ * (libquant/numerics.h), compiled here as plain C - the very functions the CUDA
  * and HIP kernels call - and checked against PyTorch's fixtures under
  * tests/data/quant/ (written by torch, cross-checked with amd-quark; see
  * tests/data/quant/quant.json).  Runs on every machine: no GPU needed.
@@ -17,7 +17,7 @@
 
 #include "testutil.h"
 
-#include "../libkernels/gpu/numerics.h"
+#include "numerics.h"
 
 static uint32_t bits(float f)
 {
@@ -71,6 +71,7 @@ START_TEST(test_e2m1)
 {
     /* §1: bit 3 sign, magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} */
     static const float mag[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+    static const float table[16] = {NUM_E2M1_VALUES};
     size_t n, nb;
     float *in = load_f32("quant/e2m1_encode_in.f32", &n);
     uint8_t *out = tload_file("quant/e2m1_encode_out.u8", &nb);
@@ -79,6 +80,9 @@ START_TEST(test_e2m1)
         float v = num_e2m1_value(c);
         ck_assert_msg(fabsf(v) == mag[c & 7] && (c == 8 || !signbit(v) == !(c & 8)),
                       "nibble %u decodes to %g", c, v);
+        /* the decode tables of libquant and the CPU kernels: the same bits */
+        ck_assert_msg(bits(table[c]) == bits(v) && (c != 8 || signbit(table[c])),
+                      "NUM_E2M1_VALUES[%u] = %g, num_e2m1_value %g", c, table[c], v);
     }
     ck_assert_uint_eq(n, nb);
     for (size_t i = 0; i < n; i++)

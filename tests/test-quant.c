@@ -1001,6 +1001,102 @@ START_TEST(test_linear_load_valid)
 }
 END_TEST
 
+/* nvfp4_linear_validate(): the invariants §2/§8 state, on hand-made views
+ * (no checkpoint), each refusal naming the layer and what was expected. */
+static void expect_invalid(const nvfp4_linear *lin, nvfp4_status st, const char *a,
+                           const char *b)
+{
+    nvfp4_error err;
+
+    memset(&err, 0, sizeof(err));
+    ck_assert_int_eq(nvfp4_linear_validate(lin, &err), st);
+    ck_assert_msg(strstr(err.text, lin->prefix), "%s", err.text);
+    ck_assert_msg(strstr(err.text, a), "want \"%s\": %s", a, err.text);
+    if (b)
+        ck_assert_msg(strstr(err.text, b), "want \"%s\": %s", b, err.text);
+}
+
+START_TEST(test_linear_validate)
+{
+    uint8_t w[4 * 16], s[4 * 2];
+    nvfp4_linear good, lin;
+    nvfp4_error err;
+
+    memset(w, 0x21, sizeof(w));
+    memset(s, 0x38, sizeof(s)); /* 1.0 */
+    s[3] = 0x00;                /* zero and -0 block scales are legal (§8) */
+    s[4] = 0x80;
+    memset(&good, 0, sizeof(good));
+    strcpy(good.prefix, "layers.3.mlp.up_proj");
+    good.scheme = NVFP4_SCHEME_W4A4;
+    good.n = 4;
+    good.k = 32;
+    good.weight = w;
+    good.scales = s;
+    good.weight_scale_2 = 0.002f;
+    good.input_scale = 0.01f;
+    ck_assert_msg(nvfp4_linear_validate(&good, &err) == NVFP4_OK, "%s", err.text);
+    lin = good;
+    lin.input_gs = 448.0f; /* compressed-tensors: the divisor as stored */
+    ck_assert_msg(nvfp4_linear_validate(&lin, &err) == NVFP4_OK, "%s", err.text);
+    lin = good;
+    lin.scheme = NVFP4_SCHEME_W4A16;
+    lin.input_scale = 0.0f;
+    ck_assert_msg(nvfp4_linear_validate(&lin, &err) == NVFP4_OK, "%s", err.text);
+
+    lin = good;
+    lin.k = 24;
+    expect_invalid(&lin, NVFP4_ERR_BAD_SHAPE, "k % 16 == 0", "24");
+    lin = good;
+    lin.n = 0;
+    expect_invalid(&lin, NVFP4_ERR_BAD_SHAPE, "n > 0", NULL);
+    lin = good;
+    lin.scales = NULL;
+    expect_invalid(&lin, NVFP4_ERR_INVALID, "weight_scale", NULL);
+    lin = good;
+    lin.scheme = (nvfp4_scheme)9;
+    expect_invalid(&lin, NVFP4_ERR_INVALID, "unknown scheme 9", NULL);
+    /* §8: NaN and negative non-zero block-scale bytes, with their place */
+    s[5] = 0xFF; /* row 2, block 1 */
+    expect_invalid(&good, NVFP4_ERR_INVALID, "row 2, block 1 is 0xFF (NaN)", NULL);
+    s[5] = 0x81;
+    expect_invalid(&good, NVFP4_ERR_INVALID, "row 2, block 1 is 0x81 (negative)", NULL);
+    s[5] = 0x38;
+    /* §8: zero, NaN, infinite and overflowing global scales */
+    lin = good;
+    lin.weight_scale_2 = 0.0f;
+    expect_invalid(&lin, NVFP4_ERR_INVALID, "weight_scale_2 must be finite and > 0", NULL);
+    lin.weight_scale_2 = NAN;
+    expect_invalid(&lin, NVFP4_ERR_INVALID, "weight_scale_2 must be finite and > 0", NULL);
+    lin.weight_scale_2 = 1e36f; /* 6 * 448 * 1e36 > FLT_MAX */
+    expect_invalid(&lin, NVFP4_ERR_INVALID, "overflows float32", NULL);
+    lin = good;
+    lin.input_scale = -1.0f;
+    expect_invalid(&lin, NVFP4_ERR_INVALID, "W4A4 input scale must be finite and > 0", NULL);
+    lin.input_scale = INFINITY;
+    expect_invalid(&lin, NVFP4_ERR_INVALID, "W4A4 input scale must be finite and > 0", NULL);
+    lin.input_scale = 1e-39f; /* its reciprocal, §5's gs, is infinite */
+    expect_invalid(&lin, NVFP4_ERR_INVALID, "reciprocal", "overflows");
+    lin.input_scale = 1e-39f;
+    lin.input_gs = 1e38f; /* a stored gs needs no reciprocal */
+    ck_assert_msg(nvfp4_linear_validate(&lin, &err) == NVFP4_OK, "%s", err.text);
+    lin.input_gs = -2.0f;
+    expect_invalid(&lin, NVFP4_ERR_INVALID, "input_gs", "found -2");
+    ck_assert_int_eq(nvfp4_linear_validate(NULL, &err), NVFP4_ERR_INVALID);
+
+    /* the per-tensor scales of every dialect (Quark, ModelOpt, compressed-tensors) */
+    ck_assert(nvfp4_linear_is_scale_tensor("model.layers.0.mlp.up_proj.weight_scale_2"));
+    ck_assert(nvfp4_linear_is_scale_tensor("a.input_scale"));
+    ck_assert(nvfp4_linear_is_scale_tensor("a.input_scale_2"));
+    ck_assert(nvfp4_linear_is_scale_tensor("a.weight_global_scale"));
+    ck_assert(nvfp4_linear_is_scale_tensor("a.input_global_scale"));
+    ck_assert(!nvfp4_linear_is_scale_tensor("a.weight_scale")); /* block scales: F8 */
+    ck_assert(!nvfp4_linear_is_scale_tensor("a.weight"));
+    ck_assert(!nvfp4_linear_is_scale_tensor("input_scale")); /* no layer */
+    ck_assert(!nvfp4_linear_is_scale_tensor(NULL));
+}
+END_TEST
+
 START_TEST(test_linear_load_dense)
 {
     ttensor t[2] = {{"D.weight", "BF16", 2, {2, 3}, 12, {0}}, {"D.bias", "F16", 1, {2}, 4, {0}}};
@@ -1742,6 +1838,7 @@ int main(void)
     tcase_add_test(conf, test_qconfig_rejections);
     tcase_add_test(conf, test_qconfig_dialects);
     tcase_add_test(lin, test_linear_load_valid);
+    tcase_add_test(lin, test_linear_validate);
     tcase_add_test(lin, test_linear_load_dense);
     tcase_add_test(lin, test_linear_load_rejections);
     tcase_add_test(lin, test_fuse_bad_arguments);

@@ -369,6 +369,34 @@ NVFP4_API nvfp4_status nvfp4_linear_load_dialect(nvfp4_checkpoint *ck, const cha
                                                  int64_t n, int64_t k, nvfp4_linear *out,
                                                  nvfp4_error *err);
 /**
+ * Check a Linear view's invariants: the one validation of a layer, which
+ * nvfp4_linear_load() runs on every view it builds and
+ * nvfp4_kweight_upload() on every part it is given (so a hand-made view is
+ * held to the same rules as a loaded one).  Checked: a known scheme; n > 0,
+ * k > 0, n * k <= 2^48; unquantized: the weight tensor F32/BF16/F16 of n * k
+ * elements (and, when @p lin->input_scale is set, k % 16 == 0 and a valid
+ * activation scale); NVFP4: k % 16 == 0, weight and block scales present,
+ * every block-scale byte finite and >= 0 (§8), weight_scale_2 finite, > 0
+ * and 6 * 448 * weight_scale_2 finite; W4A4: input_scale finite and > 0,
+ * input_gs 0 (then 1 / input_scale must be finite) or finite and > 0; a
+ * bias F32/BF16/F16 of n elements.  Reads every block-scale byte.
+ * @param lin the view
+ * @param err filled on failure naming the layer (or the tensor) and what
+ *        was expected, or NULL
+ * @return ::NVFP4_OK; ::NVFP4_ERR_INVALID, ::NVFP4_ERR_BAD_SHAPE or
+ *         ::NVFP4_ERR_BAD_DTYPE
+ */
+NVFP4_API nvfp4_status nvfp4_linear_validate(const nvfp4_linear *lin, nvfp4_error *err);
+/**
+ * Whether a tensor name is a per-tensor scale of a Linear in any dialect
+ * (`weight_scale_2`, `input_scale`, `input_scale_2`, `output_scale`,
+ * `weight_global_scale`, `input_global_scale`): the scalars that
+ * nvfp4_linear_load() checks itself, with a message about scales.
+ * @param name a tensor name, or NULL
+ * @return 1 or 0
+ */
+NVFP4_API int nvfp4_linear_is_scale_tensor(const char *name);
+/**
  * Free what a view owns (the rescaled block scales); the view must not be
  * used afterwards.  The checkpoint's data is not touched.
  * @param lin the view, or NULL (nothing is done); a zeroed or failed view

@@ -478,6 +478,12 @@ static void *g_kweight_upload(void *c, const nvfp4_linear *parts, size_t nparts,
         kw->w.format = GK_NVFP4;
         kw->w.global = desc->weight_scale_2;
         kw->w.input_scale = desc->scheme == NVFP4_SCHEME_W4A4 ? desc->input_scale : 0.0f;
+        /* §5's gs exactly as the CPU backend takes it: the descriptor's
+         * input_gs (compressed-tensors' divisor as stored, else 1.0f /
+         * input_scale: libkernels/registry.c) */
+        kw->w.input_gs = kw->w.input_scale > 0.0f
+                             ? (desc->input_gs > 0.0f ? desc->input_gs : 1.0f / desc->input_scale)
+                             : 0.0f;
         if (!mul_ok(n, k / 2, &pb) || !mul_ok(n, k / 16, &sb)) {
             nvfp4_error_set(err, NVFP4_ERR_OVERFLOW, "", name, -1,
                             "weight of %zu x %zu overflows", n, k);

@@ -207,6 +207,7 @@ static int bench_gemv(int64_t n, int64_t k, double budget)
     }
     dev.gemv_rows = best_rows;
     w.input_scale = 0.002f;
+    w.input_gs = 1.0f / w.input_scale;
     t4 = time_ms(&j, budget);
     dev.gemv_rows = 0;
     /* the same bytes, moved device to device (read + write) */
@@ -274,7 +275,7 @@ static int bench_gemm(int64_t n, int64_t k, const int64_t *tokens, int ntok, dou
         j.y = y;
         j.xq = xq;
         j.m = tokens[t];
-        w.input_scale = 0.0f;
+        w.input_scale = w.input_gs = 0.0f;
         j.force = 2; /* portable tiled */
         tt = time_ms(&j, budget);
         if (dev.mma) {
@@ -283,6 +284,7 @@ static int bench_gemm(int64_t n, int64_t k, const int64_t *tokens, int ntok, dou
         }
         j.force = 0; /* what the backend picks, W4A4 (qdq included) */
         w.input_scale = 0.002f;
+        w.input_gs = 1.0f / w.input_scale;
         t4 = time_ms(&j, budget);
         if (dev.fp4mma) {
             j.force = 4; /* W4A4 on FP4 tensor cores (activation quantization included) */

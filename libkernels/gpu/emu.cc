@@ -10,6 +10,7 @@
  * reported, then abort() - acceptable in this never-installed test tool.
  */
 #include "gpu-emu.h"
+#include "numerics.h" /* §1 decoders: libquant/numerics.h */
 
 #include <setjmp.h>
 #include <ucontext.h>
@@ -211,20 +212,19 @@ float bf16(uint32_t h)
 }
 
 #if GPU_EMU_WARP != 64
-/* §1 decoders, written again here so that the model shares nothing with
- * the kernels' libkernels/gpu/numerics.h */
+/* The instruction's operand formats (§1): the library's one definition,
+ * libquant/numerics.h (checked against PyTorch's tables by
+ * tests/test-gpu-numerics.c, so the model of the hardware stands on
+ * independently tested decoders).  The scale operand is ue4m3, E4M3
+ * without a sign: bit 7 is ignored. */
 float e2m1(uint32_t nib)
 {
-    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    return (nib & 8u) ? -mag[nib & 7u] : mag[nib & 7u];
+    return num_e2m1_value(nib & 15u);
 }
 
 float ue4m3(uint32_t b)
 {
-    const int e = (int)((b >> 3) & 15u), m = (int)(b & 7u);
-    if (e == 15 && m == 7)
-        return NAN;
-    return e ? ldexpf(1.0f + m / 8.0f, e - 7) : ldexpf((float)m, -9);
+    return num_e4m3_value(b & 0x7Fu);
 }
 
 #endif

@@ -18,7 +18,7 @@
  *    codes and scales of the activations with the weight's own codes and
  *    scales, and applies weight_scale_2 * input_scale once at the end;
  *  - the W4A4 activation quantize-dequantize is bit-exact with the CPU
- *    (libkernels/gpu/numerics.h, same float32 operations in the same order);
+ *    (libquant/numerics.h, same float32 operations in the same order);
  *  - everything else accumulates in float32; reductions have a fixed shape
  *    per launch, so results do not depend on timing (determinism contract of
  *    libkernels/backend-impl.h).
@@ -124,7 +124,7 @@ GPU_DEV void dense_load8(const void *base, int64_t i, float *v)
 
 /* ---- §5 activation quantize-dequantize --------------------------------------- */
 
-/* One thread per block of 16; bit-exact with the CPU (libkernels/gpu/numerics.h). */
+/* One thread per block of 16; bit-exact with the CPU (libquant/numerics.h). */
 __global__ void qdq_kernel(const float *__restrict__ x, int64_t nblocks, float gs,
                            float *__restrict__ out)
 {
@@ -140,12 +140,10 @@ __global__ void qdq_kernel(const float *__restrict__ x, int64_t nblocks, float g
         out[b * NUM_BLOCK + j] = o[j];
 }
 
-extern "C" gpu_error_t gk_qdq(const float *x, int64_t rows, int64_t k, float input_scale,
-                              float *out, gpu_stream_t s)
+extern "C" gpu_error_t gk_qdq(const float *x, int64_t rows, int64_t k, float gs, float *out,
+                              gpu_stream_t s)
 {
-    /* gs = 1 / input_scale, one float32 division on the host exactly as
-     * nvfp4_quant_qdq_row computes it */
-    const float gs = 1.0f / input_scale;
+    /* gs as the CPU takes it: the weight's input_gs (gk_weight) */
     const int64_t nblocks = rows * (k / NUM_BLOCK);
 
     qdq_kernel<<<grid_for(nblocks, GK_THREADS), GK_THREADS, 0, s>>>(x, nblocks, gs, out);
@@ -708,45 +706,21 @@ gemm_mma_kernel(gk_weight w, const float *__restrict__ x, int64_t m, float post,
  * (scale * global) differ from that only by those few float32 roundings.
  * Fragments are read straight from global memory (L1-cached). */
 
-/* §5 for one block of 16 up to the codes: num_qdq_block's float32
- * operations (libkernels/gpu/numerics.h), the E2M1 codes into C and the E4M3 scale
- * code returned. */
-GPU_DEV uint32_t act_block_codes(const float *v, float gs, uint32_t *c)
-{
-    const float sixth = 1.0f / 6.0f;
-    float amax = 0.0f, s, osc;
-    uint32_t sc;
-
-    for (int j = 0; j < NUM_BLOCK; j++) {
-        const float a = num_f32_from_bits(num_f32_bits(v[j]) & 0x7FFFFFFFu);
-        if (a > amax)
-            amax = a;
-    }
-    sc = num_e4m3_encode(gpu_mul_rn(gs, gpu_mul_rn(amax, sixth)));
-    s = num_e4m3_value(sc);
-    osc = s == 0.0f ? 0.0f : gpu_div_rn(gs, s);
-    for (int j = 0; j < NUM_BLOCK; j++) {
-        float t = gpu_mul_rn(v[j], osc);
-        t = t < -6.0f ? -6.0f : t > 6.0f ? 6.0f : t;
-        c[j] = num_e2m1_encode(t);
-    }
-    return sc;
-}
-
-/* One thread per block of 16: the codes packed like a weight's, the scales
- * as bytes (the FP4 GEMM's operands). */
+/* One thread per block of 16: §5 up to the codes (num_qdq_block_codes, the
+ * operations of qdq_kernel), the codes packed like a weight's, the scales as
+ * bytes (the FP4 GEMM's operands). */
 __global__ void act_quant_kernel(const float *__restrict__ x, int64_t nblocks, float gs,
                                  uint8_t *__restrict__ codes, uint8_t *__restrict__ scales)
 {
     const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    float v[NUM_BLOCK];
+    float v[NUM_BLOCK], back; /* back: unused here (the epilogue's input_scale) */
     uint32_t c[NUM_BLOCK], sc, lo = 0, hi = 0;
 
     if (b >= nblocks)
         return;
     for (int j = 0; j < NUM_BLOCK; j++)
         v[j] = x[b * NUM_BLOCK + j];
-    sc = act_block_codes(v, gs, c);
+    sc = num_qdq_block_codes(v, gs, c, &back);
     for (int j = 0; j < 8; j++) {
         lo |= c[j] << (4 * j);
         hi |= c[j + 8] << (4 * j);
@@ -768,14 +742,14 @@ __global__ void act_exact_kernel(const float *__restrict__ x, int64_t nblocks, f
                                  float *__restrict__ out)
 {
     const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    float v[NUM_BLOCK], s;
+    float v[NUM_BLOCK], s, back; /* back: unused here, as above */
     uint32_t c[NUM_BLOCK];
 
     if (b >= nblocks)
         return;
     for (int j = 0; j < NUM_BLOCK; j++)
         v[j] = x[b * NUM_BLOCK + j];
-    s = num_e4m3_value(act_block_codes(v, gs, c));
+    s = num_e4m3_value(num_qdq_block_codes(v, gs, c, &back));
     for (int j = 0; j < NUM_BLOCK; j++)
         out[b * NUM_BLOCK + j] = gpu_mul_rn(num_e2m1_value(c[j]), s);
 }
@@ -956,7 +930,7 @@ extern "C" gpu_error_t gk_linear(const gk_device *dev, const gk_weight *w, const
         const int64_t nblocks = m * (w->k / NUM_BLOCK);
         dim3 grid(grid_for(w->n, PT_BN), grid_for(m, PT_BM));
         act_quant_kernel<<<grid_for(nblocks, GK_THREADS), GK_THREADS, 0, s>>>(
-            x, nblocks, 1.0f / w->input_scale, codes, sc);
+            x, nblocks, w->input_gs, codes, sc);
         gemm_fp4_kernel<<<grid, F4_THREADS, 0, s>>>(*w, codes, sc, m,
                                                      gpu_mul_rn(w->global, w->input_scale), y);
         return launched();
@@ -965,10 +939,10 @@ extern "C" gpu_error_t gk_linear(const gk_device *dev, const gk_weight *w, const
 #if GPU_MMA_KIND
     if (dev->mma && (force == 3 || (tc && (w->format == GK_NVFP4 || w->format == GK_BF16)))) {
         if (w4a4) {
-            /* E2M1 * E4M3 of §5 (gs = 1 / input_scale as gk_qdq divides) */
+            /* E2M1 * E4M3 of §5, with the gs gk_qdq takes */
             const int64_t nblocks = m * (w->k / NUM_BLOCK);
             act_exact_kernel<<<grid_for(nblocks, GK_THREADS), GK_THREADS, 0, s>>>(
-                x, nblocks, 1.0f / w->input_scale, xq);
+                x, nblocks, w->input_gs, xq);
             mma_launch<GK_NVFP4>(w, xq, m, gpu_mul_rn(w->global, w->input_scale), 0, y, s);
             return launched();
         }
@@ -982,7 +956,7 @@ extern "C" gpu_error_t gk_linear(const gk_device *dev, const gk_weight *w, const
     }
 #endif
     if (w4a4) {
-        gpu_error_t e = gk_qdq(x, m, w->k, w->input_scale, xq, s);
+        gpu_error_t e = gk_qdq(x, m, w->k, w->input_gs, xq, s);
         if (e != GPU_SUCCESS)
             return e;
         x = xq;
@@ -1707,8 +1681,8 @@ __global__ void moe_qdq_kernel(const gk_weight *__restrict__ d, const int32_t *_
     src = in + (in_is_pair ? p : p / k_tok) * cols + b * NUM_BLOCK;
     for (int j = 0; j < NUM_BLOCK; j++)
         v[j] = src[j];
-    /* gs = 1 / input_scale, the same correctly rounded division as the CPU */
-    num_qdq_block(v, gpu_div_rn(1.0f, d[e].input_scale), o);
+    /* the expert's gs, as the CPU takes it (gk_weight.input_gs) */
+    num_qdq_block(v, d[e].input_gs, o);
     for (int j = 0; j < NUM_BLOCK; j++)
         out[p * cols + b * NUM_BLOCK + j] = o[j];
 }

@@ -33,7 +33,11 @@ typedef struct {
     const uint8_t *packed;  /* NVFP4 */
     const uint8_t *scales;  /* NVFP4 */
     float global;           /* NVFP4 weight_scale_2 (a multiplier, §2) */
-    float input_scale;      /* W4A4 activation scale (§5); 0 = no qdq */
+    float input_scale;      /* W4A4 activation scale (§5, a multiplier); 0 = no qdq */
+    float input_gs;         /* W4A4: §5's gs itself, the kernel descriptor's
+                               input_gs (1.0f / input_scale, or the
+                               compressed-tensors input_global_scale as stored:
+                               docs/DIALECTS.md); 0 = no qdq */
     const void *dense;      /* GK_F32/BF16/F16 */
     const float *bias;      /* [n] float32 or NULL */
 } gk_weight;
@@ -65,7 +69,7 @@ extern "C" {
  * DFLAG. */
 gpu_error_t gk_caps(int *dflag, gpu_stream_t s);
 /* §5 on rows of k (k % 16 == 0), bit-exact with nvfp4_quant_qdq_row. */
-gpu_error_t gk_qdq(const float *x, int64_t rows, int64_t k, float input_scale, float *out,
+gpu_error_t gk_qdq(const float *x, int64_t rows, int64_t k, float gs, float *out,
                    gpu_stream_t s);
 /* y[m, n] = x[m, k] @ W^T (+ bias).  For W4A4 (input_scale > 0) the caller
  * passes XQ, scratch of m*k floats for the quantize-dequantized x (or, on

@@ -15,14 +15,13 @@ GPU_HDRS = \
 	%reldir%/gpu.h \
 	%reldir%/gpu-cuda.h \
 	%reldir%/gpu-hip.h \
-	%reldir%/numerics.h \
+	libquant/numerics.h \
 	%reldir%/kernels.h \
 	libkernels/backend-impl.h
 EXTRA_DIST += \
 	%reldir%/gpu.h \
 	%reldir%/gpu-cuda.h \
 	%reldir%/gpu-hip.h \
-	%reldir%/numerics.h \
 	%reldir%/kernels.h \
 	%reldir%/kernels.cu \
 	%reldir%/backend-gpu.cu \
@@ -46,7 +45,8 @@ CLEANFILES += $(GPU_EMU_OUT)
 backendsdir = $(pkglibdir)/backends
 backends_LTLIBRARIES =
 
-GPU_CPPFLAGS = $(DEFS) $(DEFAULT_INCLUDES) $(AM_CPPFLAGS) -I$(top_srcdir)/%reldir% $(CPPFLAGS)
+GPU_CPPFLAGS = $(DEFS) $(DEFAULT_INCLUDES) $(AM_CPPFLAGS) -I$(top_srcdir)/%reldir% \
+	$(NUMERICS_CPPFLAGS) $(CPPFLAGS)
 GPU_MODULE_LDFLAGS = -module -avoid-version -shared -no-undefined -Wl,--no-undefined \
 	-Wl,--version-script=$(srcdir)/%reldir%/nvfp4-backend.sym
 
