@@ -3,34 +3,126 @@
 #include "config.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
+/* ---- tensor names ----------------------------------------------------------- */
+
+#define LAYER "model.layers.{L}."
+#define BASE_NAMES                                                                       \
+    [TR_EMBED] = "model.embed_tokens", [TR_FINAL_NORM] = "model.norm.weight",           \
+    [TR_LM_HEAD] = "lm_head", [TR_ATTN_NORM] = LAYER "input_layernorm.weight",          \
+    [TR_MLP_NORM] = LAYER "post_attention_layernorm.weight", [TR_O] = LAYER "self_attn.o_proj"
+#define QKV_NAMES                                                                        \
+    [TR_Q] = LAYER "self_attn.q_proj", [TR_K] = LAYER "self_attn.k_proj",                \
+    [TR_V] = LAYER "self_attn.v_proj"
+#define QK_NORM_NAMES                                                                    \
+    [TR_Q_NORM] = LAYER "self_attn.q_norm.weight", [TR_K_NORM] = LAYER "self_attn.k_norm.weight"
+#define MLP_NAMES                                                                        \
+    [TR_GATE] = LAYER "mlp.gate_proj", [TR_UP] = LAYER "mlp.up_proj",                    \
+    [TR_DOWN] = LAYER "mlp.down_proj"
+/* Qwen-style MoE block (also Mixtral as transformers 5 exports it). */
+#define MOE_NAMES(blk, g, u, d)                                                          \
+    [TR_ROUTER] = LAYER blk ".gate", [TR_EXP_GATE] = LAYER blk ".experts.{E}." g,        \
+    [TR_EXP_UP] = LAYER blk ".experts.{E}." u, [TR_EXP_DOWN] = LAYER blk ".experts.{E}." d, \
+    [TR_EXP_GATE_UP_STACKED] = LAYER blk ".experts.gate_up_proj",                         \
+    [TR_EXP_DOWN_STACKED] = LAYER blk ".experts.down_proj"
+#define SHARED_NAMES                                                                     \
+    [TR_SH_GATE] = LAYER "mlp.shared_expert.gate_proj",                                  \
+    [TR_SH_UP] = LAYER "mlp.shared_expert.up_proj",                                      \
+    [TR_SH_DOWN] = LAYER "mlp.shared_expert.down_proj",                                  \
+    [TR_SH_EXPERT_GATE] = LAYER "mlp.shared_expert_gate"
+
+static const char *const llama_names[TR_COUNT] = {BASE_NAMES, QKV_NAMES, MLP_NAMES};
+static const char *const qwen3_names[TR_COUNT] = {BASE_NAMES, QKV_NAMES, QK_NORM_NAMES,
+                                                  MLP_NAMES};
+/* MoE models: a layer listed in mlp_only_layers (or off decoder_sparse_step)
+ * is a dense MLP under the llama names. */
+static const char *const mixtral_names[TR_COUNT] = {
+    BASE_NAMES, QKV_NAMES, MLP_NAMES,
+    MOE_NAMES("block_sparse_moe", "w1", "w3", "w2")};
+static const char *const mlp_moe_names[TR_COUNT] = {
+    MOE_NAMES("mlp", "gate_proj", "up_proj", "down_proj")};
+static const char *const qwen2_moe_names[TR_COUNT] = {
+    BASE_NAMES, QKV_NAMES, MLP_NAMES, MOE_NAMES("mlp", "gate_proj", "up_proj", "down_proj"),
+    SHARED_NAMES};
+static const char *const qwen3_moe_names[TR_COUNT] = {
+    BASE_NAMES, QKV_NAMES, QK_NORM_NAMES, MLP_NAMES,
+    MOE_NAMES("mlp", "gate_proj", "up_proj", "down_proj")};
+
+/* ---- the architectures --------------------------------------------------------- */
+
 static const arch_desc archs[] = {
-    {"LlamaForCausalLM", 0, 0, MOE_NONE, 0, "silu"},
-    {"MistralForCausalLM", 0, 0, MOE_NONE, 0, "silu"},
-    {"Qwen2ForCausalLM", 1, 0, MOE_NONE, 0, "silu"},
-    {"Qwen3ForCausalLM", 0, 1, MOE_NONE, 0, "silu"},
-    {"MixtralForCausalLM", 0, 0, MOE_MIXTRAL, 0, "silu"},
-    {"Qwen2MoeForCausalLM", 1, 0, MOE_QWEN, 1, "silu"},
-    {"Qwen3MoeForCausalLM", 0, 1, MOE_QWEN, 0, "silu"},
+    {.hf_name = "LlamaForCausalLM", .names = llama_names},
+    {.hf_name = "MistralForCausalLM", .names = llama_names},
+    {.hf_name = "Qwen2ForCausalLM", .names = llama_names, .qkv_bias = 1},
+    {.hf_name = "Qwen3ForCausalLM", .names = qwen3_names},
+    {.hf_name = "MixtralForCausalLM", .names = mixtral_names, .moe_alt = mlp_moe_names,
+     .moe = MOE_MIXTRAL},
+    {.hf_name = "Qwen2MoeForCausalLM", .names = qwen2_moe_names, .qkv_bias = 1,
+     .moe = MOE_SOFTMAX_TOPK},
+    {.hf_name = "Qwen3MoeForCausalLM", .names = qwen3_moe_names, .moe = MOE_SOFTMAX_TOPK},
 };
+
+#define NARCHS (sizeof(archs) / sizeof(archs[0]))
 
 const arch_desc *nvfp4m_arch_find(const char *hf_name)
 {
-    for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+    for (size_t i = 0; i < NARCHS; i++)
         if (hf_name && strcmp(archs[i].hf_name, hf_name) == 0)
             return &archs[i];
     return NULL;
 }
 
+static char supported[512];
+
+static void build_list(void)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < NARCHS; i++) {
+        int w = snprintf(supported + n, sizeof(supported) - n, "%s%s", i ? ", " : "",
+                         archs[i].hf_name);
+        if (w < 0 || (size_t)w >= sizeof(supported) - n)
+            break;
+        n += (size_t)w;
+    }
+}
+
 const char *nvfp4m_arch_supported_list(void)
 {
-    return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-           "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM";
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+    pthread_once(&once, build_list);
+    return supported;
+}
+
+int nvfp4m_name(char *out, size_t cap, const char *tmpl, int64_t l, int64_t e)
+{
+    size_t n = 0;
+
+    for (const char *p = tmpl; *p; p++) {
+        char num[24];
+        const char *add = NULL;
+        size_t len;
+
+        if (p[0] == '{' && (p[1] == 'L' || p[1] == 'E') && p[2] == '}') {
+            snprintf(num, sizeof(num), "%lld", (long long)(p[1] == 'L' ? l : e));
+            add = num;
+            p += 2;
+        }
+        len = add ? strlen(add) : 1;
+        if (n + len >= cap)
+            return -1;
+        memcpy(out + n, add ? add : p, len);
+        n += len;
+    }
+    out[n] = '\0';
+    return (int)n;
 }
 
 static nvfp4_status need_int(const nvfp4_config *cfg, const char *key, int64_t *out,
@@ -276,7 +368,7 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
             for (size_t i = 0; i < json_array_size(v); i++)
                 hp->mlp_only[hp->n_mlp_only++] = json_integer_value(json_array_get(v, i));
         }
-        if (arch->shared_expert && hp->shared_inter <= 0)
+        if (nvfp4m_arch_has(arch, TR_SH_EXPERT_GATE) && hp->shared_inter <= 0)
             return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, path,
                                    "shared_expert_intermediate_size", -1,
                                    "required key is missing");

@@ -126,7 +126,7 @@ static nvfp4_status alloc_scratch(nvfp4_context *c, nvfp4_error *err)
         !(c->rseq = salloc(c, n * 4, err)) ||
         !(c->tables = salloc(c, ntab * c->max_blocks * 4, err)))
         return err && err->status ? err->status : NVFP4_ERR_NOMEM;
-    if (c->m->arch->shared_expert) {
+    if (nvfp4m_arch_has(c->m->arch, TR_SH_EXPERT_GATE)) {
         c->host_a = malloc(n * H * 4);
         c->host_b = malloc(n * H * 4);
         c->host_g = malloc(n * 4);
@@ -486,7 +486,7 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
         TRY(nvfp4_k_linear(be, L->q, c->h, n, c->q, err));
         TRY(nvfp4_k_linear(be, L->k, c->h, n, c->k, err));
         TRY(nvfp4_k_linear(be, L->v, c->h, n, c->v, err));
-        if (m->arch->qk_norm) {
+        if (L->q_norm) {
             TRY(nvfp4_k_rmsnorm(be, c->q, L->q_norm, n * nh, hd, eps, c->q, err));
             TRY(nvfp4_k_rmsnorm(be, c->k, L->k_norm, n * nkv, hd, eps, c->k, err));
         }
@@ -505,7 +505,7 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
             TRY(nvfp4_k_linear(be, L->router, c->h, n, c->router, err));
             TRY(nvfp4_k_topk(be, c->router, n, E, K, hp->norm_topk, c->topi, c->topw, err));
             TRY(nvfp4_k_moe(be, L->w13, L->w2, E, c->h, n, c->topi, c->topw, K, c->mlp, err));
-            if (m->arch->shared_expert)
+            if (L->sh_gate)
                 TRY(shared_expert(c, L, n, err));
         } else {
             TRY(nvfp4_k_linear(be, L->gu, c->h, n, c->gu, err));
