@@ -38,6 +38,10 @@
     [TR_SH_EXPERT_GATE] = LAYER "mlp.shared_expert_gate"
 
 static const char *const llama_names[TR_COUNT] = {BASE_NAMES, QKV_NAMES, MLP_NAMES};
+/* Phi-3: q/k/v and gate/up each stored as one Linear */
+static const char *const phi3_names[TR_COUNT] = {
+    BASE_NAMES, [TR_QKV] = LAYER "self_attn.qkv_proj", [TR_GATE_UP] = LAYER "mlp.gate_up_proj",
+    [TR_DOWN] = LAYER "mlp.down_proj"};
 static const char *const qwen3_names[TR_COUNT] = {BASE_NAMES, QKV_NAMES, QK_NORM_NAMES,
                                                   MLP_NAMES};
 /* MoE models: a layer listed in mlp_only_layers (or off decoder_sparse_step)
@@ -61,6 +65,7 @@ static const arch_desc archs[] = {
     {.hf_name = "MistralForCausalLM", .names = llama_names},
     {.hf_name = "Qwen2ForCausalLM", .names = llama_names, .qkv_bias = 1},
     {.hf_name = "Qwen3ForCausalLM", .names = qwen3_names},
+    {.hf_name = "Phi3ForCausalLM", .names = phi3_names},
     {.hf_name = "MixtralForCausalLM", .names = mixtral_names, .moe_alt = mlp_moe_names,
      .moe = MOE_MIXTRAL},
     {.hf_name = "Qwen2MoeForCausalLM", .names = qwen2_moe_names, .qkv_bias = 1,
@@ -221,6 +226,71 @@ static nvfp4_status check_product(const nvfp4_config *cfg, const char *ka, int64
     return NVFP4_OK;
 }
 
+/* KEY: a list of exactly N finite numbers > 0 (longrope's factors divide
+ * the frequencies) into a new array *OUT. */
+static nvfp4_status factor_list(const nvfp4_config *cfg, const char *key, int64_t n,
+                                double **out, nvfp4_error *err)
+{
+    json_t *v = nvfp4_config_json(cfg, key);
+
+    if (!v)
+        return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, nvfp4_config_path(cfg), key, -1,
+                               "required key is missing (longrope RoPE scaling)");
+    if (!json_is_array(v) || (int64_t)json_array_size(v) != n)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, nvfp4_config_path(cfg), key, -1,
+                               "expected a list of %lld numbers (rotary dimensions / 2)",
+                               (long long)n);
+    if (!(*out = malloc((size_t)n * sizeof(double))))
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, nvfp4_config_path(cfg), key, -1,
+                               "out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(v, (size_t)i);
+        float f = (float)json_number_value(x);
+        if (!json_is_number(x) || !(isfinite(f) && f > 0.0f))
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, nvfp4_config_path(cfg), key, -1,
+                                   "element %lld: expected a finite number > 0 (as float32)",
+                                   (long long)i);
+        (*out)[i] = json_number_value(x);
+    }
+    return NVFP4_OK;
+}
+
+/* Phi-3's longrope (transformers' _compute_longrope_parameters): per
+ * frequency short and long factors, the original context length, and the
+ * attention factor on cos and sin (given, or sqrt(1 + ln f / ln orig) with
+ * f = factor or max_position_embeddings / original). */
+static nvfp4_status read_longrope(const nvfp4_config *cfg, const char *rp, hparams *hp,
+                                  nvfp4_error *err)
+{
+    char key[96];
+    double factor, orig;
+
+    snprintf(key, sizeof(key), "%s.short_factor", rp);
+    TRY(factor_list(cfg, key, hp->rot_dim / 2, &hp->lr_short, err));
+    snprintf(key, sizeof(key), "%s.long_factor", rp);
+    TRY(factor_list(cfg, key, hp->rot_dim / 2, &hp->lr_long, err));
+    snprintf(key, sizeof(key), "%s.original_max_position_embeddings", rp);
+    if (!nvfp4_config_has(cfg, key))
+        snprintf(key, sizeof(key), "original_max_position_embeddings");
+    if (!nvfp4_config_has(cfg, key))
+        return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, nvfp4_config_path(cfg), key, -1,
+                               "required key is missing (longrope RoPE scaling)");
+    TRY(nvfp4_config_get_double(cfg, key, 0.0, &orig, err));
+    TRY(check_pos_real(cfg, key, orig, "longrope's original context", err));
+    hp->rs_orig = orig;
+    snprintf(key, sizeof(key), "%s.factor", rp);
+    TRY(nvfp4_config_get_double(cfg, key, (double)hp->max_pos / orig, &factor, err));
+    TRY(check_pos_real(cfg, key, factor, "longrope scaling", err));
+    snprintf(key, sizeof(key), "%s.attention_factor", rp);
+    if (nvfp4_config_has(cfg, key)) {
+        TRY(nvfp4_config_get_double(cfg, key, 1.0, &hp->rope_attn, err));
+        TRY(check_pos_real(cfg, key, hp->rope_attn, "the factor on cos and sin", err));
+    } else if (factor > 1.0 && orig > 1.0) {
+        hp->rope_attn = sqrt(1.0 + log(factor) / log(orig));
+    }
+    return NVFP4_OK;
+}
+
 nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch, hparams *hp,
                           nvfp4_error *err)
 {
@@ -321,11 +391,35 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
                                        "expected high_freq_factor %g > low_freq_factor %g "
                                        "(Llama 3 RoPE scaling divides by their difference)",
                                        hp->rs_high, hp->rs_low);
+        } else if (strcmp(rope_type, "longrope") == 0) {
+            hp->rope_longrope = 1;
         } else if (strcmp(rope_type, "default") != 0) {
             return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, key, -1,
                                    "RoPE type \"%s\" is not supported (supported: "
-                                   "default, llama3)", rope_type);
+                                   "default, llama3, longrope)", rope_type);
         }
+        /* partial rotary (Phi-3, ...): transformers 5 keeps the factor in
+         * rope_parameters, older configs at the top level; int() of the
+         * product, as transformers computes the rotary dimension */
+        {
+            double prf;
+            snprintf(key, sizeof(key), "%s.partial_rotary_factor", rp);
+            if (!nvfp4_config_has(cfg, key))
+                snprintf(key, sizeof(key), "partial_rotary_factor");
+            TRY(nvfp4_config_get_double(cfg, key, 1.0, &prf, err));
+            if (!(prf > 0.0 && prf <= 1.0))
+                return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, key, -1,
+                                       "expected a factor in (0, 1], found %g", prf);
+            hp->rot_dim = (int64_t)((double)hp->head_dim * prf);
+            if (hp->rot_dim <= 0 || hp->rot_dim % 2)
+                return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, key, -1,
+                                       "head_dim %lld times %g leaves %lld rotary dimensions; "
+                                       "expected a positive even number",
+                                       (long long)hp->head_dim, prf, (long long)hp->rot_dim);
+        }
+        hp->rope_attn = 1.0;
+        if (hp->rope_longrope)
+            TRY(read_longrope(cfg, rp, hp, err));
     }
 
     if (arch->moe != MOE_NONE) {
@@ -383,6 +477,9 @@ void nvfp4m_hparams_free(hparams *hp)
 {
     free(hp->mlp_only);
     hp->mlp_only = NULL;
+    free(hp->lr_short);
+    free(hp->lr_long);
+    hp->lr_short = hp->lr_long = NULL;
 }
 
 int nvfp4m_hparams_layer_is_moe(const hparams *hp, const arch_desc *arch, int64_t l)

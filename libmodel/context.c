@@ -462,6 +462,8 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
     size_t H = (size_t)hp->hidden, nh = (size_t)hp->heads, nkv = (size_t)hp->kv_heads;
     size_t hd = (size_t)hp->head_dim, V = (size_t)hp->vocab;
     float eps = (float)hp->eps, scale = 1.0f / sqrtf((float)hd);
+    size_t rot = (size_t)hp->rot_dim;
+    float rope_attn = (float)hp->rope_attn;
     nvfp4_kv_pages kv;
 
     TRY(nvfp4_backend_upload(be, c->ids, c->h_ids, n * 4, err));
@@ -490,8 +492,8 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
             TRY(nvfp4_k_rmsnorm(be, c->q, L->q_norm, n * nh, hd, eps, c->q, err));
             TRY(nvfp4_k_rmsnorm(be, c->k, L->k_norm, n * nkv, hd, eps, c->k, err));
         }
-        TRY(nvfp4_k_rope(be, c->q, c->pos, n, nh, hd, hd, m->inv_freq, 1.0f, err));
-        TRY(nvfp4_k_rope(be, c->k, c->pos, n, nkv, hd, hd, m->inv_freq, 1.0f, err));
+        TRY(nvfp4_k_rope(be, c->q, c->pos, n, nh, hd, rot, m->inv_freq, rope_attn, err));
+        TRY(nvfp4_k_rope(be, c->k, c->pos, n, nkv, hd, rot, m->inv_freq, rope_attn, err));
         kv.k_pool = c->k_pool[l];
         kv.v_pool = c->v_pool[l];
         TRY(nvfp4_k_attention_paged(be, c->q, c->k, c->v, &kv, n, nh, nkv, hd, scale, c->att,

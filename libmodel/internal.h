@@ -82,8 +82,12 @@ typedef struct {
     int tie;
     /* rope */
     double rope_theta;
+    int64_t rot_dim;              /* rotated dims per head (partial_rotary_factor) */
     int rope_llama3;
     double rs_factor, rs_low, rs_high, rs_orig;
+    int rope_longrope;            /* Phi-3 longrope: per-frequency factors */
+    double *lr_short, *lr_long;   /* [rot_dim / 2] each */
+    double rope_attn;             /* factor on cos and sin (longrope), else 1 */
     /* moe */
     int64_t experts, topk, moe_inter, shared_inter, sparse_step;
     int norm_topk;

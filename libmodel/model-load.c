@@ -403,14 +403,22 @@ static nvfp4_status fuse_gate_up(nvfp4_model *m, const char *layer, nvfp4_linear
     return upload(m, pair, 2, out, err);
 }
 
-static void compute_inv_freq(const hparams *hp, float *inv)
+/* The RoPE inverse frequencies of the rot_dim / 2 rotated pairs.  Longrope
+ * takes its long factors when the context (MAX_CTX) is longer than the
+ * original one, as transformers does for a sequence that long; a context
+ * within it runs exactly as transformers on every sequence it holds. */
+static void compute_inv_freq(const hparams *hp, int64_t max_ctx, float *inv)
 {
-    int64_t half = hp->head_dim / 2;
+    int64_t half = hp->rot_dim / 2;
+    const double *ext = !hp->rope_longrope ? NULL
+                        : (double)max_ctx > hp->rs_orig ? hp->lr_long : hp->lr_short;
 
     for (int64_t i = 0; i < half; i++) {
         /* As transformers: float32(base ** (2i/d)) then 1/x, in float32. */
-        float e = (float)(2 * i) / (float)hp->head_dim;
+        float e = (float)(2 * i) / (float)hp->rot_dim;
         float f = 1.0f / powf((float)hp->rope_theta, e);
+        if (ext) /* 1 / (factor * base ** (2i/d)), float32 */
+            f = 1.0f / ((float)ext[i] * powf((float)hp->rope_theta, e));
         if (hp->rope_llama3) {
             /* Llama 3 frequency-dependent scaling. */
             double lo_wl = hp->rs_orig / hp->rs_low, hi_wl = hp->rs_orig / hp->rs_high;
@@ -599,10 +607,10 @@ nvfp4_status nvfp4m_model_load(nvfp4_model *m, nvfp4_error *err)
     else
         TRY(upload(m, head, 1, &m->lm_head, err));
 
-    if (!(inv = malloc((size_t)hp->head_dim / 2 * sizeof(float))))
+    if (!(inv = malloc((size_t)hp->rot_dim / 2 * sizeof(float))))
         return nomem(err);
-    compute_inv_freq(hp, inv);
-    m->inv_freq = upload_floats(m, inv, (size_t)hp->head_dim / 2, err);
+    compute_inv_freq(hp, m->max_ctx, inv);
+    m->inv_freq = upload_floats(m, inv, (size_t)hp->rot_dim / 2, err);
     free(inv);
     if (!m->inv_freq)
         return err && err->status ? err->status : NVFP4_ERR_NOMEM;
