@@ -46,6 +46,14 @@ static const char *const qwen3_names[TR_COUNT] = {BASE_NAMES, QKV_NAMES, QK_NORM
                                                   MLP_NAMES};
 /* MoE models: a layer listed in mlp_only_layers (or off decoder_sparse_step)
  * is a dense MLP under the llama names. */
+/* Gemma 3: four norms a layer; the MLP's input norm is pre_feedforward_layernorm */
+static const char *const gemma3_names[TR_COUNT] = {
+    [TR_EMBED] = "model.embed_tokens", [TR_FINAL_NORM] = "model.norm.weight",
+    [TR_LM_HEAD] = "lm_head", [TR_ATTN_NORM] = LAYER "input_layernorm.weight",
+    [TR_POST_ATTN_NORM] = LAYER "post_attention_layernorm.weight",
+    [TR_MLP_NORM] = LAYER "pre_feedforward_layernorm.weight",
+    [TR_POST_MLP_NORM] = LAYER "post_feedforward_layernorm.weight",
+    [TR_O] = LAYER "self_attn.o_proj", QKV_NAMES, QK_NORM_NAMES, MLP_NAMES};
 static const char *const mixtral_names[TR_COUNT] = {
     BASE_NAMES, QKV_NAMES, MLP_NAMES,
     MOE_NAMES("block_sparse_moe", "w1", "w3", "w2")};
@@ -65,7 +73,9 @@ static const arch_desc archs[] = {
     {.hf_name = "MistralForCausalLM", .names = llama_names},
     {.hf_name = "Qwen2ForCausalLM", .names = llama_names, .qkv_bias = 1},
     {.hf_name = "Qwen3ForCausalLM", .names = qwen3_names},
-    {.hf_name = "Phi3ForCausalLM", .names = phi3_names},
+    {.hf_name = "Phi3ForCausalLM", .names = phi3_names, .attn = ATTN_GQA_SLIDING},
+    {.hf_name = "Gemma3ForCausalLM", .names = gemma3_names, .norm = NORM_RMS_PLUS1,
+     .act = ACT_GELU_TANH, .attn = ATTN_GQA_INTERLEAVED, .embed_scale = 1},
     {.hf_name = "MixtralForCausalLM", .names = mixtral_names, .moe_alt = mlp_moe_names,
      .moe = MOE_MIXTRAL},
     {.hf_name = "Qwen2MoeForCausalLM", .names = qwen2_moe_names, .qkv_bias = 1,
@@ -291,6 +301,90 @@ static nvfp4_status read_longrope(const nvfp4_config *cfg, const char *rp, hpara
     return NVFP4_OK;
 }
 
+/* Sliding windows, the local RoPE base, the score scale and the logit cap.
+ * Gemma 3: layer_types ("sliding_attention" / "full_attention") or, in older
+ * configs, every sliding_window_pattern-th layer global (default 6); the
+ * local base is rope_parameters.sliding_attention.rope_theta or
+ * rope_local_base_freq.  ATTN_GQA_SLIDING: sliding_window, when set,
+ * applies to every layer (transformers' Phi-3).  ATTN_GQA reads none of
+ * these keys (Qwen's sliding_window goes with use_sliding_window false). */
+static nvfp4_status read_attention(const nvfp4_config *cfg, const arch_desc *arch,
+                                   hparams *hp, nvfp4_error *err)
+{
+    const char *path = nvfp4_config_path(cfg);
+    json_t *v;
+
+    hp->rope_local_theta = hp->rope_theta;
+    if (arch->attn == ATTN_GQA)
+        return NVFP4_OK;
+    if (nvfp4_config_has(cfg, "query_pre_attn_scalar")) {
+        TRY(nvfp4_config_get_double(cfg, "query_pre_attn_scalar", 0.0, &hp->attn_scalar, err));
+        TRY(check_pos_real(cfg, "query_pre_attn_scalar", hp->attn_scalar,
+                           "the scores are divided by its square root", err));
+    }
+    v = nvfp4_config_json(cfg, "final_logit_softcapping");
+    if (v && !json_is_null(v)) {
+        TRY(nvfp4_config_get_double(cfg, "final_logit_softcapping", 0.0, &hp->softcap, err));
+        TRY(check_pos_real(cfg, "final_logit_softcapping", hp->softcap,
+                           "logits become tanh(x / cap) * cap", err));
+    }
+    v = nvfp4_config_json(cfg, "attn_logit_softcapping");
+    if (v && !json_is_null(v))
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, "attn_logit_softcapping", -1,
+                               "soft-capping of attention scores is not supported");
+    v = nvfp4_config_json(cfg, "sliding_window");
+    if (!v || json_is_null(v))
+        return NVFP4_OK;
+    TRY(opt_pos_int(cfg, "sliding_window", 0, &hp->window, err));
+    TRY(check_dim(cfg, "sliding_window", hp->window, err));
+    if (!(hp->sliding = calloc((size_t)hp->layers, 1)))
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, path, "sliding_window", -1,
+                               "out of memory for %lld layers", (long long)hp->layers);
+    if (arch->attn != ATTN_GQA_INTERLEAVED) {
+        memset(hp->sliding, 1, (size_t)hp->layers);
+        return NVFP4_OK;
+    }
+    {
+        char key[96];
+        snprintf(key, sizeof(key), "rope_parameters.sliding_attention.rope_theta");
+        if (!nvfp4_config_has(cfg, key))
+            snprintf(key, sizeof(key), "rope_local_base_freq");
+        TRY(nvfp4_config_get_double(cfg, key, 10000.0, &hp->rope_local_theta, err));
+        TRY(check_pos_real(cfg, key, hp->rope_local_theta, "the local RoPE base", err));
+        snprintf(key, sizeof(key), "rope_parameters.sliding_attention.rope_type");
+        if (nvfp4_config_has(cfg, key)) {
+            const char *t;
+            TRY(nvfp4_config_get_string(cfg, key, "default", &t, err));
+            if (strcmp(t, "default") != 0)
+                return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, key, -1,
+                                       "RoPE type \"%s\" of the sliding layers is not "
+                                       "supported (supported: default)", t);
+        }
+    }
+    v = nvfp4_config_json(cfg, "layer_types");
+    if (v) {
+        if (!json_is_array(v) || (int64_t)json_array_size(v) != hp->layers)
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "layer_types", -1,
+                                   "expected a list of %lld layer types (num_hidden_layers)",
+                                   (long long)hp->layers);
+        for (int64_t l = 0; l < hp->layers; l++) {
+            const char *t = json_string_value(json_array_get(v, (size_t)l));
+            if (t && !strcmp(t, "sliding_attention"))
+                hp->sliding[l] = 1;
+            else if (!t || strcmp(t, "full_attention") != 0)
+                return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "layer_types", -1,
+                                       "element %lld: expected \"sliding_attention\" or "
+                                       "\"full_attention\"", (long long)l);
+        }
+    } else {
+        int64_t pat;
+        TRY(opt_pos_int(cfg, "sliding_window_pattern", 6, &pat, err));
+        for (int64_t l = 0; l < hp->layers; l++)
+            hp->sliding[l] = (l + 1) % pat != 0;
+    }
+    return NVFP4_OK;
+}
+
 nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch, hparams *hp,
                           nvfp4_error *err)
 {
@@ -353,6 +447,10 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
     /* RoPE: transformers 5 writes rope_parameters, older ones rope_theta and
      * rope_scaling. */
     rp = nvfp4_config_has(cfg, "rope_parameters") ? "rope_parameters" : "rope_scaling";
+    /* Gemma 3 in transformers 5: one rope_parameters per attention kind */
+    if (nvfp4_config_has(cfg, "rope_parameters.full_attention"))
+        rp = "rope_parameters.full_attention";
+    hp->rope_linear = 1.0;
     {
         char key[96];
         snprintf(key, sizeof(key), "%s.rope_theta", rp);
@@ -393,10 +491,15 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
                                        hp->rs_high, hp->rs_low);
         } else if (strcmp(rope_type, "longrope") == 0) {
             hp->rope_longrope = 1;
+        } else if (strcmp(rope_type, "linear") == 0) {
+            /* positions / factor: inv_freq / factor (Gemma 3 4B and up) */
+            snprintf(key, sizeof(key), "%s.factor", rp);
+            TRY(nvfp4_config_get_double(cfg, key, 1.0, &hp->rope_linear, err));
+            TRY(check_pos_real(cfg, key, hp->rope_linear, "linear RoPE scaling", err));
         } else if (strcmp(rope_type, "default") != 0) {
             return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, key, -1,
                                    "RoPE type \"%s\" is not supported (supported: "
-                                   "default, llama3, longrope)", rope_type);
+                                   "default, linear, llama3, longrope)", rope_type);
         }
         /* partial rotary (Phi-3, ...): transformers 5 keeps the factor in
          * rope_parameters, older configs at the top level; int() of the
@@ -421,6 +524,7 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
         if (hp->rope_longrope)
             TRY(read_longrope(cfg, rp, hp, err));
     }
+    TRY(read_attention(cfg, arch, hp, err));
 
     if (arch->moe != MOE_NONE) {
         static const char *const ek[] = {"num_experts", "num_local_experts", NULL};
@@ -479,6 +583,8 @@ void nvfp4m_hparams_free(hparams *hp)
     hp->mlp_only = NULL;
     free(hp->lr_short);
     free(hp->lr_long);
+    free(hp->sliding);
+    hp->sliding = NULL;
     hp->lr_short = hp->lr_long = NULL;
 }
 

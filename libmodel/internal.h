@@ -38,13 +38,26 @@ typedef enum {
     TR_EXP_GATE_UP_STACKED, TR_EXP_DOWN_STACKED,  /* [E, 2I, H], [E, H, I] (transformers >= 5) */
     TR_SH_GATE, TR_SH_UP, TR_SH_DOWN,             /* shared expert (Qwen2-MoE) */
     TR_SH_EXPERT_GATE,                            /* its sigmoid gate, [1, H], never quantized */
+    /* sandwich norms (Gemma): on the attention output and the MLP output */
+    TR_POST_ATTN_NORM, TR_POST_MLP_NORM,
     TR_COUNT
 } tensor_role;
 
 typedef enum { MOE_NONE = 0, MOE_SOFTMAX_TOPK, MOE_MIXTRAL } moe_style; /* routing kind */
-typedef enum { NORM_RMS = 0 } norm_kind;        /* x / sqrt(mean(x^2) + eps) * w */
-typedef enum { ACT_SILU = 0 } act_kind;         /* gated: act(gate) * up */
-typedef enum { ATTN_GQA = 0 } attn_kind;        /* causal grouped-query, rotate-half RoPE */
+typedef enum {
+    NORM_RMS = 0,      /* x / sqrt(mean(x^2) + eps) * w */
+    NORM_RMS_PLUS1,    /* the same times (1 + w) (Gemma), w + 1 formed in float32 at load */
+} norm_kind;
+typedef enum {
+    ACT_SILU = 0,      /* gated: silu(gate) * up */
+    ACT_GELU_TANH,     /* gated: gelu_tanh(gate) * up (GeGLU, Gemma) */
+} act_kind;
+typedef enum {
+    ATTN_GQA = 0,      /* causal grouped-query, rotate-half RoPE */
+    ATTN_GQA_SLIDING,  /* the same, sliding_window on every layer when set (Phi-3) */
+    ATTN_GQA_INTERLEAVED, /* sliding-window and global layers (layer_types, or every
+                             sliding_window_pattern-th global), each its own RoPE base (Gemma 3) */
+} attn_kind;
 
 typedef struct {
     const char *hf_name;          /* config.json "architectures"[0] */
@@ -59,6 +72,7 @@ typedef struct {
     act_kind act;
     attn_kind attn;
     moe_style moe;
+    int embed_scale;              /* embeddings times sqrt(hidden_size) (Gemma) */
 } arch_desc;
 
 /* Does the architecture have a tensor of ROLE (in its main table)? */
@@ -88,6 +102,12 @@ typedef struct {
     int rope_longrope;            /* Phi-3 longrope: per-frequency factors */
     double *lr_short, *lr_long;   /* [rot_dim / 2] each */
     double rope_attn;             /* factor on cos and sin (longrope), else 1 */
+    double rope_linear;           /* rope_type linear: positions / factor (else 1) */
+    double rope_local_theta;      /* sliding layers' RoPE base (Gemma 3) */
+    int64_t window;               /* sliding_window (tokens a query sees), 0 none */
+    unsigned char *sliding;       /* [layers]: layer uses the window (NULL: none) */
+    double attn_scalar;           /* query_pre_attn_scalar (scores / sqrt), 0: head_dim */
+    double softcap;               /* final_logit_softcapping, 0 none */
     /* moe */
     int64_t experts, topk, moe_inter, shared_inter, sparse_step;
     int norm_topk;

@@ -79,6 +79,8 @@ static inline plan_entry *nvfp4m_plan_get(const tensor_plan *p, int64_t l, tenso
 typedef struct {
     nvfp4_kweight *q, *k, *v, *o;
     float *ln1, *ln2, *q_norm, *k_norm;      /* backend buffers */
+    float *post_attn_norm, *post_mlp_norm;   /* Gemma's sandwich norms, or NULL */
+    size_t window;                           /* sliding window of this layer, 0 none */
     nvfp4_kweight *gu, *down;                /* dense MLP */
     int moe;
     nvfp4_kweight *router;
@@ -108,6 +110,7 @@ struct nvfp4_model {
 
     nvfp4_kweight *embed, *lm_head;
     float *final_norm, *inv_freq;
+    float *inv_freq_local;                   /* sliding layers' (Gemma 3), or NULL */
     layer_t *layers;
 
     /* Serialises the contexts' device work on a backend other than the

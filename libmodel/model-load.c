@@ -84,6 +84,9 @@ static nvfp4_status load_vector(nvfp4_model *m, const char *name, int64_t n, flo
                                    nvfp4_dtype_name(t->dtype));
         }
     }
+    if (m->arch->norm == NORM_RMS_PLUS1) /* Gemma: x * (1 + w), 1 + w in float32 */
+        for (int64_t i = 0; i < n; i++)
+            host[i] = 1.0f + host[i];
     *out = upload_floats(m, host, (size_t)n, err);
     free(host);
     if (!*out)
@@ -407,19 +410,22 @@ static nvfp4_status fuse_gate_up(nvfp4_model *m, const char *layer, nvfp4_linear
  * takes its long factors when the context (MAX_CTX) is longer than the
  * original one, as transformers does for a sequence that long; a context
  * within it runs exactly as transformers on every sequence it holds. */
-static void compute_inv_freq(const hparams *hp, int64_t max_ctx, float *inv)
+static void compute_inv_freq(const hparams *hp, int64_t max_ctx, int local, float *inv)
 {
     int64_t half = hp->rot_dim / 2;
-    const double *ext = !hp->rope_longrope ? NULL
+    const double *ext = !hp->rope_longrope || local ? NULL
                         : (double)max_ctx > hp->rs_orig ? hp->lr_long : hp->lr_short;
+    float theta = (float)(local ? hp->rope_local_theta : hp->rope_theta);
 
     for (int64_t i = 0; i < half; i++) {
         /* As transformers: float32(base ** (2i/d)) then 1/x, in float32. */
         float e = (float)(2 * i) / (float)hp->rot_dim;
-        float f = 1.0f / powf((float)hp->rope_theta, e);
+        float f = 1.0f / powf(theta, e);
         if (ext) /* 1 / (factor * base ** (2i/d)), float32 */
-            f = 1.0f / ((float)ext[i] * powf((float)hp->rope_theta, e));
-        if (hp->rope_llama3) {
+            f = 1.0f / ((float)ext[i] * powf(theta, e));
+        if (!local && hp->rope_linear != 1.0)
+            f = (float)(f / hp->rope_linear); /* inv_freq / factor */
+        if (!local && hp->rope_llama3) {
             /* Llama 3 frequency-dependent scaling. */
             double lo_wl = hp->rs_orig / hp->rs_low, hi_wl = hp->rs_orig / hp->rs_high;
             double wl = 2.0 * M_PI / f;
@@ -593,6 +599,9 @@ nvfp4_status nvfp4m_model_load(nvfp4_model *m, nvfp4_error *err)
         TRY(load_entries(m, pl->first, pl->count, err));
         L->ln1 = take_vec(m, l, TR_ATTN_NORM);
         L->ln2 = take_vec(m, l, TR_MLP_NORM);
+        L->post_attn_norm = take_vec(m, l, TR_POST_ATTN_NORM);
+        L->post_mlp_norm = take_vec(m, l, TR_POST_MLP_NORM);
+        L->window = hp->sliding && hp->sliding[l] ? (size_t)hp->window : 0;
         TRY(load_attention(m, l, L, err));
         L->moe = pl->moe;
         if (L->moe)
@@ -609,10 +618,15 @@ nvfp4_status nvfp4m_model_load(nvfp4_model *m, nvfp4_error *err)
 
     if (!(inv = malloc((size_t)hp->rot_dim / 2 * sizeof(float))))
         return nomem(err);
-    compute_inv_freq(hp, m->max_ctx, inv);
+    compute_inv_freq(hp, m->max_ctx, 0, inv);
     m->inv_freq = upload_floats(m, inv, (size_t)hp->rot_dim / 2, err);
+    if (m->inv_freq && hp->sliding && hp->rope_local_theta != hp->rope_theta) {
+        compute_inv_freq(hp, m->max_ctx, 1, inv);
+        m->inv_freq_local = upload_floats(m, inv, (size_t)hp->rot_dim / 2, err);
+    }
     free(inv);
-    if (!m->inv_freq)
+    if (!m->inv_freq || (hp->sliding && hp->rope_local_theta != hp->rope_theta &&
+                         !m->inv_freq_local))
         return err && err->status ? err->status : NVFP4_ERR_NOMEM;
     return NVFP4_OK;
 }
@@ -640,6 +654,8 @@ void nvfp4m_model_unload(nvfp4_model *m)
             nvfp4_backend_release(m->be, L->ln2);
             nvfp4_backend_release(m->be, L->q_norm);
             nvfp4_backend_release(m->be, L->k_norm);
+            nvfp4_backend_release(m->be, L->post_attn_norm);
+            nvfp4_backend_release(m->be, L->post_mlp_norm);
         }
         /* vectors loaded but not yet moved out of the plan (a failed open) */
         for (size_t i = 0; i < m->plan.n; i++)
@@ -649,6 +665,7 @@ void nvfp4m_model_unload(nvfp4_model *m)
         nvfp4_kweight_free(m->embed);
         nvfp4_backend_release(m->be, m->final_norm);
         nvfp4_backend_release(m->be, m->inv_freq);
+        nvfp4_backend_release(m->be, m->inv_freq_local);
     }
     for (int64_t l = 0; m->layers && l < m->hp.layers; l++) {
         free(m->layers[l].w13);

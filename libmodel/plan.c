@@ -156,6 +156,10 @@ nvfp4_status nvfp4m_plan_build(tensor_plan *p, nvfp4_checkpoint *ck, const arch_
         b.l = l;
         TRY(VEC(t, TR_ATTN_NORM, H));
         TRY(VEC(t, TR_MLP_NORM, H));
+        if (t[TR_POST_ATTN_NORM]) {
+            TRY(VEC(t, TR_POST_ATTN_NORM, H));
+            TRY(VEC(t, TR_POST_MLP_NORM, H));
+        }
         if (t[TR_QKV]) {
             TRY(LIN(t, TR_QKV, qd + 2 * kd, H, 0));
         } else {

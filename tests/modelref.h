@@ -30,7 +30,7 @@ static const char *const ok_models[] = {"llama", "qwen3", "qwen3_moe", "qwen2_mo
                                         "llama_excl_k", "llama_excl_block",
                                         "llama_w4a16_excl_gate",
                                         /* more architectures (gen_models.py) */
-                                        "phi3"};
+                                        "phi3", "gemma3"};
 #define NOK (sizeof(ok_models) / sizeof(ok_models[0]))
 #define NOK_QUARK 6 /* the first NOK_QUARK are Quark's exports */
 
