@@ -276,8 +276,7 @@ static nvfp4_status row_view(nvfp4_model *m, const nvfp4_linear *src, int64_t r0
         isz = nvfp4_dtype_size(t->dtype);
         per = (i == 0 ? (size_t)src->k : 1) * isz;
         if (!(ts[i] = calloc(1, sizeof(*ts[i])))) {
-            free(ts[0]);
-            free(lin);
+            free(lin); /* ts[0], if any, is the model's already (m->slices) */
             return nomem(err);
         }
         *ts[i] = *t;
