@@ -304,11 +304,11 @@ static inline const float *page_row(const float *pool, const int32_t *tab, size_
 }
 
 static void pwsum_scalar(float *out, const float *w, float inv, const float *pool,
-                         const int32_t *tab, size_t block, size_t kvw, size_t off, size_t len,
-                         size_t n)
+                         const int32_t *tab, size_t block, size_t kvw, size_t off,
+                         size_t first, size_t len, size_t n)
 {
     memset(out, 0, n * sizeof(float));
-    for (size_t p = 0; p < len; p++) {
+    for (size_t p = first; p < len; p++) {
         const float wgt = w[p] * inv;
         const float *vp = page_row(pool, tab, block, kvw, p) + off;
         for (size_t d = 0; d < n; d++)
@@ -321,7 +321,7 @@ static void pwsum_scalar(float *out, const float *w, float inv, const float *poo
  * (position) order. */
 __attribute__((target("avx512f"))) static void
 pwsum_avx512(float *out, const float *w, float inv, const float *pool, const int32_t *tab,
-             size_t block, size_t kvw, size_t off, size_t len, size_t n)
+             size_t block, size_t kvw, size_t off, size_t first, size_t len, size_t n)
 {
     for (size_t d0 = 0; d0 < n; d0 += 64) {
         const size_t nd = n - d0 < 64 ? n - d0 : 64;
@@ -329,7 +329,7 @@ pwsum_avx512(float *out, const float *w, float inv, const float *pool, const int
                         m2 = lanes16(nd > 32 ? nd - 32 : 0), m3 = lanes16(nd > 48 ? nd - 48 : 0);
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
 
-        for (size_t p = 0; p < len; p++) {
+        for (size_t p = first; p < len; p++) {
             const float *vp = page_row(pool, tab, block, kvw, p) + off + d0;
             const __m512 wv = _mm512_set1_ps(w[p] * inv);
             a0 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m0, vp), a0);
@@ -386,6 +386,8 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
     if (m * nh * maxlen * hd >= 8 * CPU_PAR_MIN)
     for (size_t it = 0; it < m * nh; it++) {
         size_t i = it / nh, h = it % nh, kvh = h / group, len = (size_t)kv->pos[i] + 1;
+        /* a sliding window: positions first .. pos[i] */
+        size_t first = kv->window && len > kv->window ? len - kv->window : 0;
         const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
         const float *qi = q + it * hd;
         float *o = out + it * hd;
@@ -394,19 +396,19 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
 #ifdef _OPENMP
         sc += (size_t)omp_get_thread_num() * maxlen;
 #endif
-        for (size_t p = 0; p < len; p++) {
+        for (size_t p = first; p < len; p++) {
             const float *kr = page_row(kv->k_pool, tab, bs, kvw, p) + kvh * hd;
             sc[p] = (wide ? dot_avx512 : dot_scalar)(qi, kr, hd) * scale;
             if (sc[p] > mx)
                 mx = sc[p];
         }
-        for (size_t p = 0; p < len; p++) {
+        for (size_t p = first; p < len; p++) {
             sc[p] = expf(sc[p] - mx);
             sum += sc[p];
         }
         inv = 1.0f / sum;
         (wide ? pwsum_avx512 : pwsum_scalar)(o, sc, inv, kv->v_pool, tab, bs, kvw, kvh * hd,
-                                             len, hd);
+                                             first, len, hd);
     }
     free(scores);
     return NVFP4_OK;

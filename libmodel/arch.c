@@ -3,34 +3,141 @@
 #include "config.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
+/* ---- tensor names ----------------------------------------------------------- */
+
+#define LAYER "model.layers.{L}."
+#define BASE_NAMES                                                                       \
+    [TR_EMBED] = "model.embed_tokens", [TR_FINAL_NORM] = "model.norm.weight",           \
+    [TR_LM_HEAD] = "lm_head", [TR_ATTN_NORM] = LAYER "input_layernorm.weight",          \
+    [TR_MLP_NORM] = LAYER "post_attention_layernorm.weight", [TR_O] = LAYER "self_attn.o_proj"
+#define QKV_NAMES                                                                        \
+    [TR_Q] = LAYER "self_attn.q_proj", [TR_K] = LAYER "self_attn.k_proj",                \
+    [TR_V] = LAYER "self_attn.v_proj"
+#define QK_NORM_NAMES                                                                    \
+    [TR_Q_NORM] = LAYER "self_attn.q_norm.weight", [TR_K_NORM] = LAYER "self_attn.k_norm.weight"
+#define MLP_NAMES                                                                        \
+    [TR_GATE] = LAYER "mlp.gate_proj", [TR_UP] = LAYER "mlp.up_proj",                    \
+    [TR_DOWN] = LAYER "mlp.down_proj"
+/* Qwen-style MoE block (also Mixtral as transformers 5 exports it). */
+#define MOE_NAMES(blk, g, u, d)                                                          \
+    [TR_ROUTER] = LAYER blk ".gate", [TR_EXP_GATE] = LAYER blk ".experts.{E}." g,        \
+    [TR_EXP_UP] = LAYER blk ".experts.{E}." u, [TR_EXP_DOWN] = LAYER blk ".experts.{E}." d, \
+    [TR_EXP_GATE_UP_STACKED] = LAYER blk ".experts.gate_up_proj",                         \
+    [TR_EXP_DOWN_STACKED] = LAYER blk ".experts.down_proj"
+#define SHARED_NAMES                                                                     \
+    [TR_SH_GATE] = LAYER "mlp.shared_expert.gate_proj",                                  \
+    [TR_SH_UP] = LAYER "mlp.shared_expert.up_proj",                                      \
+    [TR_SH_DOWN] = LAYER "mlp.shared_expert.down_proj",                                  \
+    [TR_SH_EXPERT_GATE] = LAYER "mlp.shared_expert_gate"
+
+static const char *const llama_names[TR_COUNT] = {BASE_NAMES, QKV_NAMES, MLP_NAMES};
+/* Phi-3: q/k/v and gate/up each stored as one Linear */
+static const char *const phi3_names[TR_COUNT] = {
+    BASE_NAMES, [TR_QKV] = LAYER "self_attn.qkv_proj", [TR_GATE_UP] = LAYER "mlp.gate_up_proj",
+    [TR_DOWN] = LAYER "mlp.down_proj"};
+static const char *const qwen3_names[TR_COUNT] = {BASE_NAMES, QKV_NAMES, QK_NORM_NAMES,
+                                                  MLP_NAMES};
+/* MoE models: a layer listed in mlp_only_layers (or off decoder_sparse_step)
+ * is a dense MLP under the llama names. */
+/* Gemma 3: four norms a layer; the MLP's input norm is pre_feedforward_layernorm */
+static const char *const gemma3_names[TR_COUNT] = {
+    [TR_EMBED] = "model.embed_tokens", [TR_FINAL_NORM] = "model.norm.weight",
+    [TR_LM_HEAD] = "lm_head", [TR_ATTN_NORM] = LAYER "input_layernorm.weight",
+    [TR_POST_ATTN_NORM] = LAYER "post_attention_layernorm.weight",
+    [TR_MLP_NORM] = LAYER "pre_feedforward_layernorm.weight",
+    [TR_POST_MLP_NORM] = LAYER "post_feedforward_layernorm.weight",
+    [TR_O] = LAYER "self_attn.o_proj", QKV_NAMES, QK_NORM_NAMES, MLP_NAMES};
+static const char *const mixtral_names[TR_COUNT] = {
+    BASE_NAMES, QKV_NAMES, MLP_NAMES,
+    MOE_NAMES("block_sparse_moe", "w1", "w3", "w2")};
+static const char *const mlp_moe_names[TR_COUNT] = {
+    MOE_NAMES("mlp", "gate_proj", "up_proj", "down_proj")};
+static const char *const qwen2_moe_names[TR_COUNT] = {
+    BASE_NAMES, QKV_NAMES, MLP_NAMES, MOE_NAMES("mlp", "gate_proj", "up_proj", "down_proj"),
+    SHARED_NAMES};
+static const char *const qwen3_moe_names[TR_COUNT] = {
+    BASE_NAMES, QKV_NAMES, QK_NORM_NAMES, MLP_NAMES,
+    MOE_NAMES("mlp", "gate_proj", "up_proj", "down_proj")};
+
+/* ---- the architectures --------------------------------------------------------- */
+
 static const arch_desc archs[] = {
-    {"LlamaForCausalLM", 0, 0, MOE_NONE, 0, "silu"},
-    {"MistralForCausalLM", 0, 0, MOE_NONE, 0, "silu"},
-    {"Qwen2ForCausalLM", 1, 0, MOE_NONE, 0, "silu"},
-    {"Qwen3ForCausalLM", 0, 1, MOE_NONE, 0, "silu"},
-    {"MixtralForCausalLM", 0, 0, MOE_MIXTRAL, 0, "silu"},
-    {"Qwen2MoeForCausalLM", 1, 0, MOE_QWEN, 1, "silu"},
-    {"Qwen3MoeForCausalLM", 0, 1, MOE_QWEN, 0, "silu"},
+    {.hf_name = "LlamaForCausalLM", .names = llama_names},
+    {.hf_name = "MistralForCausalLM", .names = llama_names},
+    {.hf_name = "Qwen2ForCausalLM", .names = llama_names, .qkv_bias = 1},
+    {.hf_name = "Qwen3ForCausalLM", .names = qwen3_names},
+    {.hf_name = "Phi3ForCausalLM", .names = phi3_names, .attn = ATTN_GQA_SLIDING},
+    {.hf_name = "Gemma3ForCausalLM", .names = gemma3_names, .norm = NORM_RMS_PLUS1,
+     .act = ACT_GELU_TANH, .attn = ATTN_GQA_INTERLEAVED, .embed_scale = 1},
+    {.hf_name = "MixtralForCausalLM", .names = mixtral_names, .moe_alt = mlp_moe_names,
+     .moe = MOE_MIXTRAL},
+    {.hf_name = "Qwen2MoeForCausalLM", .names = qwen2_moe_names, .qkv_bias = 1,
+     .moe = MOE_SOFTMAX_TOPK},
+    {.hf_name = "Qwen3MoeForCausalLM", .names = qwen3_moe_names, .moe = MOE_SOFTMAX_TOPK},
 };
+
+#define NARCHS (sizeof(archs) / sizeof(archs[0]))
 
 const arch_desc *nvfp4m_arch_find(const char *hf_name)
 {
-    for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+    for (size_t i = 0; i < NARCHS; i++)
         if (hf_name && strcmp(archs[i].hf_name, hf_name) == 0)
             return &archs[i];
     return NULL;
 }
 
+static char supported[512];
+
+static void build_list(void)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < NARCHS; i++) {
+        int w = snprintf(supported + n, sizeof(supported) - n, "%s%s", i ? ", " : "",
+                         archs[i].hf_name);
+        if (w < 0 || (size_t)w >= sizeof(supported) - n)
+            break;
+        n += (size_t)w;
+    }
+}
+
 const char *nvfp4m_arch_supported_list(void)
 {
-    return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-           "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM";
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+    pthread_once(&once, build_list);
+    return supported;
+}
+
+int nvfp4m_name(char *out, size_t cap, const char *tmpl, int64_t l, int64_t e)
+{
+    size_t n = 0;
+
+    for (const char *p = tmpl; *p; p++) {
+        char num[24];
+        const char *add = NULL;
+        size_t len;
+
+        if (p[0] == '{' && (p[1] == 'L' || p[1] == 'E') && p[2] == '}') {
+            snprintf(num, sizeof(num), "%lld", (long long)(p[1] == 'L' ? l : e));
+            add = num;
+            p += 2;
+        }
+        len = add ? strlen(add) : 1;
+        if (n + len >= cap)
+            return -1;
+        memcpy(out + n, add ? add : p, len);
+        n += len;
+    }
+    out[n] = '\0';
+    return (int)n;
 }
 
 static nvfp4_status need_int(const nvfp4_config *cfg, const char *key, int64_t *out,
@@ -129,6 +236,155 @@ static nvfp4_status check_product(const nvfp4_config *cfg, const char *ka, int64
     return NVFP4_OK;
 }
 
+/* KEY: a list of exactly N finite numbers > 0 (longrope's factors divide
+ * the frequencies) into a new array *OUT. */
+static nvfp4_status factor_list(const nvfp4_config *cfg, const char *key, int64_t n,
+                                double **out, nvfp4_error *err)
+{
+    json_t *v = nvfp4_config_json(cfg, key);
+
+    if (!v)
+        return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, nvfp4_config_path(cfg), key, -1,
+                               "required key is missing (longrope RoPE scaling)");
+    if (!json_is_array(v) || (int64_t)json_array_size(v) != n)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, nvfp4_config_path(cfg), key, -1,
+                               "expected a list of %lld numbers (rotary dimensions / 2)",
+                               (long long)n);
+    if (!(*out = malloc((size_t)n * sizeof(double))))
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, nvfp4_config_path(cfg), key, -1,
+                               "out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(v, (size_t)i);
+        float f = (float)json_number_value(x);
+        if (!json_is_number(x) || !(isfinite(f) && f > 0.0f))
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, nvfp4_config_path(cfg), key, -1,
+                                   "element %lld: expected a finite number > 0 (as float32)",
+                                   (long long)i);
+        (*out)[i] = json_number_value(x);
+    }
+    return NVFP4_OK;
+}
+
+/* Phi-3's longrope (transformers' _compute_longrope_parameters): per
+ * frequency short and long factors, the original context length, and the
+ * attention factor on cos and sin (given, or sqrt(1 + ln f / ln orig) with
+ * f = factor or max_position_embeddings / original). */
+static nvfp4_status read_longrope(const nvfp4_config *cfg, const char *rp, hparams *hp,
+                                  nvfp4_error *err)
+{
+    char key[96];
+    double factor, orig;
+
+    snprintf(key, sizeof(key), "%s.short_factor", rp);
+    TRY(factor_list(cfg, key, hp->rot_dim / 2, &hp->lr_short, err));
+    snprintf(key, sizeof(key), "%s.long_factor", rp);
+    TRY(factor_list(cfg, key, hp->rot_dim / 2, &hp->lr_long, err));
+    snprintf(key, sizeof(key), "%s.original_max_position_embeddings", rp);
+    if (!nvfp4_config_has(cfg, key))
+        snprintf(key, sizeof(key), "original_max_position_embeddings");
+    if (!nvfp4_config_has(cfg, key))
+        return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, nvfp4_config_path(cfg), key, -1,
+                               "required key is missing (longrope RoPE scaling)");
+    TRY(nvfp4_config_get_double(cfg, key, 0.0, &orig, err));
+    TRY(check_pos_real(cfg, key, orig, "longrope's original context", err));
+    hp->rs_orig = orig;
+    snprintf(key, sizeof(key), "%s.factor", rp);
+    TRY(nvfp4_config_get_double(cfg, key, (double)hp->max_pos / orig, &factor, err));
+    TRY(check_pos_real(cfg, key, factor, "longrope scaling", err));
+    snprintf(key, sizeof(key), "%s.attention_factor", rp);
+    if (nvfp4_config_has(cfg, key)) {
+        TRY(nvfp4_config_get_double(cfg, key, 1.0, &hp->rope_attn, err));
+        TRY(check_pos_real(cfg, key, hp->rope_attn, "the factor on cos and sin", err));
+    } else if (factor > 1.0 && orig > 1.0) {
+        hp->rope_attn = sqrt(1.0 + log(factor) / log(orig));
+    }
+    return NVFP4_OK;
+}
+
+/* Sliding windows, the local RoPE base, the score scale and the logit cap.
+ * Gemma 3: layer_types ("sliding_attention" / "full_attention") or, in older
+ * configs, every sliding_window_pattern-th layer global (default 6); the
+ * local base is rope_parameters.sliding_attention.rope_theta or
+ * rope_local_base_freq.  ATTN_GQA_SLIDING: sliding_window, when set,
+ * applies to every layer (transformers' Phi-3).  ATTN_GQA reads none of
+ * these keys (Qwen's sliding_window goes with use_sliding_window false). */
+static nvfp4_status read_attention(const nvfp4_config *cfg, const arch_desc *arch,
+                                   hparams *hp, nvfp4_error *err)
+{
+    const char *path = nvfp4_config_path(cfg);
+    json_t *v;
+
+    hp->rope_local_theta = hp->rope_theta;
+    if (arch->attn == ATTN_GQA)
+        return NVFP4_OK;
+    if (nvfp4_config_has(cfg, "query_pre_attn_scalar")) {
+        TRY(nvfp4_config_get_double(cfg, "query_pre_attn_scalar", 0.0, &hp->attn_scalar, err));
+        TRY(check_pos_real(cfg, "query_pre_attn_scalar", hp->attn_scalar,
+                           "the scores are divided by its square root", err));
+    }
+    v = nvfp4_config_json(cfg, "final_logit_softcapping");
+    if (v && !json_is_null(v)) {
+        TRY(nvfp4_config_get_double(cfg, "final_logit_softcapping", 0.0, &hp->softcap, err));
+        TRY(check_pos_real(cfg, "final_logit_softcapping", hp->softcap,
+                           "logits become tanh(x / cap) * cap", err));
+    }
+    v = nvfp4_config_json(cfg, "attn_logit_softcapping");
+    if (v && !json_is_null(v))
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, "attn_logit_softcapping", -1,
+                               "soft-capping of attention scores is not supported");
+    v = nvfp4_config_json(cfg, "sliding_window");
+    if (!v || json_is_null(v))
+        return NVFP4_OK;
+    TRY(opt_pos_int(cfg, "sliding_window", 0, &hp->window, err));
+    TRY(check_dim(cfg, "sliding_window", hp->window, err));
+    if (!(hp->sliding = calloc((size_t)hp->layers, 1)))
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, path, "sliding_window", -1,
+                               "out of memory for %lld layers", (long long)hp->layers);
+    if (arch->attn != ATTN_GQA_INTERLEAVED) {
+        memset(hp->sliding, 1, (size_t)hp->layers);
+        return NVFP4_OK;
+    }
+    {
+        char key[96];
+        snprintf(key, sizeof(key), "rope_parameters.sliding_attention.rope_theta");
+        if (!nvfp4_config_has(cfg, key))
+            snprintf(key, sizeof(key), "rope_local_base_freq");
+        TRY(nvfp4_config_get_double(cfg, key, 10000.0, &hp->rope_local_theta, err));
+        TRY(check_pos_real(cfg, key, hp->rope_local_theta, "the local RoPE base", err));
+        snprintf(key, sizeof(key), "rope_parameters.sliding_attention.rope_type");
+        if (nvfp4_config_has(cfg, key)) {
+            const char *t;
+            TRY(nvfp4_config_get_string(cfg, key, "default", &t, err));
+            if (strcmp(t, "default") != 0)
+                return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, key, -1,
+                                       "RoPE type \"%s\" of the sliding layers is not "
+                                       "supported (supported: default)", t);
+        }
+    }
+    v = nvfp4_config_json(cfg, "layer_types");
+    if (v) {
+        if (!json_is_array(v) || (int64_t)json_array_size(v) != hp->layers)
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "layer_types", -1,
+                                   "expected a list of %lld layer types (num_hidden_layers)",
+                                   (long long)hp->layers);
+        for (int64_t l = 0; l < hp->layers; l++) {
+            const char *t = json_string_value(json_array_get(v, (size_t)l));
+            if (t && !strcmp(t, "sliding_attention"))
+                hp->sliding[l] = 1;
+            else if (!t || strcmp(t, "full_attention") != 0)
+                return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "layer_types", -1,
+                                       "element %lld: expected \"sliding_attention\" or "
+                                       "\"full_attention\"", (long long)l);
+        }
+    } else {
+        int64_t pat;
+        TRY(opt_pos_int(cfg, "sliding_window_pattern", 6, &pat, err));
+        for (int64_t l = 0; l < hp->layers; l++)
+            hp->sliding[l] = (l + 1) % pat != 0;
+    }
+    return NVFP4_OK;
+}
+
 nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch, hparams *hp,
                           nvfp4_error *err)
 {
@@ -191,6 +447,10 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
     /* RoPE: transformers 5 writes rope_parameters, older ones rope_theta and
      * rope_scaling. */
     rp = nvfp4_config_has(cfg, "rope_parameters") ? "rope_parameters" : "rope_scaling";
+    /* Gemma 3 in transformers 5: one rope_parameters per attention kind */
+    if (nvfp4_config_has(cfg, "rope_parameters.full_attention"))
+        rp = "rope_parameters.full_attention";
+    hp->rope_linear = 1.0;
     {
         char key[96];
         snprintf(key, sizeof(key), "%s.rope_theta", rp);
@@ -229,12 +489,42 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
                                        "expected high_freq_factor %g > low_freq_factor %g "
                                        "(Llama 3 RoPE scaling divides by their difference)",
                                        hp->rs_high, hp->rs_low);
+        } else if (strcmp(rope_type, "longrope") == 0) {
+            hp->rope_longrope = 1;
+        } else if (strcmp(rope_type, "linear") == 0) {
+            /* positions / factor: inv_freq / factor (Gemma 3 4B and up) */
+            snprintf(key, sizeof(key), "%s.factor", rp);
+            TRY(nvfp4_config_get_double(cfg, key, 1.0, &hp->rope_linear, err));
+            TRY(check_pos_real(cfg, key, hp->rope_linear, "linear RoPE scaling", err));
         } else if (strcmp(rope_type, "default") != 0) {
             return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, key, -1,
                                    "RoPE type \"%s\" is not supported (supported: "
-                                   "default, llama3)", rope_type);
+                                   "default, linear, llama3, longrope)", rope_type);
         }
+        /* partial rotary (Phi-3, ...): transformers 5 keeps the factor in
+         * rope_parameters, older configs at the top level; int() of the
+         * product, as transformers computes the rotary dimension */
+        {
+            double prf;
+            snprintf(key, sizeof(key), "%s.partial_rotary_factor", rp);
+            if (!nvfp4_config_has(cfg, key))
+                snprintf(key, sizeof(key), "partial_rotary_factor");
+            TRY(nvfp4_config_get_double(cfg, key, 1.0, &prf, err));
+            if (!(prf > 0.0 && prf <= 1.0))
+                return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, key, -1,
+                                       "expected a factor in (0, 1], found %g", prf);
+            hp->rot_dim = (int64_t)((double)hp->head_dim * prf);
+            if (hp->rot_dim <= 0 || hp->rot_dim % 2)
+                return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, key, -1,
+                                       "head_dim %lld times %g leaves %lld rotary dimensions; "
+                                       "expected a positive even number",
+                                       (long long)hp->head_dim, prf, (long long)hp->rot_dim);
+        }
+        hp->rope_attn = 1.0;
+        if (hp->rope_longrope)
+            TRY(read_longrope(cfg, rp, hp, err));
     }
+    TRY(read_attention(cfg, arch, hp, err));
 
     if (arch->moe != MOE_NONE) {
         static const char *const ek[] = {"num_experts", "num_local_experts", NULL};
@@ -276,7 +566,7 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
             for (size_t i = 0; i < json_array_size(v); i++)
                 hp->mlp_only[hp->n_mlp_only++] = json_integer_value(json_array_get(v, i));
         }
-        if (arch->shared_expert && hp->shared_inter <= 0)
+        if (nvfp4m_arch_has(arch, TR_SH_EXPERT_GATE) && hp->shared_inter <= 0)
             return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, path,
                                    "shared_expert_intermediate_size", -1,
                                    "required key is missing");
@@ -291,6 +581,11 @@ void nvfp4m_hparams_free(hparams *hp)
 {
     free(hp->mlp_only);
     hp->mlp_only = NULL;
+    free(hp->lr_short);
+    free(hp->lr_long);
+    free(hp->sliding);
+    hp->sliding = NULL;
+    hp->lr_short = hp->lr_long = NULL;
 }
 
 int nvfp4m_hparams_layer_is_moe(const hparams *hp, const arch_desc *arch, int64_t l)

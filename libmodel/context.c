@@ -53,6 +53,7 @@ struct nvfp4_context {
     float *x, *h, *q, *k, *v, *att, *o, *gu, *act, *mlp, *router, *topw, *sh, *shg, *logits;
     int32_t *ids, *pos, *rseq, *topi, *tables;
     float *host_a, *host_b, *host_g;
+    float *host_gu;                       /* [max_batch, 2 inter]: GeGLU on the host */
     /* host staging of one batch */
     int32_t *h_ids, *h_pos, *h_rseq, *h_tables;
     float *h_block;                       /* one block of one pool, for copies */
@@ -129,13 +130,15 @@ static nvfp4_status alloc_scratch(nvfp4_context *c, nvfp4_error *err)
         !(c->rseq = salloc(c, n * 4, err)) ||
         !(c->tables = salloc(c, ntab * c->max_blocks * 4, err)))
         return err && err->status ? err->status : NVFP4_ERR_NOMEM;
-    if (c->m->arch->shared_expert) {
+    if (nvfp4m_arch_has(c->m->arch, TR_SH_EXPERT_GATE) || c->m->arch->embed_scale) {
         c->host_a = malloc(n * H * 4);
         c->host_b = malloc(n * H * 4);
         c->host_g = malloc(n * 4);
         if (!c->host_a || !c->host_b || !c->host_g)
             return nomem(err);
     }
+    if (c->m->arch->act == ACT_GELU_TANH && !(c->host_gu = malloc(n * 2 * inter * 4)))
+        return nomem(err);
     c->h_ids = malloc(n * 4);
     c->h_pos = malloc(n * 4);
     c->h_rseq = malloc(n * 4);
@@ -181,6 +184,7 @@ void nvfp4_context_free(nvfp4_context *c)
     free(c->host_a);
     free(c->host_b);
     free(c->host_g);
+    free(c->host_gu);
     free(c->h_ids);
     free(c->h_pos);
     free(c->h_rseq);
@@ -479,7 +483,7 @@ static nvfp4_status kv_fp8_rows(nvfp4_context *c, float *dev, size_t n, float sc
 static nvfp4_status gate_up_split(nvfp4_context *c, const layer_t *L, size_t n,
                                   nvfp4_error *err)
 {
-    const size_t I = (size_t)c->m->hp.inter;
+    const size_t I = (size_t)c->m->par->inter;
     float *hg = c->h_gu, *hu = c->h_gu + n * I, *dst = c->h_gu + 2 * n * I;
 
     TRY(nvfp4_k_linear(c->be, L->gu_split[0], c->h, n, c->act, err));
@@ -491,6 +495,39 @@ static nvfp4_status gate_up_split(nvfp4_context *c, const layer_t *L, size_t n,
         memcpy(dst + t * 2 * I + I, hu + t * I, I * sizeof(float));
     }
     return nvfp4_backend_upload(c->be, c->gu, dst, 2 * n * I * sizeof(float), err);
+}
+
+/* Gemma's embeddings times sqrt(hidden_size) (as a float32 scalar, the
+ * buffer transformers multiplies by), on the host: no backend op scales. */
+static nvfp4_status embed_scale(nvfp4_context *c, size_t n, nvfp4_error *err)
+{
+    size_t H = (size_t)c->m->hp.hidden;
+    const float s = (float)sqrt((double)H);
+
+    TRY(nvfp4_backend_download(c->be, c->host_a, c->x, n * H * 4, err));
+    for (size_t i = 0; i < n * H; i++)
+        c->host_a[i] *= s;
+    return nvfp4_backend_upload(c->be, c->x, c->host_a, n * H * 4, err);
+}
+
+/* GeGLU: out = gelu_tanh(gate) * up (torch's approximate="tanh" formula in
+ * float32), on the host: the backends have SiLU-mul only. */
+static nvfp4_status gelu_mul(nvfp4_context *c, size_t n, size_t inter, nvfp4_error *err)
+{
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+
+    TRY(nvfp4_backend_download(c->be, c->host_gu, c->gu, n * 2 * inter * 4, err));
+    for (size_t t = 0; t < n; t++) {
+        const float *g = c->host_gu + t * 2 * inter, *u = g + inter;
+        float *o = c->host_gu + t * inter; /* compacted in place: row t's input is read
+                                             before anything at or past it is written */
+        for (size_t j = 0; j < inter; j++) {
+            float x = g[j], inner = beta * (x + kappa * (x * x * x));
+            float a = 0.5f * x * (1.0f + tanhf(inner));
+            o[j] = a * u[j];
+        }
+    }
+    return nvfp4_backend_upload(c->be, c->act, c->host_gu, n * inter * 4, err);
 }
 
 /* The layers over the N rows staged in c->ids / pos / rseq / tables, then
@@ -505,6 +542,11 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
     size_t H = (size_t)hp->hidden, nh = (size_t)m->par->heads, nkv = (size_t)m->par->kv_heads;
     size_t hd = (size_t)hp->head_dim, V = (size_t)hp->vocab;
     float eps = (float)hp->eps, scale = 1.0f / sqrtf((float)hd);
+    size_t rot = (size_t)hp->rot_dim;
+    float rope_attn = (float)hp->rope_attn;
+
+    if (hp->attn_scalar > 0) /* query_pre_attn_scalar ** -0.5 (Gemma) */
+        scale = (float)pow(hp->attn_scalar, -0.5);
     nvfp4_kv_pages kv;
 
     TRY(nvfp4_backend_upload(be, c->ids, c->h_ids, n * 4, err));
@@ -521,6 +563,8 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
     kv.seq = c->rseq;
     kv.max_len = max_len;
     TRY(nvfp4m_par_embed(c->m, c->ids, c->h_ids, n, c->x, err));
+    if (m->arch->embed_scale)
+        TRY(embed_scale(c, n, err));
 
     for (int64_t l = 0; l < hp->layers; l++) {
         layer_t *L = &m->layers[l];
@@ -529,22 +573,30 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
         TRY(nvfp4_k_linear(be, L->q, c->h, n, c->q, err));
         TRY(nvfp4_k_linear(be, L->k, c->h, n, c->k, err));
         TRY(nvfp4_k_linear(be, L->v, c->h, n, c->v, err));
-        if (m->arch->qk_norm) {
+        if (L->q_norm) {
             TRY(nvfp4_k_rmsnorm(be, c->q, L->q_norm, n * nh, hd, eps, c->q, err));
             TRY(nvfp4_k_rmsnorm(be, c->k, L->k_norm, n * nkv, hd, eps, c->k, err));
         }
-        TRY(nvfp4_k_rope(be, c->q, c->pos, n, nh, hd, hd, m->inv_freq, 1.0f, err));
-        TRY(nvfp4_k_rope(be, c->k, c->pos, n, nkv, hd, hd, m->inv_freq, 1.0f, err));
+        {
+            /* sliding layers: their own RoPE base (Gemma 3) */
+            const float *inv = L->window && m->inv_freq_local ? m->inv_freq_local
+                                                               : m->inv_freq;
+            TRY(nvfp4_k_rope(be, c->q, c->pos, n, nh, hd, rot, inv, rope_attn, err));
+            TRY(nvfp4_k_rope(be, c->k, c->pos, n, nkv, hd, rot, inv, rope_attn, err));
+        }
         if (m->kv_fp8) {
             TRY(kv_fp8_rows(c, c->k, n, L->k_scale, err));
             TRY(kv_fp8_rows(c, c->v, n, L->v_scale, err));
         }
         kv.k_pool = c->k_pool[l];
         kv.v_pool = c->v_pool[l];
+        kv.window = L->window;
         TRY(nvfp4_k_attention_paged(be, c->q, c->k, c->v, &kv, n, nh, nkv, hd, scale, c->att,
                                     err));
         TRY(nvfp4_k_linear(be, L->o, c->att, n, c->o, err));
         TRY(nvfp4m_par_reduce(c->m, c->o, n * H, err));
+        if (L->post_attn_norm)
+            TRY(nvfp4_k_rmsnorm(be, c->o, L->post_attn_norm, n, H, eps, c->o, err));
         TRY(nvfp4_k_add(be, c->x, c->o, n * H, c->x, err));
 
         TRY(nvfp4_k_rmsnorm(be, c->x, L->ln2, n, H, eps, c->h, err));
@@ -553,18 +605,23 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
             TRY(nvfp4_k_linear(be, L->router, c->h, n, c->router, err));
             TRY(nvfp4_k_topk(be, c->router, n, E, K, hp->norm_topk, c->topi, c->topw, err));
             TRY(nvfp4m_par_moe(c->m, L->w13, L->w2, c->h, n, c->topi, c->topw, c->mlp, err));
-            if (m->arch->shared_expert)
+            if (L->sh_gate)
                 TRY(shared_expert(c, L, n, err));
         } else if (L->gu_split[0]) {
             TRY(gate_up_split(c, L, n, err));
-            TRY(nvfp4_k_silu_mul(be, c->gu, n, (size_t)hp->inter, c->act, err));
+            TRY(nvfp4_k_silu_mul(be, c->gu, n, (size_t)m->par->inter, c->act, err));
             TRY(nvfp4_k_linear(be, L->down, c->act, n, c->mlp, err));
         } else {
             TRY(nvfp4_k_linear(be, L->gu, c->h, n, c->gu, err));
-            TRY(nvfp4_k_silu_mul(be, c->gu, n, (size_t)m->par->inter, c->act, err));
+            if (m->arch->act == ACT_GELU_TANH)
+                TRY(gelu_mul(c, n, (size_t)m->par->inter, err));
+            else
+                TRY(nvfp4_k_silu_mul(be, c->gu, n, (size_t)m->par->inter, c->act, err));
             TRY(nvfp4_k_linear(be, L->down, c->act, n, c->mlp, err));
             TRY(nvfp4m_par_reduce(c->m, c->mlp, n * H, err));
         }
+        if (L->post_mlp_norm)
+            TRY(nvfp4_k_rmsnorm(be, c->mlp, L->post_mlp_norm, n, H, eps, c->mlp, err));
         TRY(nvfp4_k_add(be, c->x, c->mlp, n * H, c->x, err));
     }
     if (r_rows > 0) {
@@ -740,6 +797,16 @@ nvfp4_status nvfp4_context_run(nvfp4_context *c, const nvfp4_batch_entry *ent, s
         ntab++;
     }
     st = forward(c, total, ntab, max_len, r_rows, ent, nent, err);
+    /* Gemma's final soft-capping: tanh(x / cap) * cap, float32 */
+    if (st == NVFP4_OK && c->m->hp.softcap > 0) {
+        const float cap = (float)c->m->hp.softcap;
+        for (size_t e = 0; e < nent; e++) {
+            size_t rows = ent[e].logits == NVFP4_LOGITS_ALL ? ent[e].n_tokens
+                          : ent[e].logits == NVFP4_LOGITS_LAST && ent[e].n_tokens ? 1 : 0;
+            for (size_t i = 0; i < rows * V; i++)
+                ent[e].out[i] = tanhf(ent[e].out[i] / cap) * cap;
+        }
+    }
     /* Non-finite logits are an error, never a result (a damaged checkpoint
      * that passed the checks at open); the sequences keep their lengths. */
     for (size_t e = 0; st == NVFP4_OK && e < nent; e++) {

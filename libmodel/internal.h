@@ -5,18 +5,84 @@
 
 #include <nvfp4/model.h>
 
-/* How an architecture names and wires its layers.  Adding an architecture is
- * adding one of these (arch.c), not a forward pass. */
-typedef enum { MOE_NONE = 0, MOE_QWEN, MOE_MIXTRAL } moe_style;
+/* Architectures as data (arch.c).  An architecture is a table of tensor
+ * names by role plus a few kinds (norm, activation, attention, MoE routing);
+ * libmodel/plan.c turns it and the hyper-parameters into one tensor plan that
+ * drives the missing-tensor check, the unexpected-tensor warning and the
+ * loading (model-load.c).  Adding an architecture that the generic decoder
+ * can run is adding a table entry, not a code path.
+ *
+ * Which layers fuse is in the table too: a role present among TR_Q, TR_K,
+ * TR_V is a q/k/v group sharing weight_scale_2 (spec §4); TR_QKV is the same
+ * group stored as one Linear (Phi-3), split into row views at load.  Likewise
+ * TR_GATE + TR_UP (fused into one kweight after the §4 check) or TR_GATE_UP
+ * stored fused; experts always fuse gate/up. */
+typedef enum {
+    /* once per model */
+    TR_EMBED,          /* Linear prefix, never quantized */
+    TR_FINAL_NORM,     /* vector [hidden] */
+    TR_LM_HEAD,        /* Linear prefix; tied to TR_EMBED when absent and config says so */
+    /* per layer */
+    TR_ATTN_NORM,      /* vector [hidden] before attention */
+    TR_MLP_NORM,       /* vector [hidden] before the MLP/MoE */
+    TR_Q, TR_K, TR_V,  /* Linear prefixes, a §4 group */
+    TR_QKV,            /* Linear prefix: q, k, v rows stored as one Linear */
+    TR_O,
+    TR_Q_NORM, TR_K_NORM, /* vector [head_dim]: per-head RMSNorm of q and k */
+    TR_GATE, TR_UP,    /* dense MLP, a §4 group */
+    TR_GATE_UP,        /* dense MLP gate rows then up rows stored as one Linear */
+    TR_DOWN,
+    /* MoE layers ({E} = expert) */
+    TR_ROUTER,         /* Linear prefix, never quantized */
+    TR_EXP_GATE, TR_EXP_UP, TR_EXP_DOWN,          /* per expert */
+    TR_EXP_GATE_UP_STACKED, TR_EXP_DOWN_STACKED,  /* [E, 2I, H], [E, H, I] (transformers >= 5) */
+    TR_SH_GATE, TR_SH_UP, TR_SH_DOWN,             /* shared expert (Qwen2-MoE) */
+    TR_SH_EXPERT_GATE,                            /* its sigmoid gate, [1, H], never quantized */
+    /* sandwich norms (Gemma): on the attention output and the MLP output */
+    TR_POST_ATTN_NORM, TR_POST_MLP_NORM,
+    TR_COUNT
+} tensor_role;
+
+typedef enum { MOE_NONE = 0, MOE_SOFTMAX_TOPK, MOE_MIXTRAL } moe_style; /* routing kind */
+typedef enum {
+    NORM_RMS = 0,      /* x / sqrt(mean(x^2) + eps) * w */
+    NORM_RMS_PLUS1,    /* the same times (1 + w) (Gemma), w + 1 formed in float32 at load */
+} norm_kind;
+typedef enum {
+    ACT_SILU = 0,      /* gated: silu(gate) * up */
+    ACT_GELU_TANH,     /* gated: gelu_tanh(gate) * up (GeGLU, Gemma) */
+} act_kind;
+typedef enum {
+    ATTN_GQA = 0,      /* causal grouped-query, rotate-half RoPE */
+    ATTN_GQA_SLIDING,  /* the same, sliding_window on every layer when set (Phi-3) */
+    ATTN_GQA_INTERLEAVED, /* sliding-window and global layers (layer_types, or every
+                             sliding_window_pattern-th global), each its own RoPE base (Gemma 3) */
+} attn_kind;
 
 typedef struct {
     const char *hf_name;          /* config.json "architectures"[0] */
-    int qkv_bias;                 /* q/k/v carry a bias (Qwen2) */
-    int qk_norm;                  /* per-head RMSNorm of q and k (Qwen3) */
+    /* [TR_COUNT] name templates ({L} layer, {E} expert); NULL: no such tensor */
+    const char *const *names;
+    /* MoE roles under other names, used for a layer whose TR_ROUTER under
+     * names is absent (Mixtral re-exported by transformers 5: mlp.experts.*
+     * instead of block_sparse_moe.experts.*.w1/w3/w2); NULL if none */
+    const char *const *moe_alt;
+    int qkv_bias;                 /* q/k/v must carry a bias (Qwen2) */
+    norm_kind norm;
+    act_kind act;
+    attn_kind attn;
     moe_style moe;
-    int shared_expert;            /* Qwen2-MoE shared expert + its sigmoid gate */
-    const char *default_act;      /* "silu" for all of them */
+    int embed_scale;              /* embeddings times sqrt(hidden_size) (Gemma) */
 } arch_desc;
+
+/* Does the architecture have a tensor of ROLE (in its main table)? */
+static inline int nvfp4m_arch_has(const arch_desc *a, tensor_role role)
+{
+    return a->names[role] != NULL;
+}
+/* TMPL with {L} replaced by L and {E} by E into OUT (CAP bytes); -1 when it
+ * does not fit, else the length. */
+int nvfp4m_name(char *out, size_t cap, const char *tmpl, int64_t l, int64_t e);
 
 const arch_desc *nvfp4m_arch_find(const char *hf_name);
 /* "A, B, C" list of supported architectures, static storage. */
@@ -30,8 +96,18 @@ typedef struct {
     int tie;
     /* rope */
     double rope_theta;
+    int64_t rot_dim;              /* rotated dims per head (partial_rotary_factor) */
     int rope_llama3;
     double rs_factor, rs_low, rs_high, rs_orig;
+    int rope_longrope;            /* Phi-3 longrope: per-frequency factors */
+    double *lr_short, *lr_long;   /* [rot_dim / 2] each */
+    double rope_attn;             /* factor on cos and sin (longrope), else 1 */
+    double rope_linear;           /* rope_type linear: positions / factor (else 1) */
+    double rope_local_theta;      /* sliding layers' RoPE base (Gemma 3) */
+    int64_t window;               /* sliding_window (tokens a query sees), 0 none */
+    unsigned char *sliding;       /* [layers]: layer uses the window (NULL: none) */
+    double attn_scalar;           /* query_pre_attn_scalar (scores / sqrt), 0: head_dim */
+    double softcap;               /* final_logit_softcapping, 0 none */
     /* moe */
     int64_t experts, topk, moe_inter, shared_inter, sparse_step;
     int norm_topk;

@@ -8,6 +8,8 @@ libmodel_libnvfp4_model_la_SOURCES = \
 	%reldir%/arch.c \
 	%reldir%/model-internal.h \
 	%reldir%/model.c \
+	%reldir%/model-load.c \
+	%reldir%/plan.c \
 	%reldir%/context.c \
 	%reldir%/parallel.h \
 	%reldir%/parallel.c \

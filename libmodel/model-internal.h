@@ -9,9 +9,79 @@
 #include "internal.h"
 #include "parallel.h"
 
+/* ---- the tensor plan (plan.c) ------------------------------------------------
+ * Every tensor a checkpoint must (or may) hold for its architecture and
+ * config.json, built once from the arch_desc tables before anything is
+ * loaded: one list that the missing-tensor check, the unexpected-tensor
+ * warning and the loading (model-load.c) all walk. */
+typedef enum {
+    PE_LINEAR,   /* a Linear prefix: PREFIX.weight (or .weight_packed) and its scales */
+    PE_VECTOR,   /* a 1-D float tensor [n] (norm weights) */
+    PE_STACKED,  /* a 3-D float tensor [e, n, k] of all experts */
+} plan_kind;
+
+typedef struct {
+    char *name;                  /* Linear prefix, or the tensor's full name */
+    tensor_role role;
+    int64_t layer, expert;       /* -1 where none */
+    plan_kind kind;
+    int64_t n, k, e;             /* expected shape: [n, k], [n], [e, n, k] */
+    int force_none;              /* PE_LINEAR never quantized (embeddings, routers, gates) */
+    int optional;                /* absence is no error (the loader skips it) */
+    /* filled by the loader; owned by the model's lists or moved into layer_t */
+    nvfp4_linear *lin;
+    float *vec;
+    const nvfp4_tensor *t;
+} plan_entry;
+
+typedef struct {
+    int moe;                     /* a MoE layer */
+    int stacked;                 /* its experts are PE_STACKED tensors */
+    size_t first, count;         /* its entries */
+    int32_t at[TR_COUNT];        /* entry of each role (expert 0), -1 when absent */
+    size_t exp_stride;           /* entries from one expert's role to the next's */
+} plan_layer;
+
+typedef struct {
+    plan_entry *e;
+    size_t n, cap;
+    int32_t at[TR_COUNT];        /* the once-per-model roles */
+    plan_layer *layers;          /* [hp.layers] */
+    int64_t nlayers;
+    const char **owners;         /* sorted names that own tensors (warn_unexpected) */
+    size_t nowners;
+} tensor_plan;
+
+/* Build the plan of M's checkpoint (reads m->ck, m->arch, m->hp). */
+nvfp4_status nvfp4m_plan_build(tensor_plan *p, nvfp4_checkpoint *ck, const arch_desc *arch,
+                               const hparams *hp, nvfp4_error *err);
+/* NVFP4_ERR_NOT_FOUND naming the first missing tensors (and counting the
+ * rest) when any non-optional entry is absent. */
+nvfp4_status nvfp4m_plan_check_missing(const tensor_plan *p, nvfp4_checkpoint *ck,
+                                       const char *arch_name, nvfp4_error *err);
+/* Warn (stderr, unless QUIET) about checkpoint tensors no entry owns. */
+nvfp4_status nvfp4m_plan_warn_unexpected(tensor_plan *p, nvfp4_checkpoint *ck, int quiet,
+                                         nvfp4_error *err);
+void nvfp4m_plan_free(tensor_plan *p);
+/* The entry of ROLE in layer L (expert E, or 0), or NULL. */
+static inline plan_entry *nvfp4m_plan_get(const tensor_plan *p, int64_t l, tensor_role role,
+                                          int64_t e)
+{
+    const plan_layer *pl;
+
+    if (l < 0)
+        return p->at[role] >= 0 ? &p->e[p->at[role]] : NULL;
+    pl = &p->layers[l];
+    if (pl->at[role] < 0)
+        return NULL;
+    return &p->e[(size_t)pl->at[role] + (size_t)e * pl->exp_stride];
+}
+
 typedef struct {
     nvfp4_kweight *q, *k, *v, *o;
     float *ln1, *ln2, *q_norm, *k_norm;      /* backend buffers */
+    float *post_attn_norm, *post_mlp_norm;   /* Gemma's sandwich norms, or NULL */
+    size_t window;                           /* sliding window of this layer, 0 none */
     nvfp4_kweight *gu, *down;                /* dense MLP */
     nvfp4_kweight *gu_split[2];              /* gate, up as separate layers, gu NULL */
     int moe;
@@ -39,16 +109,11 @@ struct nvfp4_model {
     size_t nlins, caplins;
     nvfp4_tensor **slices;                   /* per-expert views of 3-D tensors */
     size_t nslices, capslices;
-    char **prefixes;                         /* consumed tensor prefixes */
-    size_t nprefixes, capprefixes;
-
-    /* dry run: collect missing tensor names instead of loading */
-    int dry;
-    char *missing;
-    size_t nmissing, missing_len;
+    tensor_plan plan;                        /* what the checkpoint holds for us */
 
     nvfp4_kweight *embed, *lm_head;
     float *final_norm, *inv_freq;
+    float *inv_freq_local;                   /* sliding layers' (Gemma 3), or NULL */
     layer_t *layers;
     int split_gu;                            /* some layer has gu_split */
     int kv_fp8;                              /* K/V rows FP8 QDQ'd on write (kvcache.c) */
@@ -68,6 +133,11 @@ struct nvfp4_model {
  * of N floats with SCALE: e4m3(x / scale) * scale, in place. */
 nvfp4_status nvfp4m_kv_load(nvfp4_model *m, nvfp4_error *err);
 void nvfp4m_kv_qdq(float *x, size_t n, float scale);
+/* model-load.c: load the plan's tensors, fuse, upload into m->layers and
+ * the model's embed / final_norm / lm_head / inv_freq (m->be is open). */
+nvfp4_status nvfp4m_model_load(nvfp4_model *m, nvfp4_error *err);
+/* Release what nvfp4m_model_load made (nvfp4_model_free). */
+void nvfp4m_model_unload(nvfp4_model *m);
 
 /* Free the default context (nvfp4_model_free). */
 void nvfp4m_default_free(nvfp4_model *m);

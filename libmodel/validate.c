@@ -57,12 +57,13 @@ nvfp4_status nvfp4m_check_counts(nvfp4_checkpoint *ck, const nvfp4_config *cfg,
     if (nmoe == 0)
         return NVFP4_OK;
     /* Stacked experts (transformers >= 5): one [E, 2I, H] tensor per layer,
-     * whose first dimension is the expert count. */
+     * whose first dimension is the expert count (under either name table). */
     for (int b = 0; b < 2; b++) {
+        const char *const *names = b ? arch->moe_alt : arch->names;
         const nvfp4_tensor *t;
-        snprintf(name, sizeof(name), "model.layers.%lld.%s.experts.gate_up_proj",
-                 (long long)first, b ? "block_sparse_moe" : "mlp");
-        if (!nvfp4_checkpoint_has(ck, name))
+        if (!names || !names[TR_EXP_GATE_UP_STACKED] ||
+            nvfp4m_name(name, sizeof(name), names[TR_EXP_GATE_UP_STACKED], first, 0) < 0 ||
+            !nvfp4_checkpoint_has(ck, name))
             continue;
         if (nvfp4_checkpoint_get(ck, name, &t, err))
             return err ? err->status : NVFP4_ERR_IO;

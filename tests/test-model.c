@@ -110,6 +110,47 @@ START_TEST(test_greedy)
 }
 END_TEST
 
+/* Phi-3's longrope takes its long factors when the context is longer than
+ * original_max_position_embeddings (64 in the fixture): a 128-token context
+ * against the PyTorch emulation run with the long factors
+ * (logits_emul_long.f32), prefill and decode. */
+START_TEST(test_longrope_long)
+{
+    nvfp4_model_options o;
+    nvfp4_model *m;
+    nvfp4_error err;
+    fixture f;
+    float *want, *logits;
+    size_t len, half;
+
+    fixture_load("phi3", &f);
+    want = tload_file("models/phi3/logits_emul_long.f32", &len);
+    ck_assert_uint_eq(len, f.T * f.V * sizeof(float));
+    nvfp4_model_options_init(&o);
+    o.backend = "cpu";
+    o.quiet = 1;
+    o.max_ctx = 128;
+    m = nvfp4_model_open(tdata("models/phi3"), &o, &err);
+    ck_assert_msg(m != NULL, "%s", err.text);
+    logits = malloc(f.T * f.V * sizeof(float));
+    ck_assert_int_eq(nvfp4_model_forward(m, f.tokens, f.T, 0, logits, 0, &err), NVFP4_OK);
+    compare_logits("phi3 (long factors)", logits, want, f.T * f.V, LOGIT_TOL);
+    /* the short factors' reference is far from it: the test can fail */
+    ck_assert(logits_max_diff("phi3 long vs short", logits, f.logits, f.T * f.V, NULL) > 1e-2);
+    half = f.T / 2;
+    nvfp4_model_reset(m);
+    ck_assert_int_eq(nvfp4_model_forward(m, f.tokens, half, 0, logits, 0, &err), NVFP4_OK);
+    for (size_t t = half; t < f.T; t++)
+        ck_assert_int_eq(nvfp4_model_forward(m, f.tokens + t, 1, t, logits + t * f.V, 0, &err),
+                         NVFP4_OK);
+    compare_logits("phi3 (long factors, decode)", logits, want, f.T * f.V, LOGIT_TOL);
+    free(logits);
+    free(want);
+    nvfp4_model_free(m);
+    fixture_free(&f);
+}
+END_TEST
+
 /* Perplexity of the fixture tokens after BOS in one window equals the
  * log-likelihood computed here from the reference logits. */
 START_TEST(test_perplexity_one_window)
@@ -889,6 +930,7 @@ int main(void)
     tcase_add_loop_test(tc, test_logits_prefill, 0, (int)NOK);
     tcase_add_loop_test(tc, test_logits_decode, 0, (int)NOK);
     tcase_add_loop_test(tc, test_greedy, 0, (int)NOK);
+    tcase_add_test(tc, test_longrope_long);
     tcase_add_test(tc, test_perplexity_one_window);
     tcase_add_test(tc, test_perplexity_cancel);
     tcase_add_loop_test(tc, test_refused, 0, (int)NREF);

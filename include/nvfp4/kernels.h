@@ -464,6 +464,9 @@ typedef struct {
     const int32_t *pos;         /**< [m] position of each row in its sequence */
     const int32_t *seq;         /**< [m] table row of each row's sequence */
     size_t max_len;             /**< host value: >= pos[i] + 1 for every row */
+    size_t window;              /**< host value: sliding window, a row at position p
+                                     attends to positions p - window + 1 .. p only;
+                                     0 for none (every earlier position) */
 } nvfp4_kv_pages;
 
 /**
@@ -472,7 +475,8 @@ typedef struct {
  * pos[i] of the sequence whose block table is row seq[i] of kv->tables: that
  * position lives in block tables[seq[i] * max_blocks + pos[i] / block], slot
  * pos[i] % block.  The k and v rows of every row are stored first; row i then
- * attends to positions 0 .. pos[i] of its own sequence, whose earlier
+ * attends to positions 0 .. pos[i] of its own sequence (with kv->window > 0:
+ * the last window of them), whose earlier
  * positions must have been stored by earlier calls or this one.  No two rows
  * may name the same slot.  Each row's result depends only on its own q and
  * its sequence's cache, never on the other rows of the call.  Argument

@@ -715,7 +715,8 @@ static nvfp4_status g_attention_paged(void *c, const float *q, const float *k, c
     return gerr(gk_attention_paged(q, k, v, kv->k_pool, kv->v_pool, (int64_t)kv->nblocks,
                                    (int64_t)kv->block, kv->tables, (int64_t)kv->ntables,
                                    (int64_t)kv->max_blocks, kv->pos, kv->seq,
-                                   (int64_t)kv->max_len, (int64_t)m, (int64_t)nh,
+                                   (int64_t)kv->max_len, (int64_t)kv->window, (int64_t)m,
+                                   (int64_t)nh,
                                    (int64_t)nkv, (int64_t)hd, scale, out, scr, ctx->flag,
                                    ctx->stream),
                 "attention_paged", err);

@@ -1310,7 +1310,14 @@ struct att_pages {
     const int32_t *pos, *seq, *tables;
     const int *ok;
     int64_t block, max_blocks;
+    int64_t window; /* sliding window: a row attends to its last WINDOW positions; 0 none */
 };
+
+/* The first position a paged row of context LEN attends to. */
+GPU_DEV int64_t att_first(const att_pages &pg, int64_t len)
+{
+    return pg.window && len > pg.window ? len - pg.window : 0;
+}
 
 GPU_DEV int64_t att_slot(const att_pages &pg, const int32_t *tab, int64_t p)
 {
@@ -1330,7 +1337,7 @@ attention_kernel(const float *__restrict__ q, const float *__restrict__ kc,
     const int64_t h = blockIdx.x, i = blockIdx.y, z = blockIdx.z;
     const int64_t kvh = h / (nh / nkv);
     const int32_t *tab = NULL;
-    int64_t len, beg, end;
+    int64_t len, beg, end, first = 0;
     const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
     const int nwarps = blockDim.x / GPU_WARP;
     float run_max = -INFINITY, run_sum = 0.0f;
@@ -1345,13 +1352,16 @@ attention_kernel(const float *__restrict__ q, const float *__restrict__ kc,
         }
         len = (int64_t)pg.pos[i] + 1;
         tab = pg.tables + (int64_t)pg.seq[i] * pg.max_blocks;
+        first = att_first(pg, len);
     } else {
         len = pos0 + i + 1; /* causal: positions 0 .. pos0 + i */
     }
     beg = z * chunk;
     end = beg + chunk < len ? beg + chunk : len;
-    if (beg >= len)
-        return; /* this token's context is shorter: the merge skips it */
+    if (beg >= len || end <= first)
+        return; /* this token's context is shorter (or past the window): the merge skips it */
+    if (beg < first)
+        beg = first;
     for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
         qs[d] = q[(i * nh + h) * hd + d];
         acc[d] = 0.0f;
@@ -1420,7 +1430,7 @@ __global__ void attention_merge_kernel(const float *__restrict__ part, int64_t p
     const int64_t h = blockIdx.x, i = blockIdx.y;
     const float *rec = part + (i * nh + h) * nsplit * (hd + 2);
     float mx = -INFINITY, sum = 0.0f;
-    int64_t len, used;
+    int64_t len, used, z0;
 
     if (PAGED && !pg.ok[i]) {
         for (int64_t d = threadIdx.x; d < hd; d += blockDim.x)
@@ -1429,13 +1439,14 @@ __global__ void attention_merge_kernel(const float *__restrict__ part, int64_t p
     }
     len = PAGED ? (int64_t)pg.pos[i] + 1 : pos0 + i + 1;
     used = (len + chunk - 1) / chunk;
-    for (int64_t z = 0; z < used; z++)
+    z0 = PAGED ? att_first(pg, len) / chunk : 0; /* chunks before the window wrote nothing */
+    for (int64_t z = z0; z < used; z++)
         mx = fmaxf(mx, rec[z * (hd + 2)]);
-    for (int64_t z = 0; z < used; z++)
+    for (int64_t z = z0; z < used; z++)
         sum += rec[z * (hd + 2) + 1] * expf(rec[z * (hd + 2)] - mx);
     for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
         float a = 0.0f;
-        for (int64_t z = 0; z < used; z++)
+        for (int64_t z = z0; z < used; z++)
             a = fmaf(rec[z * (hd + 2) + 2 + d], expf(rec[z * (hd + 2)] - mx), a);
         out[(i * nh + h) * hd + d] = a / sum;
     }
@@ -1465,7 +1476,7 @@ extern "C" gpu_error_t gk_attention(const float *q, const float *k, const float 
     const size_t bytes = (size_t)m * row * sizeof(float);
     const size_t shmem = (2 * (size_t)hd + ATT_TILE) * sizeof(float);
     const int64_t ns = attention_splits(pos0 + m, m);
-    const att_pages none = {NULL, NULL, NULL, NULL, 1, 1};
+    const att_pages none = {NULL, NULL, NULL, NULL, 1, 1, 0};
     gpu_error_t e;
 
     (void)max_ctx;
@@ -1539,15 +1550,16 @@ extern "C" gpu_error_t gk_attention_paged(const float *q, const float *k, const 
                                           int64_t block, const int32_t *tables,
                                           int64_t ntables, int64_t max_blocks,
                                           const int32_t *pos, const int32_t *seq,
-                                          int64_t max_len, int64_t m, int64_t nh,
-                                          int64_t nkv, int64_t hd, float scale, float *out,
-                                          void *scratch, int *flag, gpu_stream_t s)
+                                          int64_t max_len, int64_t window, int64_t m,
+                                          int64_t nh, int64_t nkv, int64_t hd, float scale,
+                                          float *out, void *scratch, int *flag,
+                                          gpu_stream_t s)
 {
     const size_t shmem = (2 * (size_t)hd + ATT_TILE) * sizeof(float);
     const int64_t ns = attention_splits(max_len, m);
     int *ok = (int *)scratch;
     float *part = (float *)((char *)scratch + ((size_t)m * sizeof(int) + 15) / 16 * 16);
-    att_pages pg = {pos, seq, tables, ok, block, max_blocks};
+    att_pages pg = {pos, seq, tables, ok, block, max_blocks, window};
 
     att_paged_store_kernel<<<(unsigned)m, ATT_THREADS, 0, s>>>(
         k, v, k_pool, v_pool, pg, nblocks, ntables, max_len, nkv * hd, ok, flag);

@@ -99,15 +99,17 @@ gpu_error_t gk_attention(const float *q, const float *k, const float *v, float *
                          float *v_cache, int64_t max_ctx, int64_t pos0, int64_t m,
                          int64_t nh, int64_t nkv, int64_t hd, float scale, float *out,
                          float *scratch, gpu_stream_t s);
-/* Attention through block tables (nvfp4_k_attention_paged); SCRATCH holds
+/* Attention through block tables (nvfp4_k_attention_paged; WINDOW > 0: each
+ * row sees its last WINDOW positions only); SCRATCH holds
  * gk_attention_paged_scratch bytes; a row out of range raises FLAG. */
 size_t gk_attention_paged_scratch(int64_t max_len, int64_t m, int64_t nh, int64_t hd);
 gpu_error_t gk_attention_paged(const float *q, const float *k, const float *v, float *k_pool,
                                float *v_pool, int64_t nblocks, int64_t block,
                                const int32_t *tables, int64_t ntables, int64_t max_blocks,
                                const int32_t *pos, const int32_t *seq, int64_t max_len,
-                               int64_t m, int64_t nh, int64_t nkv, int64_t hd, float scale,
-                               float *out, void *scratch, int *flag, gpu_stream_t s);
+                               int64_t window, int64_t m, int64_t nh, int64_t nkv,
+                               int64_t hd, float scale, float *out, void *scratch, int *flag,
+                               gpu_stream_t s);
 gpu_error_t gk_silu_mul(const float *gu, int64_t m, int64_t inter, float *out,
                         gpu_stream_t s);
 gpu_error_t gk_softmax(const float *x, int64_t m, int64_t n, float *y, int log,
