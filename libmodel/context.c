@@ -607,12 +607,11 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
             TRY(nvfp4m_par_moe(c->m, L->w13, L->w2, c->h, n, c->topi, c->topw, c->mlp, err));
             if (L->sh_gate)
                 TRY(shared_expert(c, L, n, err));
-        } else if (L->gu_split[0]) {
-            TRY(gate_up_split(c, L, n, err));
-            TRY(nvfp4_k_silu_mul(be, c->gu, n, (size_t)m->par->inter, c->act, err));
-            TRY(nvfp4_k_linear(be, L->down, c->act, n, c->mlp, err));
         } else {
-            TRY(nvfp4_k_linear(be, L->gu, c->h, n, c->gu, err));
+            if (L->gu_split[0]) /* gate and up as separate layers */
+                TRY(gate_up_split(c, L, n, err));
+            else
+                TRY(nvfp4_k_linear(be, L->gu, c->h, n, c->gu, err));
             if (m->arch->act == ACT_GELU_TANH)
                 TRY(gelu_mul(c, n, (size_t)m->par->inter, err));
             else

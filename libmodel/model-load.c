@@ -506,17 +506,19 @@ static nvfp4_status load_dense_mlp(nvfp4_model *m, int64_t l, tensor_role gate,
     char pre[NVFP4_ERROR_FIELD_LENGTH];
     nvfp4_linear *g, *u, *d = lin_of(m, l, down, 0);
 
-    if (gate_up != TR_COUNT && (g = lin_of(m, l, gate_up, 0))) {
-        if (m->par->size > 1)
-            return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, nvfp4_checkpoint_dir(m->ck),
-                                   g->prefix, -1,
-                                   "tensor parallelism does not split a stored gate_up_proj "
-                                   "yet (%s); run it in one process",
-                                   m->arch_name);
+    if (gate_up != TR_COUNT && (g = lin_of(m, l, gate_up, 0)) && m->par->size == 1) {
         TRY(upload(m, g, 1, gu, err));
     } else {
-        g = lin_of(m, l, gate, 0);
-        u = lin_of(m, l, up, 0);
+        if (gate_up != TR_COUNT && g) {
+            /* a stored gate_up_proj [gate rows | up rows] under tensor
+             * parallelism: two row views, split and fused again below */
+            nvfp4_linear *gu2 = g;
+            TRY(row_view(m, gu2, 0, gu2->n / 2, 'g', &g, err));
+            TRY(row_view(m, gu2, gu2->n / 2, gu2->n / 2, 'u', &u, err));
+        } else {
+            g = lin_of(m, l, gate, 0);
+            u = lin_of(m, l, up, 0);
+        }
         parent_of(g->prefix, pre, sizeof(pre));
         TRY(nvfp4m_par_split_mlp(m, pre, g, u, d, err));
         if (split && g->scheme != u->scheme &&
