@@ -3,7 +3,7 @@
 # `make html` writes docs/api/html from the public headers when configure
 # found doxygen, `make install-html` installs it into $(htmldir)/api.
 # tests/doxygen.test fails on any Doxygen warning about the documented headers.
-EXTRA_DIST += %reldir%/ARCHITECTURE.md %reldir%/Doxyfile.in
+EXTRA_DIST += %reldir%/ARCHITECTURE.md %reldir%/DIALECTS.md %reldir%/Doxyfile.in
 TESTS += tests/doxygen.test
 EXTRA_DIST += tests/doxygen.test
 AM_TESTS_ENVIRONMENT += DOXYGEN='$(DOXYGEN)'; export DOXYGEN;

@@ -616,6 +616,14 @@ static nvfp4_status g_linear(void *c, void *p, const nvfp4_kweight_desc *desc, c
             return nvfp4_error_set(err, NVFP4_ERR_OVERFLOW, "", "linear", -1,
                                    "activation of %zu x %lld overflows", m,
                                    (long long)kw->w.k);
+        /* the FP4 tensor-core path puts the activations' scales after the
+         * codes at the next 256-byte boundary (kernels.cu fp4_scales_offset):
+         * m k / 2 + 255 + m k / 16 bytes, within 4 m k + 256 */
+        if (bytes > SIZE_MAX - 256)
+            return nvfp4_error_set(err, NVFP4_ERR_OVERFLOW, "", "linear", -1,
+                                   "activation of %zu x %lld overflows", m,
+                                   (long long)kw->w.k);
+        bytes += 256;
         if (!(xq = (float *)scratch(ctx, bytes, "linear", err)))
             return err ? err->status : NVFP4_ERR_DEVICE_OOM;
     }
