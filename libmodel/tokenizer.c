@@ -753,6 +753,35 @@ static char *dup_json_string(const json_t *v, size_t *len)
     return c;
 }
 
+/* A Replace step, normalizer or decoder: {"pattern": {"String": PAT},
+ * "content": CONTENT}, both copied (PAT non-empty; regex patterns are not
+ * supported).  On failure nothing is allocated. */
+static nvfp4_status parse_replace(loader *L, const json_t *node, const char *path, char **pat,
+                                  size_t *patlen, char **content, size_t *contentlen)
+{
+    const json_t *p = json_object_get(node, "pattern"), *c = json_object_get(node, "content");
+    const json_t *ps = json_is_object(p) ? json_object_get(p, "String") : NULL;
+    char key[300];
+
+    snprintf(key, sizeof(key), "%s.pattern", path);
+    if (!json_is_string(ps) || json_string_length(ps) == 0)
+        return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, key, -1,
+                               "expected {\"String\": non-empty string} (regex "
+                               "replacements are not supported)");
+    snprintf(key, sizeof(key), "%s.content", path);
+    if (!json_is_string(c))
+        return nvfp4_error_set(L->err, NVFP4_ERR_BAD_ENTRY, L->path, key, -1,
+                               "expected a string, found %s", c ? json_kind(c) : "nothing");
+    if (!(*pat = dup_json_string(ps, patlen)))
+        return fail_nomem(L);
+    if (!(*content = dup_json_string(c, contentlen))) {
+        free(*pat);
+        *pat = NULL;
+        return fail_nomem(L);
+    }
+    return NVFP4_OK;
+}
+
 /* One normalizer: NFC, Prepend or Replace (a literal String pattern). */
 static nvfp4_status add_normalizer(loader *L, const json_t *n, const char *path)
 {
@@ -787,23 +816,9 @@ static nvfp4_status add_normalizer(loader *L, const json_t *n, const char *path)
         if (!(step.a = dup_json_string(v, &step.alen)))
             return fail_nomem(L);
     } else if (!strcmp(type, "Replace")) {
-        const json_t *pat = json_object_get(n, "pattern"), *c = json_object_get(n, "content");
-        const json_t *ps = json_is_object(pat) ? json_object_get(pat, "String") : NULL;
-        snprintf(key, sizeof(key), "%s.pattern", path);
-        if (!json_is_string(ps) || json_string_length(ps) == 0)
-            return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, key, -1,
-                                   "expected {\"String\": non-empty string} (regex "
-                                   "replacements are not supported)");
-        snprintf(key, sizeof(key), "%s.content", path);
-        if (!json_is_string(c))
-            return nvfp4_error_set(L->err, NVFP4_ERR_BAD_ENTRY, L->path, key, -1,
-                                   "expected a string, found %s", json_kind(c));
+        if ((st = parse_replace(L, n, path, &step.a, &step.alen, &step.b, &step.blen)))
+            return st;
         step.kind = NORM_REPLACE;
-        if (!(step.a = dup_json_string(ps, &step.alen)) ||
-            !(step.b = dup_json_string(c, &step.blen))) {
-            free(step.a);
-            return fail_nomem(L);
-        }
     } else
         return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, key, -1,
                                "normalizer \"%s\" is not supported (expected NFC, Prepend, "
@@ -1116,29 +1131,10 @@ static nvfp4_status add_decoder(loader *L, const json_t *d, const char *path, in
     else if (!strcmp(type, "Fuse"))
         step.kind = DEC_FUSE;
     else if (!strcmp(type, "Replace")) {
-        const json_t *pat = json_object_get(d, "pattern"), *c = json_object_get(d, "content");
-        const json_t *ps = json_is_object(pat) ? json_object_get(pat, "String") : NULL;
-        snprintf(key, sizeof(key), "%s.pattern", path);
-        if (!json_is_string(ps) || json_string_length(ps) == 0)
-            return nvfp4_error_set(L->err, NVFP4_ERR_UNSUPPORTED, L->path, key, -1,
-                                   "expected {\"String\": non-empty string} (regex "
-                                   "replacements are not supported)");
-        snprintf(key, sizeof(key), "%s.content", path);
-        if (!json_is_string(c))
-            return nvfp4_error_set(L->err, NVFP4_ERR_BAD_ENTRY, L->path, key, -1,
-                                   "expected a string, found %s", c ? json_kind(c) : "nothing");
+        if ((st = parse_replace(L, d, path, &step.pattern, &step.pattern_len, &step.content,
+                                &step.content_len)))
+            return st;
         step.kind = DEC_REPLACE;
-        step.pattern_len = json_string_length(ps);
-        step.content_len = json_string_length(c);
-        step.pattern = malloc(step.pattern_len + 1);
-        step.content = malloc(step.content_len + 1);
-        if (!step.pattern || !step.content) {
-            free(step.pattern);
-            free(step.content);
-            return fail_nomem(L);
-        }
-        memcpy(step.pattern, json_string_value(ps), step.pattern_len + 1);
-        memcpy(step.content, json_string_value(c), step.content_len + 1);
         if ((st = push_dec(L, &step))) {
             free(step.pattern);
             free(step.content);
