@@ -497,12 +497,12 @@ static nvfp4_status gate_up_split(nvfp4_context *c, const layer_t *L, size_t n,
     return nvfp4_backend_upload(c->be, c->gu, dst, 2 * n * I * sizeof(float), err);
 }
 
-/* Gemma's embeddings times sqrt(hidden_size) (as a float32 scalar, the
- * buffer transformers multiplies by), on the host: no backend op scales. */
+/* Gemma's embeddings times sqrt(hidden_size) in the embeddings' dtype
+ * (m->embed_mult), on the host: no backend op scales. */
 static nvfp4_status embed_scale(nvfp4_context *c, size_t n, nvfp4_error *err)
 {
     size_t H = (size_t)c->m->hp.hidden;
-    const float s = (float)sqrt((double)H);
+    const float s = c->m->embed_mult;
 
     TRY(nvfp4_backend_download(c->be, c->host_a, c->x, n * H * 4, err));
     for (size_t i = 0; i < n * H; i++)

@@ -117,6 +117,8 @@ struct nvfp4_model {
     layer_t *layers;
     int split_gu;                            /* some layer has gu_split */
     int kv_fp8;                              /* K/V rows FP8 QDQ'd on write (kvcache.c) */
+    float embed_mult;                        /* arch->embed_scale: sqrt(hidden) in the
+                                              * embeddings' dtype (model-load.c) */
 
     /* Serialises the contexts' device work on a backend other than the
      * CPU one (one queue and scratch per GPU backend). */

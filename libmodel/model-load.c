@@ -351,6 +351,23 @@ static nvfp4_linear *lin_of(nvfp4_model *m, int64_t l, tensor_role role, int64_t
 
 /* ---- assembly ------------------------------------------------------------- */
 
+/* Gemma's embedding multiplier sqrt(HIDDEN), rounded to the dtype of the
+ * embedding weight EMB as transformers does (the buffer is cast to the
+ * weights' dtype on use, transformers PR 29402; vLLM casts its normalizer
+ * alike): bf16(sqrt(2048)) = 45.25, not 45.2548.  The product itself stays
+ * float32 like every activation here. */
+static float embed_multiplier(int64_t hidden, const nvfp4_linear *emb)
+{
+    const float s = (float)sqrt((double)hidden);
+    const nvfp4_dtype dt = emb && emb->dense ? emb->dense->dtype : NVFP4_DTYPE_F32;
+
+    if (dt == NVFP4_DTYPE_BF16)
+        return nvfp4_bf16_decode(nvfp4_bf16_encode(s));
+    if (dt == NVFP4_DTYPE_F16)
+        return nvfp4_f16_decode(nvfp4_f16_encode(s));
+    return s;
+}
+
 static nvfp4_status fuse_gate_up(nvfp4_model *m, const char *layer, nvfp4_linear *g,
                                  nvfp4_linear *u, float force_input, nvfp4_kweight **out,
                                  nvfp4_error *err)
@@ -641,6 +658,8 @@ nvfp4_status nvfp4m_model_load(nvfp4_model *m, nvfp4_error *err)
                                L->gu_split, err));
     }
     TRY(nvfp4m_kv_load(m, err));
+    if (m->arch->embed_scale)
+        m->embed_mult = embed_multiplier(hp->hidden, emb);
     TRY(nvfp4m_par_split_vocab(m, emb, head, err));
     TRY(upload(m, emb, 1, &m->embed, err));
     if (head == emb)
