@@ -11,6 +11,10 @@
  *     cache).  The kernel is timed out of cache the same way: it cycles
  *     through as many uploaded copies of the weight.  The ratio printed is
  *     kernel GB/s over the ooc probe's (target >= 0.85).
+ *     Then batched decode, B tokens in one call (a context step of B
+ *     sequences), weights out of cache as above: the time per step beside
+ *     B one-token GEMVs (target: far below 1, each weight read once per
+ *     step for all B rows) and the ooc probe.
  * (2) GEMM, 16..512 tokens: GFLOPS (2 m n k / time) against OpenBLAS
  *     cblas_sgemm on the pre-dequantized float32 weight with the same
  *     threads (target >= 1.0x at >= 64 tokens).  OpenBLAS is loaded with
@@ -18,10 +22,11 @@
  *     column says "-".
  *
  * Usage: bench/bench-kernels [-t THREADS,..] [-s SHAPE,..] [-m TOKENS,..]
- *                            [-r SECONDS] [-q] [-g] [-P MIB]
+ *                            [-b BATCH,..] [-r SECONDS] [-q] [-g] [-P MIB]
  * defaults: -t 1,2  -s the decode shapes of SmolLM2, Llama-3.2-1B,
  * Llama-3-8B, Qwen3-30B-A3B's experts and a BF16 vocabulary head (GEMM on
- * the 8B ones and 576x576)  -m 16,64,128,512  -r 0.15
+ * the 8B ones and 576x576)  -m 16,64,128,512  -b 4,16,64 (-b 0: none)
+ * -r 0.15
  * -q: GEMV only; -g: GEMM only; -P MIB: only the read probe, a sum over MIB
  * MiB (1024 for scripts/bench-llama.sh), best of 5 at each thread count, one
  * line "probe MIB MiB th=T GB/s" each.  A SHAPE is NxK (outputs x inputs), NVFP4;
@@ -198,7 +203,8 @@ static void fill_lin(nvfp4_linear *lin, size_t n, size_t k, const uint8_t *packe
  * in turn, interleaved with both probes.  ws[s][c]: scheme s's copy c. */
 static void gemv_line(nvfp4_backend *be, const shape *sh, nvfp4_kweight *const *ws[2],
                       int nsch, size_t copies, const float *x, float *y, const uint8_t *same,
-                      const uint8_t *ooc, size_t wbytes, int th, double budget)
+                      const uint8_t *ooc, size_t wbytes, int th, double budget,
+                      double *gemv)
 {
     double best[4] = {1e30, 1e30, 1e30, 1e30};
     double t0;
@@ -245,6 +251,57 @@ static void gemv_line(nvfp4_backend *be, const shape *sh, nvfp4_kweight *const *
                wbytes / best[2] * 1e-9, wbytes / best[3] * 1e-9, best[3] / best[0],
                best[3] / best[1], best[0] * 1e6, best[1] * 1e6);
     fflush(stdout);
+    gemv[0] = best[0];
+    gemv[1] = best[1];
+}
+
+/* Batched decode at TH threads: B tokens per call on every copy in turn
+ * (out of cache), interleaved with the ooc probe; GEMV: the one-token best
+ * times of gemv_line, per scheme. */
+static void batch_line(nvfp4_backend *be, const shape *sh, nvfp4_kweight *const *ws[2],
+                       int nsch, size_t copies, const float *x, float *y, const uint8_t *ooc,
+                       size_t wbytes, int th, double budget, size_t b, const double *gemv)
+{
+    double best[3] = {1e30, 1e30, 1e30};
+    double t0;
+    size_t c = 0;
+    int reps = 0;
+
+    for (int s = 0; s < nsch; s++) {
+        lin_job j = {be, ws[s][0], x, b, y};
+        run_lin(&j);
+    }
+    t0 = now();
+    do {
+        for (int s = 0; s < 3; s++) {
+            double a, d;
+            if (s < 2 && s >= nsch)
+                continue;
+            a = now();
+            if (s < 2) {
+                lin_job j = {be, ws[s][c], x, b, y};
+                run_lin(&j);
+            } else {
+                probe(ooc + c * wbytes, wbytes, th);
+            }
+            d = now() - a;
+            if (d < best[s])
+                best[s] = d;
+        }
+        c = (c + 1) % copies;
+        reps++;
+    } while (now() - t0 < budget || reps < 3 || (size_t)reps < 2 * copies);
+    if (sh->dense)
+        printf("%6ldx%-6ld th=%d B=%-3zu %-5s %8.1f us/step = %.2f x B GEMVs%22s  "
+               "%.2f x probe\n",
+               sh->n, sh->k, th, b, sh->dense == NVFP4_DTYPE_BF16 ? "bf16" : "f16",
+               best[0] * 1e6, best[0] / (b * gemv[0]), "", best[0] / best[2]);
+    else
+        printf("%6ldx%-6ld th=%d B=%-3zu w4a16 %8.1f us/step = %.2f x B GEMVs  w4a4 %8.1f "
+               "us/step = %.2f x B GEMVs  %.2f / %.2f x probe\n",
+               sh->n, sh->k, th, b, best[0] * 1e6, best[0] / (b * gemv[0]), best[1] * 1e6,
+               best[1] / (b * gemv[1]), best[0] / best[2], best[1] / best[2]);
+    fflush(stdout);
 }
 
 static int probe_only(long mib, const long *threads, size_t nthreads)
@@ -276,8 +333,8 @@ static int probe_only(long mib, const long *threads, size_t nthreads)
 
 int main(int argc, char **argv)
 {
-    long threads[8] = {1, 2}, toks[16] = {16, 64, 128, 512};
-    size_t nthreads = 2, ntoks = 4, nshapes;
+    long threads[8] = {1, 2}, toks[16] = {16, 64, 128, 512}, batches[16] = {4, 16, 64};
+    size_t nthreads = 2, ntoks = 4, nbatches = 3, nshapes;
     /* SmolLM2-135M (q/o, k/v, fused gate/up, down, tied head as NVFP4),
      * Llama-3.2-1B (q/o, k/v, down, fused gate/up), Llama-3-8B (q/o, k/v,
      * fused gate/up, down, and its transpose), Qwen3-30B-A3B's experts
@@ -305,7 +362,11 @@ int main(int argc, char **argv)
             nthreads = parse_list(argv[++i], threads, 8);
         else if (!strcmp(argv[i], "-m") && i + 1 < argc)
             ntoks = parse_list(argv[++i], toks, 16);
-        else if (!strcmp(argv[i], "-r") && i + 1 < argc)
+        else if (!strcmp(argv[i], "-b") && i + 1 < argc) {
+            nbatches = parse_list(argv[++i], batches, 16);
+            if (nbatches == 1 && batches[0] <= 0)
+                nbatches = 0;
+        } else if (!strcmp(argv[i], "-r") && i + 1 < argc)
             budget = atof(argv[++i]);
         else if (!strcmp(argv[i], "-q"))
             gemv_only = 1;
@@ -328,7 +389,7 @@ int main(int argc, char **argv)
                 s = *end == ',' ? end + 1 : NULL;
             }
         } else {
-            fprintf(stderr, "usage: bench-kernels [-t T,..] [-s NxK[b|h],..] [-m M,..] [-r SEC] "
+            fprintf(stderr, "usage: bench-kernels [-t T,..] [-s NxK[b|h],..] [-m M,..] [-b B,..] [-r SEC] "
                             "[-q] [-g] [-P MIB]\n");
             return 2;
         }
@@ -371,7 +432,7 @@ int main(int argc, char **argv)
         const shape *sh = &shapes[si];
         const size_t n = (size_t)sh->n, k = (size_t)sh->k;
         const int do_gemm = !gemv_only && sh->gemm, do_gemv = !gemm_only;
-        const size_t mmax = do_gemm && toks[ntoks - 1] > 1 ? (size_t)toks[ntoks - 1] : 1;
+        size_t mmax = do_gemm && toks[ntoks - 1] > 1 ? (size_t)toks[ntoks - 1] : 1;
         const size_t wbytes = sh->dense ? n * k * 2 : n * k / 2 + n * k / 16;
         const size_t copies =
             !do_gemv ? 1
@@ -388,6 +449,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "skip %zux%zu: K must be a multiple of 16\n", n, k);
             continue;
         }
+        for (size_t bi = 0; do_gemv && bi < nbatches; bi++)
+            if (batches[bi] > 0 && (size_t)batches[bi] > mmax)
+                mmax = (size_t)batches[bi];
         w[0] = calloc(copies, sizeof(*w[0]));
         w[1] = calloc(copies, sizeof(*w[1]));
         same = malloc(wbytes + 128);
@@ -469,7 +533,12 @@ int main(int argc, char **argv)
             /* (1) GEMV */
             if (do_gemv) {
                 nvfp4_kweight *const *wl[2] = {w[0], w[1]};
-                gemv_line(be, sh, wl, nsch, copies, x, y, same, ooc, wbytes, th, budget);
+                double gemv[2];
+                gemv_line(be, sh, wl, nsch, copies, x, y, same, ooc, wbytes, th, budget, gemv);
+                for (size_t bi = 0; bi < nbatches; bi++)
+                    if (batches[bi] > 0)
+                        batch_line(be, sh, wl, nsch, copies, x, y, ooc, wbytes, th, budget,
+                                   (size_t)batches[bi], gemv);
             }
             if (!do_gemm)
                 continue;

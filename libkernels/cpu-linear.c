@@ -565,12 +565,15 @@ row2_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const kr
 
 /* Activations quantized for the int8 kernel, per token and chunk: 256 int8
  * codes (2 * E2M1, in the plane order), per block the float32 factor
- * (s / gs) / 4 of §5 (the /4 undoes the two doublings) and 12 * the sum of
- * the block's codes (weights are fed to vpdpbusd as unsigned 2*code + 12). */
+ * (s / gs) / 4 of §5 (the /4 undoes the two doublings) and -12 * the sum
+ * of the block's codes (weights are fed to vpdpbusd as unsigned 2*code + 12;
+ * the kernels start each block's integer sum at this offset instead of
+ * subtracting it at the end: the sum is exact in int32, so the order of its
+ * terms changes no bit). */
 typedef struct {
     int8_t *q;          /* [m, nch * 256] */
     float *xs;          /* [m, nch * 16] */
-    int32_t *corr;      /* [m, nch * 16] */
+    int32_t *corr;      /* [m, nch * 16]: -12 * sum of codes */
 } act_q8;
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline __attribute__((always_inline)) void
@@ -604,16 +607,16 @@ row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size
         for (size_t t = 0; t < nt; t++) {
             const size_t tc = (t0 + t) * nch + ch;
             const int8_t *xq = a->q + tc * CPU_CHUNK;
-            /* two chains of two: shorter dependency than one of four */
-            __m512i sa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0,
-                                             _mm512_loadu_si512((const void *)xq));
+            /* two chains of two: shorter dependency than one of four; exact:
+             * the 16 products of one block per lane, from minus the offset */
+            __m512i sa = _mm512_dpbusd_epi32(
+                _mm512_loadu_si512((const void *)(a->corr + tc * 16)), w0,
+                _mm512_loadu_si512((const void *)xq));
             __m512i sb = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w1,
                                              _mm512_loadu_si512((const void *)(xq + 64)));
             sa = _mm512_dpbusd_epi32(sa, w2, _mm512_loadu_si512((const void *)(xq + 128)));
             sb = _mm512_dpbusd_epi32(sb, w3, _mm512_loadu_si512((const void *)(xq + 192)));
-            /* exact: the 16 products of one block per lane, minus the offset */
-            sa = _mm512_sub_epi32(_mm512_add_epi32(sa, sb),
-                                  _mm512_loadu_si512((const void *)(a->corr + tc * 16)));
+            sa = _mm512_add_epi32(sa, sb);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa),
                                      _mm512_mul_ps(ws, _mm512_loadu_ps(a->xs + tc * 16)),
                                      acc[t]);
@@ -659,7 +662,7 @@ gemv4_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, const k
 
             chunk_load(w->packed + (size_t)(r + i) * k / 2, w->scales + (size_t)(r + i) * nb, nb,
                        ch, s2, &p0, &p1, &ws);
-            sa = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+            sa = _mm512_dpbusd_epi32(corr,
                                      _mm512_shuffle_epi8(lut, _mm512_and_si512(p0, lo4)), x0);
             sb = _mm512_dpbusd_epi32(
                 _mm512_setzero_si512(),
@@ -669,7 +672,7 @@ gemv4_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, const k
             sb = _mm512_dpbusd_epi32(
                 sb, _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p1, 4), lo4)),
                 x3);
-            sa = _mm512_sub_epi32(_mm512_add_epi32(sa, sb), corr);
+            sa = _mm512_add_epi32(sa, sb);
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_mul_ps(ws, xs), acc[i]);
         }
     }
@@ -716,19 +719,21 @@ row2_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t
             const size_t tc = (t0 + t) * nch + ch;
             const int8_t *xq = a->q + tc * CPU_CHUNK;
             /* memory operands: 16 accumulators and 8 weight registers leave
-             * no room to hold the activations */
+             * no room to hold the activations.  One chain of four per row
+             * and token, from minus the offset (exact integers: the same
+             * sum as row_vnni_body's two chains): 16 chains in flight hide
+             * the latency, and no add or subtract is left per block. */
 #pragma GCC unroll 2
             for (int i = 0; i < 2; i++) {
-                __m512i sa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[i][0],
-                                                 _mm512_loadu_si512((const void *)xq));
-                __m512i sb = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[i][1],
-                                                 _mm512_loadu_si512((const void *)(xq + 64)));
+                __m512i sa = _mm512_dpbusd_epi32(
+                    _mm512_loadu_si512((const void *)(a->corr + tc * 16)), wv[i][0],
+                    _mm512_loadu_si512((const void *)xq));
+                sa = _mm512_dpbusd_epi32(sa, wv[i][1],
+                                         _mm512_loadu_si512((const void *)(xq + 64)));
                 sa = _mm512_dpbusd_epi32(sa, wv[i][2],
                                          _mm512_loadu_si512((const void *)(xq + 128)));
-                sb = _mm512_dpbusd_epi32(sb, wv[i][3],
+                sa = _mm512_dpbusd_epi32(sa, wv[i][3],
                                          _mm512_loadu_si512((const void *)(xq + 192)));
-                sa = _mm512_sub_epi32(_mm512_add_epi32(sa, sb),
-                                      _mm512_loadu_si512((const void *)(a->corr + tc * 16)));
                 acc[i][t] = _mm512_fmadd_ps(
                     _mm512_cvtepi32_ps(sa),
                     _mm512_mul_ps(ws[i], _mm512_loadu_ps(a->xs + tc * 16)), acc[i][t]);
@@ -796,7 +801,7 @@ quantize_row_q8(const float *x, size_t k, float gs, int8_t *q, float *xs,
             memcpy(dst + 64 * s, &d, 4);
         }
         xs[ch * CPU_CHUNK_BLOCKS + j] = back * 0.25f;
-        corr[ch * CPU_CHUNK_BLOCKS + j] = 12 * _mm512_reduce_add_epi32(c);
+        corr[ch * CPU_CHUNK_BLOCKS + j] = -12 * _mm512_reduce_add_epi32(c);
     }
 }
 
