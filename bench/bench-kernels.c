@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -172,8 +173,22 @@ static size_t parse_list(const char *s, long *out, size_t max)
 /* Copies of a GEMV's weight cycled so that each is read out of cache: their
  * total is at least this (the L3 here is 32 MiB; 3x leaves no line of a
  * copy in it when its turn comes again). */
-#define OOC_BYTES ((size_t)96 << 20)
-#define OOC_MAX_COPIES 512
+#define OOC_MIN_BYTES ((size_t)96 << 20)
+/* ... or 3x the L3 the C library reports where that is more (300 MiB on
+ * some Xeons, where 96 MiB of copies stay in the cache), up to 1 GiB */
+#define OOC_MAX_BYTES ((size_t)1 << 30)
+#define OOC_MAX_COPIES 8192
+
+static size_t ooc_bytes(void)
+{
+    long l3 = -1;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    if (l3 > 0 && 3 * (size_t)l3 > OOC_MIN_BYTES)
+        return 3 * (size_t)l3 < OOC_MAX_BYTES ? 3 * (size_t)l3 : OOC_MAX_BYTES;
+    return OOC_MIN_BYTES;
+}
 
 typedef struct {
     long n, k;
@@ -408,7 +423,7 @@ int main(int argc, char **argv)
            "# total exceeds %zu MiB; probe same = a same-size buffer read again and again (in\n"
            "# cache when it fits), ooc = same-size slices of as many copies cycled like the\n"
            "# kernel (out of cache); ratio = kernel GB/s / ooc probe GB/s\n",
-           OOC_BYTES >> 20);
+           ooc_bytes() >> 20);
     printf("# GEMM: GFLOPS = 2*m*n*k/s; blas = OpenBLAS sgemm on the dequantized f32 weight%s\n",
            blas_sgemm ? "" : " (OpenBLAS not found)");
     big = malloc(big_bytes);
@@ -436,8 +451,9 @@ int main(int argc, char **argv)
         const size_t wbytes = sh->dense ? n * k * 2 : n * k / 2 + n * k / 16;
         const size_t copies =
             !do_gemv ? 1
-            : (OOC_BYTES + wbytes - 1) / wbytes > OOC_MAX_COPIES ? OOC_MAX_COPIES
-                                                                : (OOC_BYTES + wbytes - 1) / wbytes;
+            : (ooc_bytes() + wbytes - 1) / wbytes > OOC_MAX_COPIES
+                ? OOC_MAX_COPIES
+                : (ooc_bytes() + wbytes - 1) / wbytes;
         const int nsch = sh->dense ? 1 : 2;
         uint8_t *packed = NULL, *scales = NULL, *same, *ooc, *dense = NULL;
         nvfp4_tensor *dt = NULL;
