@@ -486,15 +486,15 @@ gemv4_avx512(const cpu_kweight *w, int64_t r, const float *x, const krange *kr, 
     }
 }
 
-/* The 2-row x 8-token kernels' results: y[t0+t][r, r+1] = (or +=) the
+/* The 2-row x NT-token kernels' results: y[t0+t][r, r+1] = (or +=) the
  * horizontal sums of a0[t], a1[t]. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
     __attribute__((always_inline)) void
     store2x8(const __m512 *a0, const __m512 *a1, float *y, size_t t0, size_t n, int64_t r,
-             int acc)
+             int acc, size_t nt)
 {
 #pragma GCC unroll 8
-    for (size_t t = 0; t < 8; t++) {
+    for (size_t t = 0; t < nt; t++) {
         float *yo = y + (t0 + t) * n + (size_t)r;
         float v0 = _mm512_reduce_add_ps(a0[t]), v1 = _mm512_reduce_add_ps(a1[t]);
         yo[0] = acc ? yo[0] + v0 : v0;
@@ -502,13 +502,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
     }
 }
 
-/* Two rows by a full tile of 8 packed tokens: each activation load feeds
- * two FMAs, so the loop is bound by the FMA units rather than by loads.
- * Every output sees exactly the operations of row_avx512_body with nt = 8
- * (same order, same roundings), so pairing rows changes no bit. */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
-row2_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
-            float *y)
+/* Two rows by a tile of NT packed tokens: each activation load feeds two
+ * FMAs, so the loop is bound by the FMA units rather than by loads; with
+ * fewer than 8 tokens (decode batches of 2-7 sequences, a GEMM's last
+ * tile) the two rows also double the independent accumulator chains that
+ * one row's NT alone leaves latency-bound.  Every output sees exactly the
+ * operations of row_avx512_body with the same nt (same order, same
+ * roundings), so pairing rows changes no bit. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
+    __attribute__((always_inline)) void
+row2_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
+                 size_t nt, float *y)
 {
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
     const uint8_t *row0 = w->packed + (size_t)r * k / 2, *row1 = row0 + k / 2;
@@ -522,7 +526,7 @@ row2_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const kr
     float bs0[CPU_SCALE_SEG], bs1[CPU_SCALE_SEG];
 
 #pragma GCC unroll 8
-    for (size_t t = 0; t < 8; t++)
+    for (size_t t = 0; t < nt; t++)
         a0[t] = a1[t] = _mm512_setzero_ps();
     for (size_t seg = kr->b0; seg < kr->b1; seg += CPU_SCALE_SEG) {
         const size_t cnt = kr->b1 - seg < CPU_SCALE_SEG ? kr->b1 - seg : CPU_SCALE_SEG;
@@ -548,7 +552,7 @@ row2_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const kr
                     _mm512_srlv_epi32(_mm512_set1_epi64((long long)q1), shifts), lut),
                 _mm512_set1_ps(bs1[j]));
 #pragma GCC unroll 8
-            for (size_t t = 0; t < 8; t++) {
+            for (size_t t = 0; t < nt; t++) {
                 __m512 xv = _mm512_loadu_ps(xb + 16 * t);
                 /* one load for both rows: keep GCC from folding it into each
                  * FMA as a memory operand (twice the loads) */
@@ -558,7 +562,7 @@ row2_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const kr
             }
         }
     }
-    store2x8(a0, a1, y, t0, n, r, kr->acc);
+    store2x8(a0, a1, y, t0, n, r, kr->acc, nt);
 }
 
 /* ---- AVX-512 VNNI int8 kernel (CHUNK layout, W4A4) ---------------------------- */
@@ -845,6 +849,10 @@ CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", row_avx512,
              (const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
               size_t nt, float *y),
              w, r, x, t0, kr)
+CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", row2_avx512,
+             (const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
+              size_t nt, float *y),
+             w, r, x, t0, kr)
 CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni", row_vnni,
              (const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
               const krange *kr, size_t nt, float *y),
@@ -978,7 +986,7 @@ dense_row2_avx512(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int6
             a1[t] = _mm512_fmadd_ps(w1, xv, a1[t]);
         }
     }
-    store2x8(a0, a1, y, t0, n, r, kr->acc);
+    store2x8(a0, a1, y, t0, n, r, kr->acc, 8);
 }
 
 /* One token, four rows of one dense part, unpacked x (m == 1): four FMA
@@ -1241,9 +1249,9 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
                     krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
                     size_t r = r0;
 #ifdef CPU_X86
-                    if (path == PATH_AVX512 && nt == TOK_TILE && packed)
+                    if (path == PATH_AVX512 && packed)
                         for (; r + 1 < r1; r += 2)
-                            row2_avx512(w, (int64_t)r, x, t0, &kr, y);
+                            row2_avx512(w, (int64_t)r, x, t0, &kr, nt, y);
                     if (path == PATH_VNNI && nt == TOK_TILE)
                         for (; r + 1 < r1; r += 2)
                             row2_vnni(w, (int64_t)r, a, nch, t0, &kr, y);
