@@ -611,16 +611,15 @@ row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size
         for (size_t t = 0; t < nt; t++) {
             const size_t tc = (t0 + t) * nch + ch;
             const int8_t *xq = a->q + tc * CPU_CHUNK;
-            /* two chains of two: shorter dependency than one of four; exact:
-             * the 16 products of one block per lane, from minus the offset */
+            /* exact: the 16 products of one block per lane, from minus the
+             * offset; one chain of four (the chunks' chains are independent,
+             * so they overlap) */
             __m512i sa = _mm512_dpbusd_epi32(
                 _mm512_loadu_si512((const void *)(a->corr + tc * 16)), w0,
                 _mm512_loadu_si512((const void *)xq));
-            __m512i sb = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w1,
-                                             _mm512_loadu_si512((const void *)(xq + 64)));
+            sa = _mm512_dpbusd_epi32(sa, w1, _mm512_loadu_si512((const void *)(xq + 64)));
             sa = _mm512_dpbusd_epi32(sa, w2, _mm512_loadu_si512((const void *)(xq + 128)));
-            sb = _mm512_dpbusd_epi32(sb, w3, _mm512_loadu_si512((const void *)(xq + 192)));
-            sa = _mm512_add_epi32(sa, sb);
+            sa = _mm512_dpbusd_epi32(sa, w3, _mm512_loadu_si512((const void *)(xq + 192)));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa),
                                      _mm512_mul_ps(ws, _mm512_loadu_ps(a->xs + tc * 16)),
                                      acc[t]);
