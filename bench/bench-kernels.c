@@ -10,7 +10,14 @@
  *     reads the next of several copies whose total exceeds the L3 (out of
  *     cache).  The kernel is timed out of cache the same way: it cycles
  *     through as many uploaded copies of the weight.  The ratio printed is
- *     kernel GB/s over the ooc probe's (target >= 0.85).
+ *     kernel GB/s over the ooc probe's (target >= 0.85); "cpu" is the same
+ *     ratio of the best process CPU times (at 1 thread: the rate while
+ *     running, which a loaded machine distorts less than the wall time;
+ *     at more threads it sums every thread's time, spinning included).
+ *     Then batched decode, B tokens in one call (a context step of B
+ *     sequences), weights out of cache as above: the time per step beside
+ *     B one-token GEMVs (target: far below 1, each weight read once per
+ *     step for all B rows) and the ooc probe.
  * (2) GEMM, 16..512 tokens: GFLOPS (2 m n k / time) against OpenBLAS
  *     cblas_sgemm on the pre-dequantized float32 weight with the same
  *     threads (target >= 1.0x at >= 64 tokens).  OpenBLAS is loaded with
@@ -18,10 +25,11 @@
  *     column says "-".
  *
  * Usage: bench/bench-kernels [-t THREADS,..] [-s SHAPE,..] [-m TOKENS,..]
- *                            [-r SECONDS] [-q] [-g] [-P MIB]
+ *                            [-b BATCH,..] [-r SECONDS] [-q] [-g] [-P MIB]
  * defaults: -t 1,2  -s the decode shapes of SmolLM2, Llama-3.2-1B,
  * Llama-3-8B, Qwen3-30B-A3B's experts and a BF16 vocabulary head (GEMM on
- * the 8B ones and 576x576)  -m 16,64,128,512  -r 0.15
+ * the 8B ones and 576x576)  -m 16,64,128,512  -b 4,16,64 (-b 0: none)
+ * -r 0.15
  * -q: GEMV only; -g: GEMM only; -P MIB: only the read probe, a sum over MIB
  * MiB (1024 for scripts/bench-llama.sh), best of 5 at each thread count, one
  * line "probe MIB MiB th=T GB/s" each.  A SHAPE is NxK (outputs x inputs), NVFP4;
@@ -35,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -48,6 +57,17 @@ static double now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CPU time of the process (all its threads): on a loaded machine a call
+ * longer than the scheduler's time slice is preempted in nearly every
+ * repetition and its best wall time grows with the number of runnable
+ * tasks, while shorter calls (and the probe) still find a clean slice */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -167,8 +187,22 @@ static size_t parse_list(const char *s, long *out, size_t max)
 /* Copies of a GEMV's weight cycled so that each is read out of cache: their
  * total is at least this (the L3 here is 32 MiB; 3x leaves no line of a
  * copy in it when its turn comes again). */
-#define OOC_BYTES ((size_t)96 << 20)
-#define OOC_MAX_COPIES 512
+#define OOC_MIN_BYTES ((size_t)96 << 20)
+/* ... or 3x the L3 the C library reports where that is more (300 MiB on
+ * some Xeons, where 96 MiB of copies stay in the cache), up to 1 GiB */
+#define OOC_MAX_BYTES ((size_t)1 << 30)
+#define OOC_MAX_COPIES 8192
+
+static size_t ooc_bytes(void)
+{
+    long l3 = -1;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    if (l3 > 0 && 3 * (size_t)l3 > OOC_MIN_BYTES)
+        return 3 * (size_t)l3 < OOC_MAX_BYTES ? 3 * (size_t)l3 : OOC_MAX_BYTES;
+    return OOC_MIN_BYTES;
+}
 
 typedef struct {
     long n, k;
@@ -198,9 +232,10 @@ static void fill_lin(nvfp4_linear *lin, size_t n, size_t k, const uint8_t *packe
  * in turn, interleaved with both probes.  ws[s][c]: scheme s's copy c. */
 static void gemv_line(nvfp4_backend *be, const shape *sh, nvfp4_kweight *const *ws[2],
                       int nsch, size_t copies, const float *x, float *y, const uint8_t *same,
-                      const uint8_t *ooc, size_t wbytes, int th, double budget)
+                      const uint8_t *ooc, size_t wbytes, int th, double budget,
+                      double *gemv)
 {
-    double best[4] = {1e30, 1e30, 1e30, 1e30};
+    double best[4] = {1e30, 1e30, 1e30, 1e30}, cbest[4] = {1e30, 1e30, 1e30, 1e30};
     double t0;
     size_t c = 0;
     int reps = 0;
@@ -213,10 +248,11 @@ static void gemv_line(nvfp4_backend *be, const shape *sh, nvfp4_kweight *const *
     t0 = now();
     do {
         for (int s = 0; s < 4; s++) {
-            double a, b;
+            double a, b, ca;
             if (s < 2 && s >= nsch)
                 continue;
             a = now();
+            ca = cpu_now();
             if (s < 2) {
                 lin_job j = {be, ws[s][c], x, 1, y};
                 run_lin(&j);
@@ -228,22 +264,77 @@ static void gemv_line(nvfp4_backend *be, const shape *sh, nvfp4_kweight *const *
             b = now() - a;
             if (b < best[s])
                 best[s] = b;
+            ca = cpu_now() - ca;
+            if (ca < cbest[s])
+                cbest[s] = ca;
         }
         c = (c + 1) % copies;
         reps++;
     } while (now() - t0 < budget || reps < 3 || (size_t)reps < 2 * copies);
     if (sh->dense)
         printf("%6ldx%-6ld th=%d GEMV  %-5s %6.1f GB/s  %18s  probe same %6.1f ooc %6.1f GB/s"
-               "  ratio %.2f  (%.1f us)\n",
+               "  ratio %.2f  (%.1f us)  cpu %.2f\n",
                sh->n, sh->k, th, sh->dense == NVFP4_DTYPE_BF16 ? "bf16" : "f16",
                wbytes / best[0] * 1e-9, "", wbytes / best[2] * 1e-9, wbytes / best[3] * 1e-9,
-               best[3] / best[0], best[0] * 1e6);
+               best[3] / best[0], best[0] * 1e6, cbest[3] / cbest[0]);
     else
         printf("%6ldx%-6ld th=%d GEMV  w4a16 %6.1f GB/s  w4a4 %6.1f GB/s  probe same %6.1f ooc "
-               "%6.1f GB/s  ratio %.2f / %.2f  (%.1f / %.1f us)\n",
+               "%6.1f GB/s  ratio %.2f / %.2f  (%.1f / %.1f us)  cpu %.2f / %.2f\n",
                sh->n, sh->k, th, wbytes / best[0] * 1e-9, wbytes / best[1] * 1e-9,
                wbytes / best[2] * 1e-9, wbytes / best[3] * 1e-9, best[3] / best[0],
-               best[3] / best[1], best[0] * 1e6, best[1] * 1e6);
+               best[3] / best[1], best[0] * 1e6, best[1] * 1e6, cbest[3] / cbest[0],
+               cbest[3] / cbest[1]);
+    fflush(stdout);
+    gemv[0] = best[0];
+    gemv[1] = best[1];
+}
+
+/* Batched decode at TH threads: B tokens per call on every copy in turn
+ * (out of cache), interleaved with the ooc probe; GEMV: the one-token best
+ * times of gemv_line, per scheme. */
+static void batch_line(nvfp4_backend *be, const shape *sh, nvfp4_kweight *const *ws[2],
+                       int nsch, size_t copies, const float *x, float *y, const uint8_t *ooc,
+                       size_t wbytes, int th, double budget, size_t b, const double *gemv)
+{
+    double best[3] = {1e30, 1e30, 1e30};
+    double t0;
+    size_t c = 0;
+    int reps = 0;
+
+    for (int s = 0; s < nsch; s++) {
+        lin_job j = {be, ws[s][0], x, b, y};
+        run_lin(&j);
+    }
+    t0 = now();
+    do {
+        for (int s = 0; s < 3; s++) {
+            double a, d;
+            if (s < 2 && s >= nsch)
+                continue;
+            a = now();
+            if (s < 2) {
+                lin_job j = {be, ws[s][c], x, b, y};
+                run_lin(&j);
+            } else {
+                probe(ooc + c * wbytes, wbytes, th);
+            }
+            d = now() - a;
+            if (d < best[s])
+                best[s] = d;
+        }
+        c = (c + 1) % copies;
+        reps++;
+    } while (now() - t0 < budget || reps < 3 || (size_t)reps < 2 * copies);
+    if (sh->dense)
+        printf("%6ldx%-6ld th=%d B=%-3zu %-5s %8.1f us/step = %.2f x B GEMVs%22s  "
+               "%.2f x probe\n",
+               sh->n, sh->k, th, b, sh->dense == NVFP4_DTYPE_BF16 ? "bf16" : "f16",
+               best[0] * 1e6, best[0] / (b * gemv[0]), "", best[0] / best[2]);
+    else
+        printf("%6ldx%-6ld th=%d B=%-3zu w4a16 %8.1f us/step = %.2f x B GEMVs  w4a4 %8.1f "
+               "us/step = %.2f x B GEMVs  %.2f / %.2f x probe\n",
+               sh->n, sh->k, th, b, best[0] * 1e6, best[0] / (b * gemv[0]), best[1] * 1e6,
+               best[1] / (b * gemv[1]), best[0] / best[2], best[1] / best[2]);
     fflush(stdout);
 }
 
@@ -276,8 +367,8 @@ static int probe_only(long mib, const long *threads, size_t nthreads)
 
 int main(int argc, char **argv)
 {
-    long threads[8] = {1, 2}, toks[16] = {16, 64, 128, 512};
-    size_t nthreads = 2, ntoks = 4, nshapes;
+    long threads[8] = {1, 2}, toks[16] = {16, 64, 128, 512}, batches[16] = {4, 16, 64};
+    size_t nthreads = 2, ntoks = 4, nbatches = 3, nshapes;
     /* SmolLM2-135M (q/o, k/v, fused gate/up, down, tied head as NVFP4),
      * Llama-3.2-1B (q/o, k/v, down, fused gate/up), Llama-3-8B (q/o, k/v,
      * fused gate/up, down, and its transpose), Qwen3-30B-A3B's experts
@@ -305,7 +396,11 @@ int main(int argc, char **argv)
             nthreads = parse_list(argv[++i], threads, 8);
         else if (!strcmp(argv[i], "-m") && i + 1 < argc)
             ntoks = parse_list(argv[++i], toks, 16);
-        else if (!strcmp(argv[i], "-r") && i + 1 < argc)
+        else if (!strcmp(argv[i], "-b") && i + 1 < argc) {
+            nbatches = parse_list(argv[++i], batches, 16);
+            if (nbatches == 1 && batches[0] <= 0)
+                nbatches = 0;
+        } else if (!strcmp(argv[i], "-r") && i + 1 < argc)
             budget = atof(argv[++i]);
         else if (!strcmp(argv[i], "-q"))
             gemv_only = 1;
@@ -328,7 +423,7 @@ int main(int argc, char **argv)
                 s = *end == ',' ? end + 1 : NULL;
             }
         } else {
-            fprintf(stderr, "usage: bench-kernels [-t T,..] [-s NxK[b|h],..] [-m M,..] [-r SEC] "
+            fprintf(stderr, "usage: bench-kernels [-t T,..] [-s NxK[b|h],..] [-m M,..] [-b B,..] [-r SEC] "
                             "[-q] [-g] [-P MIB]\n");
             return 2;
         }
@@ -346,8 +441,10 @@ int main(int argc, char **argv)
     printf("# GEMV: GB/s of weight bytes, the kernel cycling over copies of the weight whose\n"
            "# total exceeds %zu MiB; probe same = a same-size buffer read again and again (in\n"
            "# cache when it fits), ooc = same-size slices of as many copies cycled like the\n"
-           "# kernel (out of cache); ratio = kernel GB/s / ooc probe GB/s\n",
-           OOC_BYTES >> 20);
+           "# kernel (out of cache); ratio = kernel GB/s / ooc probe GB/s; cpu = the same\n"
+           "# with process CPU times (a call longer than a time slice of a loaded machine\n"
+           "# is preempted in nearly every repetition: its wall time grows, not its CPU time)\n",
+           ooc_bytes() >> 20);
     printf("# GEMM: GFLOPS = 2*m*n*k/s; blas = OpenBLAS sgemm on the dequantized f32 weight%s\n",
            blas_sgemm ? "" : " (OpenBLAS not found)");
     big = malloc(big_bytes);
@@ -371,12 +468,13 @@ int main(int argc, char **argv)
         const shape *sh = &shapes[si];
         const size_t n = (size_t)sh->n, k = (size_t)sh->k;
         const int do_gemm = !gemv_only && sh->gemm, do_gemv = !gemm_only;
-        const size_t mmax = do_gemm && toks[ntoks - 1] > 1 ? (size_t)toks[ntoks - 1] : 1;
+        size_t mmax = do_gemm && toks[ntoks - 1] > 1 ? (size_t)toks[ntoks - 1] : 1;
         const size_t wbytes = sh->dense ? n * k * 2 : n * k / 2 + n * k / 16;
         const size_t copies =
             !do_gemv ? 1
-            : (OOC_BYTES + wbytes - 1) / wbytes > OOC_MAX_COPIES ? OOC_MAX_COPIES
-                                                                : (OOC_BYTES + wbytes - 1) / wbytes;
+            : (ooc_bytes() + wbytes - 1) / wbytes > OOC_MAX_COPIES
+                ? OOC_MAX_COPIES
+                : (ooc_bytes() + wbytes - 1) / wbytes;
         const int nsch = sh->dense ? 1 : 2;
         uint8_t *packed = NULL, *scales = NULL, *same, *ooc, *dense = NULL;
         nvfp4_tensor *dt = NULL;
@@ -388,6 +486,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "skip %zux%zu: K must be a multiple of 16\n", n, k);
             continue;
         }
+        for (size_t bi = 0; do_gemv && bi < nbatches; bi++)
+            if (batches[bi] > 0 && (size_t)batches[bi] > mmax)
+                mmax = (size_t)batches[bi];
         w[0] = calloc(copies, sizeof(*w[0]));
         w[1] = calloc(copies, sizeof(*w[1]));
         same = malloc(wbytes + 128);
@@ -469,7 +570,12 @@ int main(int argc, char **argv)
             /* (1) GEMV */
             if (do_gemv) {
                 nvfp4_kweight *const *wl[2] = {w[0], w[1]};
-                gemv_line(be, sh, wl, nsch, copies, x, y, same, ooc, wbytes, th, budget);
+                double gemv[2];
+                gemv_line(be, sh, wl, nsch, copies, x, y, same, ooc, wbytes, th, budget, gemv);
+                for (size_t bi = 0; bi < nbatches; bi++)
+                    if (batches[bi] > 0)
+                        batch_line(be, sh, wl, nsch, copies, x, y, ooc, wbytes, th, budget,
+                                   (size_t)batches[bi], gemv);
             }
             if (!do_gemm)
                 continue;

@@ -486,15 +486,15 @@ gemv4_avx512(const cpu_kweight *w, int64_t r, const float *x, const krange *kr, 
     }
 }
 
-/* The 2-row x 8-token kernels' results: y[t0+t][r, r+1] = (or +=) the
+/* The 2-row x NT-token kernels' results: y[t0+t][r, r+1] = (or +=) the
  * horizontal sums of a0[t], a1[t]. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
     __attribute__((always_inline)) void
     store2x8(const __m512 *a0, const __m512 *a1, float *y, size_t t0, size_t n, int64_t r,
-             int acc)
+             int acc, size_t nt)
 {
 #pragma GCC unroll 8
-    for (size_t t = 0; t < 8; t++) {
+    for (size_t t = 0; t < nt; t++) {
         float *yo = y + (t0 + t) * n + (size_t)r;
         float v0 = _mm512_reduce_add_ps(a0[t]), v1 = _mm512_reduce_add_ps(a1[t]);
         yo[0] = acc ? yo[0] + v0 : v0;
@@ -502,13 +502,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
     }
 }
 
-/* Two rows by a full tile of 8 packed tokens: each activation load feeds
- * two FMAs, so the loop is bound by the FMA units rather than by loads.
- * Every output sees exactly the operations of row_avx512_body with nt = 8
- * (same order, same roundings), so pairing rows changes no bit. */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
-row2_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
-            float *y)
+/* Two rows by a tile of NT packed tokens: each activation load feeds two
+ * FMAs, so the loop is bound by the FMA units rather than by loads; with
+ * fewer than 8 tokens (decode batches of 2-7 sequences, a GEMM's last
+ * tile) the two rows also double the independent accumulator chains that
+ * one row's NT alone leaves latency-bound.  Every output sees exactly the
+ * operations of row_avx512_body with the same nt (same order, same
+ * roundings), so pairing rows changes no bit. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
+    __attribute__((always_inline)) void
+row2_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
+                 size_t nt, float *y)
 {
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
     const uint8_t *row0 = w->packed + (size_t)r * k / 2, *row1 = row0 + k / 2;
@@ -522,7 +526,7 @@ row2_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const kr
     float bs0[CPU_SCALE_SEG], bs1[CPU_SCALE_SEG];
 
 #pragma GCC unroll 8
-    for (size_t t = 0; t < 8; t++)
+    for (size_t t = 0; t < nt; t++)
         a0[t] = a1[t] = _mm512_setzero_ps();
     for (size_t seg = kr->b0; seg < kr->b1; seg += CPU_SCALE_SEG) {
         const size_t cnt = kr->b1 - seg < CPU_SCALE_SEG ? kr->b1 - seg : CPU_SCALE_SEG;
@@ -548,7 +552,7 @@ row2_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const kr
                     _mm512_srlv_epi32(_mm512_set1_epi64((long long)q1), shifts), lut),
                 _mm512_set1_ps(bs1[j]));
 #pragma GCC unroll 8
-            for (size_t t = 0; t < 8; t++) {
+            for (size_t t = 0; t < nt; t++) {
                 __m512 xv = _mm512_loadu_ps(xb + 16 * t);
                 /* one load for both rows: keep GCC from folding it into each
                  * FMA as a memory operand (twice the loads) */
@@ -558,19 +562,22 @@ row2_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const kr
             }
         }
     }
-    store2x8(a0, a1, y, t0, n, r, kr->acc);
+    store2x8(a0, a1, y, t0, n, r, kr->acc, nt);
 }
 
 /* ---- AVX-512 VNNI int8 kernel (CHUNK layout, W4A4) ---------------------------- */
 
 /* Activations quantized for the int8 kernel, per token and chunk: 256 int8
  * codes (2 * E2M1, in the plane order), per block the float32 factor
- * (s / gs) / 4 of §5 (the /4 undoes the two doublings) and 12 * the sum of
- * the block's codes (weights are fed to vpdpbusd as unsigned 2*code + 12). */
+ * (s / gs) / 4 of §5 (the /4 undoes the two doublings) and -12 * the sum
+ * of the block's codes (weights are fed to vpdpbusd as unsigned 2*code + 12;
+ * the kernels start each block's integer sum at this offset instead of
+ * subtracting it at the end: the sum is exact in int32, so the order of its
+ * terms changes no bit). */
 typedef struct {
     int8_t *q;          /* [m, nch * 256] */
     float *xs;          /* [m, nch * 16] */
-    int32_t *corr;      /* [m, nch * 16] */
+    int32_t *corr;      /* [m, nch * 16]: -12 * sum of codes */
 } act_q8;
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline __attribute__((always_inline)) void
@@ -604,16 +611,15 @@ row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size
         for (size_t t = 0; t < nt; t++) {
             const size_t tc = (t0 + t) * nch + ch;
             const int8_t *xq = a->q + tc * CPU_CHUNK;
-            /* two chains of two: shorter dependency than one of four */
-            __m512i sa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0,
-                                             _mm512_loadu_si512((const void *)xq));
-            __m512i sb = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w1,
-                                             _mm512_loadu_si512((const void *)(xq + 64)));
+            /* exact: the 16 products of one block per lane, from minus the
+             * offset; one chain of four (the chunks' chains are independent,
+             * so they overlap) */
+            __m512i sa = _mm512_dpbusd_epi32(
+                _mm512_loadu_si512((const void *)(a->corr + tc * 16)), w0,
+                _mm512_loadu_si512((const void *)xq));
+            sa = _mm512_dpbusd_epi32(sa, w1, _mm512_loadu_si512((const void *)(xq + 64)));
             sa = _mm512_dpbusd_epi32(sa, w2, _mm512_loadu_si512((const void *)(xq + 128)));
-            sb = _mm512_dpbusd_epi32(sb, w3, _mm512_loadu_si512((const void *)(xq + 192)));
-            /* exact: the 16 products of one block per lane, minus the offset */
-            sa = _mm512_sub_epi32(_mm512_add_epi32(sa, sb),
-                                  _mm512_loadu_si512((const void *)(a->corr + tc * 16)));
+            sa = _mm512_dpbusd_epi32(sa, w3, _mm512_loadu_si512((const void *)(xq + 192)));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa),
                                      _mm512_mul_ps(ws, _mm512_loadu_ps(a->xs + tc * 16)),
                                      acc[t]);
@@ -659,7 +665,7 @@ gemv4_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, const k
 
             chunk_load(w->packed + (size_t)(r + i) * k / 2, w->scales + (size_t)(r + i) * nb, nb,
                        ch, s2, &p0, &p1, &ws);
-            sa = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+            sa = _mm512_dpbusd_epi32(corr,
                                      _mm512_shuffle_epi8(lut, _mm512_and_si512(p0, lo4)), x0);
             sb = _mm512_dpbusd_epi32(
                 _mm512_setzero_si512(),
@@ -669,7 +675,7 @@ gemv4_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, const k
             sb = _mm512_dpbusd_epi32(
                 sb, _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p1, 4), lo4)),
                 x3);
-            sa = _mm512_sub_epi32(_mm512_add_epi32(sa, sb), corr);
+            sa = _mm512_add_epi32(sa, sb);
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_mul_ps(ws, xs), acc[i]);
         }
     }
@@ -716,19 +722,21 @@ row2_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t
             const size_t tc = (t0 + t) * nch + ch;
             const int8_t *xq = a->q + tc * CPU_CHUNK;
             /* memory operands: 16 accumulators and 8 weight registers leave
-             * no room to hold the activations */
+             * no room to hold the activations.  One chain of four per row
+             * and token, from minus the offset (exact integers: the same
+             * sum as row_vnni_body's two chains): 16 chains in flight hide
+             * the latency, and no add or subtract is left per block. */
 #pragma GCC unroll 2
             for (int i = 0; i < 2; i++) {
-                __m512i sa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[i][0],
-                                                 _mm512_loadu_si512((const void *)xq));
-                __m512i sb = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[i][1],
-                                                 _mm512_loadu_si512((const void *)(xq + 64)));
+                __m512i sa = _mm512_dpbusd_epi32(
+                    _mm512_loadu_si512((const void *)(a->corr + tc * 16)), wv[i][0],
+                    _mm512_loadu_si512((const void *)xq));
+                sa = _mm512_dpbusd_epi32(sa, wv[i][1],
+                                         _mm512_loadu_si512((const void *)(xq + 64)));
                 sa = _mm512_dpbusd_epi32(sa, wv[i][2],
                                          _mm512_loadu_si512((const void *)(xq + 128)));
-                sb = _mm512_dpbusd_epi32(sb, wv[i][3],
+                sa = _mm512_dpbusd_epi32(sa, wv[i][3],
                                          _mm512_loadu_si512((const void *)(xq + 192)));
-                sa = _mm512_sub_epi32(_mm512_add_epi32(sa, sb),
-                                      _mm512_loadu_si512((const void *)(a->corr + tc * 16)));
                 acc[i][t] = _mm512_fmadd_ps(
                     _mm512_cvtepi32_ps(sa),
                     _mm512_mul_ps(ws[i], _mm512_loadu_ps(a->xs + tc * 16)), acc[i][t]);
@@ -796,7 +804,7 @@ quantize_row_q8(const float *x, size_t k, float gs, int8_t *q, float *xs,
             memcpy(dst + 64 * s, &d, 4);
         }
         xs[ch * CPU_CHUNK_BLOCKS + j] = back * 0.25f;
-        corr[ch * CPU_CHUNK_BLOCKS + j] = 12 * _mm512_reduce_add_epi32(c);
+        corr[ch * CPU_CHUNK_BLOCKS + j] = -12 * _mm512_reduce_add_epi32(c);
     }
 }
 
@@ -837,6 +845,10 @@ CPU_DISPATCH("avx2,fma", row_avx2,
               size_t nt, float *y),
              w, r, x, t0, kr)
 CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", row_avx512,
+             (const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
+              size_t nt, float *y),
+             w, r, x, t0, kr)
+CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", row2_avx512,
              (const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
               size_t nt, float *y),
              w, r, x, t0, kr)
@@ -973,7 +985,7 @@ dense_row2_avx512(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int6
             a1[t] = _mm512_fmadd_ps(w1, xv, a1[t]);
         }
     }
-    store2x8(a0, a1, y, t0, n, r, kr->acc);
+    store2x8(a0, a1, y, t0, n, r, kr->acc, 8);
 }
 
 /* One token, four rows of one dense part, unpacked x (m == 1): four FMA
@@ -1236,9 +1248,9 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
                     krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
                     size_t r = r0;
 #ifdef CPU_X86
-                    if (path == PATH_AVX512 && nt == TOK_TILE && packed)
+                    if (path == PATH_AVX512 && packed)
                         for (; r + 1 < r1; r += 2)
-                            row2_avx512(w, (int64_t)r, x, t0, &kr, y);
+                            row2_avx512(w, (int64_t)r, x, t0, &kr, nt, y);
                     if (path == PATH_VNNI && nt == TOK_TILE)
                         for (; r + 1 < r1; r += 2)
                             row2_vnni(w, (int64_t)r, a, nch, t0, &kr, y);

@@ -3,7 +3,8 @@
 # The CPU backend's NVFP4 Linear against two same-run read probes (GEMV: a
 # same-size buffer read again and again, and same-size slices of copies whose
 # total exceeds the L3, the kernel cycling over as many copies of its weight;
-# the ratio is to the out-of-cache one) and OpenBLAS sgemm (GEMM), 1 and 2
+# the ratio is to the out-of-cache one), batched decode (B tokens per call
+# against B one-token GEMVs and the probe) and OpenBLAS sgemm (GEMM), 1 and 2
 # threads, the decode shapes of SmolLM2, Llama-3.2-1B, Llama-3-8B, Qwen3-30B-A3B's
 # experts and a BF16 vocabulary head; then, when
 # build/venv has torch, the PyTorch emulation of the same layers

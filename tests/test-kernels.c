@@ -522,6 +522,46 @@ START_TEST(test_batch_invariance)
 }
 END_TEST
 
+/* Batch invariance at the decode batch sizes a context step runs (B = 1,
+ * 3, 8, 17, 64 rows in one call): every token's outputs equal, bit for bit,
+ * its outputs computed alone, for W4A4 and W4A16 at every ISA level and
+ * 1..3 threads.  K = 1040 (65 blocks: a 64-block stretch and a tail; five
+ * 256-element chunks, the last of one block) takes the 4-row GEMVs
+ * (float and VNNI) for one token, the 2-row x 8-token kernels and their
+ * tails for more; N = 37 leaves odd rows after every row grouping. */
+START_TEST(test_batch_invariance_decode)
+{
+    enum { N = 37, K = 1040, M = 64 };
+    static const size_t batches[] = {1, 3, 8, 17, 64};
+    static float x[M * K], alone[M * N], y[M * N];
+
+    for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
+        x[i] = frand(-2, 2) * (i % 89 == 0 ? 16.0f : 1.0f);
+    for (int scheme = 0; scheme < 2; scheme++) {
+        syn_linear sl;
+
+        syn_make(&sl, "invariance.decode", scheme ? NVFP4_SCHEME_W4A4 : NVFP4_SCHEME_W4A16, N,
+                 K, 0.013f, scheme ? 0.017f : 0.0f);
+        for (size_t l = 0; l < 4; l++) {
+            for (size_t t = 0; t < M; t++)
+                run_linear_all_threads(isa_levels[l], &sl.lin, 1, x + t * K, 1, alone + t * N,
+                                       N);
+            for (size_t bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++) {
+                const size_t b = batches[bi], t0 = (M - b) / 2; /* rows from the middle */
+
+                run_linear_all_threads(isa_levels[l], &sl.lin, 1, x + t0 * K, b, y, b * N);
+                for (size_t t = 0; t < b; t++)
+                    ck_assert_msg(memcmp(y + t * N, alone + (t0 + t) * N,
+                                         N * sizeof(float)) == 0,
+                                  "%s %s: token %zu of a batch of %zu differs from it alone",
+                                  isa_levels[l], scheme ? "w4a4" : "w4a16", t, b);
+            }
+        }
+        syn_free(&sl);
+    }
+}
+END_TEST
+
 /* §5 bit for bit: an identity W4A4 weight (code 1.0, block scale 1.0,
  * global 1.0) makes y = x' exactly on every path (one non-zero product per
  * output, each rounded once as the reference rounds q * (s / gs)), so the
@@ -1470,6 +1510,7 @@ int main(void)
     tcase_add_test(tc, test_attention);
     tcase_add_test(tc, test_attention_paged);
     tcase_add_test(tc, test_batch_invariance);
+    tcase_add_test(tc, test_batch_invariance_decode);
     tcase_add_test(tc, test_rowops);
     tcase_add_test(tc, test_topk);
     tcase_add_test(tc, test_moe);
