@@ -447,12 +447,6 @@ NVFP4_API nvfp4_status nvfp4_k_attention(nvfp4_backend *be, const float *q,
                                          size_t max_ctx, size_t pos0, size_t m,
                                          size_t nh, size_t nkv, size_t hd,
                                          float scale, float *out, nvfp4_error *err);
-/**
- * A paged KV cache (after vLLM's PagedAttention): K and V of every
- * sequence live in fixed-size blocks of a shared pool, found through the
- * sequence's block table.  Everything but max_len is backend memory; the
- * caller (a libmodel context) owns all of it.
- */
 /** Element type of a paged KV pool (nvfp4_kv_pages::dtype). */
 typedef enum {
     NVFP4_KV_ELEM_F32 = 0,      /**< float32, 4 bytes an element */
@@ -461,6 +455,12 @@ typedef enum {
                                      and read back as e4m3 * scale (vLLM's fp8 cache) */
 } nvfp4_kv_elem;
 
+/**
+ * A paged KV cache (after vLLM's PagedAttention): K and V of every
+ * sequence live in fixed-size blocks of a shared pool, found through the
+ * sequence's block table.  Everything but max_len is backend memory; the
+ * caller (a libmodel context) owns all of it.
+ */
 typedef struct {
     void *k_pool;               /**< [nblocks, block, nkv, hd] keys, elements of @c dtype */
     void *v_pool;               /**< [nblocks, block, nkv, hd] values, elements of @c dtype */

@@ -1577,14 +1577,14 @@ template <typename T>
 static void attention_paged_run(const float *q, const float *k, const float *v, T *k_pool,
                                 T *v_pool, int64_t nblocks, int64_t ntables, int64_t max_len,
                                 att_pages pg, int64_t m, int64_t nh, int64_t nkv, int64_t hd,
-                                float scale, float *out, float *part, int *flag, float ks,
-                                float vs, gpu_stream_t s)
+                                float scale, float *out, int *ok, float *part, int *flag,
+                                float ks, float vs, gpu_stream_t s)
 {
     const size_t shmem = (2 * (size_t)hd + ATT_TILE) * sizeof(float);
     const int64_t ns = attention_splits(max_len, m);
 
     att_paged_store_kernel<T><<<(unsigned)m, ATT_THREADS, 0, s>>>(
-        k, v, k_pool, v_pool, pg, nblocks, ntables, max_len, nkv * hd, pg.ok, flag, ks, vs);
+        k, v, k_pool, v_pool, pg, nblocks, ntables, max_len, nkv * hd, ok, flag, ks, vs);
     if (ns > 1) {
         dim3 grid((unsigned)nh, (unsigned)m, (unsigned)ns);
         attention_kernel<true, T><<<grid, ATT_THREADS, shmem, s>>>(
@@ -1615,12 +1615,12 @@ extern "C" gpu_error_t gk_attention_paged(const float *q, const float *k, const 
 
     if (fp8)
         attention_paged_run<uint8_t>(q, k, v, (uint8_t *)k_pool, (uint8_t *)v_pool, nblocks,
-                                     ntables, max_len, pg, m, nh, nkv, hd, scale, out, part,
-                                     flag, k_scale, v_scale, s);
+                                     ntables, max_len, pg, m, nh, nkv, hd, scale, out, ok,
+                                     part, flag, k_scale, v_scale, s);
     else
         attention_paged_run<float>(q, k, v, (float *)k_pool, (float *)v_pool, nblocks,
-                                   ntables, max_len, pg, m, nh, nkv, hd, scale, out, part,
-                                   flag, 1.0f, 1.0f, s);
+                                   ntables, max_len, pg, m, nh, nkv, hd, scale, out, ok,
+                                   part, flag, 1.0f, 1.0f, s);
     return launched();
 }
 
