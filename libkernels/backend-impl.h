@@ -64,8 +64,11 @@ extern "C" {
 
 /* Bump on any incompatible change of the structs below.  4: get_caps,
  * supports, open(params), the weight format in the descriptor, MoE given
- * the registry's weights (struct nvfp4_kweight) instead of copied arrays. */
-#define NVFP4_BACKEND_ABI_VERSION 4u
+ * the registry's weights (struct nvfp4_kweight) instead of copied arrays.
+ * 5: attention_paged's nvfp4_kv_pages carries the element type of the pools
+ * (float32 or FP8 E4M3 bytes, which the backend encodes on store and
+ * decodes on read) and the K/V scales. */
+#define NVFP4_BACKEND_ABI_VERSION 5u
 
 /* The fused geometry of a weight, computed by the registry. */
 typedef struct {
@@ -184,6 +187,7 @@ typedef struct nvfp4_backend_iface {
      * pos (< max_len, pos / block < max_blocks), seq (< ntables) and the
      * table entries the rows reach (< nblocks).  A GPU backend checks them on
      * the device, skips a bad row and reports it at the next sync. */
+    /* ABI 5: kv->dtype NVFP4_KV_ELEM_FP8_E4M3 (one-byte pools) must be run too. */
     nvfp4_status (*attention_paged)(void *ctx, const float *q, const float *k, const float *v,
                                     const nvfp4_kv_pages *kv, size_t m, size_t nh, size_t nkv,
                                     size_t hd, float scale, float *out, nvfp4_error *err);

@@ -15,6 +15,7 @@
 #endif
 
 #include "cpu-internal.h"
+#include "numerics.h" /* E4M3 codec of FP8 KV pools: libquant/numerics.h */
 
 /* ---- context, memory ------------------------------------------------------ */
 
@@ -350,12 +351,71 @@ pwsum_avx512(float *out, const float *w, float inv, const float *pool, const int
 #define pwsum_avx512 pwsum_scalar
 #endif
 
+/* One (row, head): scores of QI against the keys of positions first .. len-1
+ * (found through TAB in KPOOL), a numerically safe softmax (max subtracted)
+ * in float32, and the weighted sum of the values into O, in position order.
+ * SC holds len scores. */
+static void attend_head(const float *qi, float *o, const float *kpool, const float *vpool,
+                        const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first,
+                        size_t len, size_t hd, float scale, float *sc, int wide)
+{
+    float mx = -INFINITY, sum = 0.0f, inv;
+
+    for (size_t p = first; p < len; p++) {
+        const float *kr = page_row(kpool, tab, bs, kvw, p) + off;
+        sc[p] = (wide ? dot_avx512 : dot_scalar)(qi, kr, hd) * scale;
+        if (sc[p] > mx)
+            mx = sc[p];
+    }
+    for (size_t p = first; p < len; p++) {
+        sc[p] = expf(sc[p] - mx);
+        sum += sc[p];
+    }
+    inv = 1.0f / sum;
+    (wide ? pwsum_avx512 : pwsum_scalar)(o, sc, inv, vpool, tab, bs, kvw, off, first, len, hd);
+}
+
+/* FP8 E4M3 pools (nvfp4_kv_elem): numerics.h's codec, the one vLLM's
+ * semantics were checked against (kvcache.c's fixtures). */
+static float e4m3_lut[256];
+static pthread_once_t e4m3_lut_once = PTHREAD_ONCE_INIT;
+
+static void e4m3_lut_fill(void)
+{
+    for (int i = 0; i < 256; i++)
+        e4m3_lut[i] = num_e4m3_value((uint32_t)i);
+}
+
+static void fp8_store(uint8_t *dst, const float *x, size_t n, float scale)
+{
+    for (size_t d = 0; d < n; d++)
+        dst[d] = (uint8_t)num_e4m3_encode(x[d] / scale);
+}
+
+/* Head OFF of positions first .. len-1 of one pool, dequantized into the
+ * contiguous [len, hd] rows of OUT (position p at row p): e4m3 * scale, the
+ * very float32 value a float32 pool of quantize-dequantized rows held. */
+static void fp8_gather(float *out, const uint8_t *pool, const int32_t *tab, size_t bs,
+                       size_t kvw, size_t off, size_t first, size_t len, size_t hd,
+                       float scale)
+{
+    for (size_t p = first; p < len; p++) {
+        const uint8_t *r = pool + ((size_t)tab[p / bs] * bs + p % bs) * kvw + off;
+        float *o = out + p * hd;
+        for (size_t d = 0; d < hd; d++)
+            o[d] = e4m3_lut[r[d]] * scale;
+    }
+}
+
 /* Causal grouped-query attention through block tables, one (row, head) per
- * work item, a numerically safe softmax (max subtracted) in float32: the
- * rows' k and v are stored in their slots first, then each (row, head) runs
- * over its own sequence's positions 0 .. pos[i] in position order, so a
- * row's output does not depend on the other rows of the call (batch
- * invariance) nor on the thread count. */
+ * work item (one (row, KV head) for FP8 pools, whose rows are dequantized
+ * once for the group), a numerically safe softmax (max subtracted) in
+ * float32: the rows' k and v are stored in their slots first, then each
+ * (row, head) runs over its own sequence's positions 0 .. pos[i] in position
+ * order, so a row's output does not depend on the other rows of the call
+ * (batch invariance) nor on the thread count.  FP8 pools give the same bits
+ * as float32 pools holding the dequantized values: the same attend_head()
+ * over the same float32 numbers. */
 static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *k,
                                         const float *v, const nvfp4_kv_pages *kv, size_t m,
                                         size_t nh, size_t nkv, size_t hd, float scale,
@@ -363,23 +423,63 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
 {
     const size_t kvw = nkv * hd, group = nh / nkv, bs = kv->block, maxlen = kv->max_len;
     const int nth = nvfp4k_cpu_nthreads(ctx);
-    float *scores = malloc((size_t)nth * maxlen * sizeof(float));
+    const int fp8 = kv->dtype == NVFP4_KV_ELEM_FP8_E4M3;
+    /* per thread: maxlen scores; FP8: also maxlen dequantized K and V rows */
+    size_t per, bytes;
+    float *scores;
+    const int32_t zero = 0;
 #ifdef CPU_HAVE_X86
     const int wide = ((cpu_ctx *)ctx)->isa >= CPU_ISA_AVX512;
 #else
     const int wide = 0;
 #endif
 
+    if (__builtin_mul_overflow(maxlen, fp8 ? 1 + 2 * hd : 1, &per) ||
+        __builtin_mul_overflow(per, (size_t)nth * sizeof(float), &bytes))
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
+                               "scratch of %zu positions of %zu is out of range", maxlen, hd);
+    scores = malloc(bytes);
     if (!scores)
         return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
                                "out of memory for %zu scores", maxlen);
+    if (fp8)
+        pthread_once(&e4m3_lut_once, e4m3_lut_fill);
     for (size_t i = 0; i < m; i++) {
         const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
         const size_t p = (size_t)kv->pos[i];
-        memcpy((float *)page_row(kv->k_pool, tab, bs, kvw, p), k + i * kvw,
-               kvw * sizeof(float));
-        memcpy((float *)page_row(kv->v_pool, tab, bs, kvw, p), v + i * kvw,
-               kvw * sizeof(float));
+        const size_t slot = (size_t)tab[p / bs] * bs + p % bs;
+        if (fp8) {
+            fp8_store((uint8_t *)kv->k_pool + slot * kvw, k + i * kvw, kvw, kv->k_scale);
+            fp8_store((uint8_t *)kv->v_pool + slot * kvw, v + i * kvw, kvw, kv->v_scale);
+        } else {
+            memcpy((float *)kv->k_pool + slot * kvw, k + i * kvw, kvw * sizeof(float));
+            memcpy((float *)kv->v_pool + slot * kvw, v + i * kvw, kvw * sizeof(float));
+        }
+    }
+    if (fp8) {
+#pragma omp parallel for schedule(static) num_threads(nth) \
+    if (m * nh * maxlen * hd >= 8 * CPU_PAR_MIN)
+        for (size_t it = 0; it < m * nkv; it++) {
+            size_t i = it / nkv, kvh = it % nkv, len = (size_t)kv->pos[i] + 1;
+            size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+            const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+            float *sc = scores, *kr, *vr;
+#ifdef _OPENMP
+            sc += (size_t)omp_get_thread_num() * per;
+#endif
+            kr = sc + maxlen;
+            vr = kr + maxlen * hd;
+            fp8_gather(kr, kv->k_pool, tab, bs, kvw, kvh * hd, first, len, hd, kv->k_scale);
+            fp8_gather(vr, kv->v_pool, tab, bs, kvw, kvh * hd, first, len, hd, kv->v_scale);
+            for (size_t g = 0; g < group; g++) {
+                size_t h = kvh * group + g;
+                /* the gathered rows: one block of maxlen positions, row p at p */
+                attend_head(q + (i * nh + h) * hd, out + (i * nh + h) * hd, kr, vr, &zero,
+                            maxlen, hd, 0, first, len, hd, scale, sc, wide);
+            }
+        }
+        free(scores);
+        return NVFP4_OK;
     }
     /* a decode step of a short context is a few microseconds: one thread */
 #pragma omp parallel for schedule(static) num_threads(nth) \
@@ -389,26 +489,12 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
         /* a sliding window: positions first .. pos[i] */
         size_t first = kv->window && len > kv->window ? len - kv->window : 0;
         const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
-        const float *qi = q + it * hd;
-        float *o = out + it * hd;
         float *sc = scores;
-        float mx = -INFINITY, sum = 0.0f, inv;
 #ifdef _OPENMP
         sc += (size_t)omp_get_thread_num() * maxlen;
 #endif
-        for (size_t p = first; p < len; p++) {
-            const float *kr = page_row(kv->k_pool, tab, bs, kvw, p) + kvh * hd;
-            sc[p] = (wide ? dot_avx512 : dot_scalar)(qi, kr, hd) * scale;
-            if (sc[p] > mx)
-                mx = sc[p];
-        }
-        for (size_t p = first; p < len; p++) {
-            sc[p] = expf(sc[p] - mx);
-            sum += sc[p];
-        }
-        inv = 1.0f / sum;
-        (wide ? pwsum_avx512 : pwsum_scalar)(o, sc, inv, kv->v_pool, tab, bs, kvw, kvh * hd,
-                                             first, len, hd);
+        attend_head(q + it * hd, out + it * hd, kv->k_pool, kv->v_pool, tab, bs, kvw, kvh * hd,
+                    first, len, hd, scale, sc, wide);
     }
     free(scores);
     return NVFP4_OK;
@@ -441,6 +527,7 @@ static nvfp4_status cpu_attention(void *ctx, const float *q, const float *k, con
         rows[i] = (int32_t)(pos0 + i);
         rows[m + i] = 0;
     }
+    memset(&kv, 0, sizeof(kv)); /* float32 pools (NVFP4_KV_ELEM_F32), no window */
     kv.k_pool = k_cache;
     kv.v_pool = v_cache;
     kv.nblocks = 1;

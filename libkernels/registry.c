@@ -821,6 +821,18 @@ nvfp4_status nvfp4_k_attention_paged(nvfp4_backend *be, const float *q, const fl
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "attention_paged", -1,
                                "max_len %zu exceeds the %zu blocks of %zu of a table",
                                kv->max_len, kv->max_blocks, kv->block);
+    if (kv->dtype != NVFP4_KV_ELEM_F32 && kv->dtype != NVFP4_KV_ELEM_FP8_E4M3)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "attention_paged", -1,
+                               "KV element type %d; expected NVFP4_KV_ELEM_F32 (0) or "
+                               "NVFP4_KV_ELEM_FP8_E4M3 (1)",
+                               (int)kv->dtype);
+    if (kv->dtype == NVFP4_KV_ELEM_FP8_E4M3 &&
+        (!isfinite(kv->k_scale) || !(kv->k_scale > 0.0f) || !isfinite(kv->v_scale) ||
+         !(kv->v_scale > 0.0f)))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "attention_paged", -1,
+                               "FP8 KV pools need finite scales > 0; found k_scale %g, "
+                               "v_scale %g",
+                               (double)kv->k_scale, (double)kv->v_scale);
     for (size_t i = 0; host_memory(be) && i < m; i++) {
         int32_t p = kv->pos[i], s = kv->seq[i];
         if (p < 0 || (size_t)p >= kv->max_len || s < 0 || (size_t)s >= kv->ntables)

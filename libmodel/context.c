@@ -38,7 +38,9 @@ struct nvfp4_context {
     nvfp4_backend *be;
     int locked_backend;     /* GPU backend: serialise on m->lock */
     size_t block, nblocks, max_blocks, max_batch;
-    float **k_pool, **v_pool;             /* [layers] backend buffers */
+    void **k_pool, **v_pool;              /* [layers] backend buffers */
+    int kv_fp8;                           /* pools of FP8 E4M3 bytes, else float32 */
+    size_t kv_esize;                      /* bytes per pool element: 1 or 4 */
     int32_t *refs;                        /* [nblocks] holders per block */
     int32_t *free_ids;                    /* stack of free block ids */
     size_t nfree;
@@ -56,8 +58,7 @@ struct nvfp4_context {
     float *host_gu;                       /* [max_batch, 2 inter]: GeGLU on the host */
     /* host staging of one batch */
     int32_t *h_ids, *h_pos, *h_rseq, *h_tables;
-    float *h_block;                       /* one block of one pool, for copies */
-    float *h_kv;                          /* FP8 KV cache: one batch's K or V rows */
+    void *h_block;                        /* one block of one pool, for copies */
     float *h_gu;                          /* split gate/up: [4, n, inter] */
 };
 
@@ -143,10 +144,8 @@ static nvfp4_status alloc_scratch(nvfp4_context *c, nvfp4_error *err)
     c->h_pos = malloc(n * 4);
     c->h_rseq = malloc(n * 4);
     c->h_tables = malloc(ntab * c->max_blocks * 4);
-    c->h_block = malloc(c->block * kd * 4);
+    c->h_block = malloc(c->block * kd * c->kv_esize);
     if (!c->h_ids || !c->h_pos || !c->h_rseq || !c->h_tables || !c->h_block)
-        return nomem(err);
-    if (c->m->kv_fp8 && !(c->h_kv = malloc(n * kd * 4)))
         return nomem(err);
     if (c->m->split_gu && !(c->h_gu = malloc(4 * n * (size_t)hp->inter * 4)))
         return nomem(err);
@@ -190,7 +189,6 @@ void nvfp4_context_free(nvfp4_context *c)
     free(c->h_rseq);
     free(c->h_tables);
     free(c->h_block);
-    free(c->h_kv);
     free(c->h_gu);
     free(c);
 }
@@ -200,7 +198,7 @@ nvfp4_context *nvfp4_context_create(nvfp4_model *m, const nvfp4_context_options 
 {
     nvfp4_context_options o;
     nvfp4_context *c;
-    size_t L, kd, block_bytes;
+    size_t L, kd, block_bytes, esize;
     nvfp4_status st;
 
     nvfp4_error_clear(err);
@@ -213,7 +211,19 @@ nvfp4_context *nvfp4_context_create(nvfp4_model *m, const nvfp4_context_options 
         o = *opt;
     L = (size_t)m->hp.layers;
     kd = kv_row(m);
-    block_bytes = 2 * L * NVFP4_KV_BLOCK * kd * sizeof(float);
+    if (o.kv_cache_dtype != NVFP4_KV_CACHE_AUTO && o.kv_cache_dtype != NVFP4_KV_CACHE_F32 &&
+        o.kv_cache_dtype != NVFP4_KV_CACHE_FP8) {
+        nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, "kv_cache_dtype", -1,
+                        "kv_cache_dtype %d; expected NVFP4_KV_CACHE_AUTO, _F32 or _FP8",
+                        (int)o.kv_cache_dtype);
+        return NULL;
+    }
+    /* auto: FP8 where the checkpoint has the scales (kvcache.c) */
+    esize = o.kv_cache_dtype == NVFP4_KV_CACHE_FP8 ||
+                    (o.kv_cache_dtype == NVFP4_KV_CACHE_AUTO && m->kv_fp8)
+                ? 1
+                : sizeof(float);
+    block_bytes = 2 * L * NVFP4_KV_BLOCK * kd * esize;
     if (o.max_seqs < 0) {
         nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, "max_seqs", -1,
                         "max_seqs must be >= 0, found %d", o.max_seqs);
@@ -226,6 +236,8 @@ nvfp4_context *nvfp4_context_create(nvfp4_model *m, const nvfp4_context_options 
     }
     c->m = m;
     c->be = m->be;
+    c->kv_esize = esize;
+    c->kv_fp8 = esize == 1;
     /* (ranks of a split model run their collectives one batch at a time) */
     c->locked_backend = strcmp(nvfp4_backend_name(m->be), "cpu") != 0 || m->par->size > 1;
     c->block = NVFP4_KV_BLOCK;
@@ -248,8 +260,8 @@ nvfp4_context *nvfp4_context_create(nvfp4_model *m, const nvfp4_context_options 
         free(c);
         return NULL;
     }
-    c->k_pool = calloc(L, sizeof(float *));
-    c->v_pool = calloc(L, sizeof(float *));
+    c->k_pool = calloc(L, sizeof(void *));
+    c->v_pool = calloc(L, sizeof(void *));
     c->refs = calloc(c->nblocks, sizeof(int32_t));
     c->free_ids = malloc(c->nblocks * sizeof(int32_t));
     c->seqs = calloc(c->max_seqs, sizeof(seq_t));
@@ -268,7 +280,7 @@ nvfp4_context *nvfp4_context_create(nvfp4_model *m, const nvfp4_context_options 
     lock(c);
     st = NVFP4_OK;
     for (size_t l = 0; l < L && st == NVFP4_OK; l++) {
-        size_t bytes = c->nblocks * c->block * kd * sizeof(float);
+        size_t bytes = c->nblocks * c->block * kd * esize;
         if (!(c->k_pool[l] = nvfp4_backend_alloc(c->be, bytes, err)) ||
             !(c->v_pool[l] = nvfp4_backend_alloc(c->be, bytes, err)))
             st = err && err->status ? err->status : NVFP4_ERR_NOMEM;
@@ -296,6 +308,25 @@ size_t nvfp4_context_kv_blocks(const nvfp4_context *c)
 size_t nvfp4_context_kv_free_blocks(const nvfp4_context *c)
 {
     return c ? c->nfree : 0;
+}
+
+nvfp4_kv_cache_dtype nvfp4_context_kv_cache_dtype(const nvfp4_context *c)
+{
+    if (!c)
+        return NVFP4_KV_CACHE_AUTO;
+    return c->kv_fp8 ? NVFP4_KV_CACHE_FP8 : NVFP4_KV_CACHE_F32;
+}
+
+size_t nvfp4_context_kv_bytes_per_token(const nvfp4_context *c)
+{
+    return c ? 2 * (size_t)c->m->hp.layers * kv_row(c->m) * c->kv_esize : 0;
+}
+
+nvfp4_kv_cache_dtype nvfp4_model_kv_cache_dtype(const nvfp4_model *m)
+{
+    if (!m)
+        return NVFP4_KV_CACHE_AUTO;
+    return m->kv_fp8 ? NVFP4_KV_CACHE_FP8 : NVFP4_KV_CACHE_F32;
 }
 
 /* ---- sequences ---------------------------------------------------------------- */
@@ -424,10 +455,10 @@ size_t nvfp4_seq_length(const nvfp4_context *c, nvfp4_seq id)
  * it needs no device-to-device op of the backend). */
 static nvfp4_status copy_block(nvfp4_context *c, int32_t src, int32_t dst, nvfp4_error *err)
 {
-    const size_t bytes = c->block * kv_row(c->m) * sizeof(float);
+    const size_t bytes = c->block * kv_row(c->m) * c->kv_esize;
 
     for (int64_t l = 0; l < c->m->hp.layers; l++) {
-        float *pools[2] = {c->k_pool[l], c->v_pool[l]};
+        void *pools[2] = {c->k_pool[l], c->v_pool[l]};
         for (int i = 0; i < 2; i++) {
             TRY(nvfp4_backend_download(c->be, c->h_block,
                                        (char *)pools[i] + (size_t)src * bytes, bytes, err));
@@ -462,19 +493,6 @@ static nvfp4_status shared_expert(nvfp4_context *c, layer_t *L, size_t n, nvfp4_
             c->host_a[t * H + i] += g * c->host_b[t * H + i];
     }
     return nvfp4_backend_upload(c->be, c->mlp, c->host_a, n * H * 4, err);
-}
-
-/* FP8 KV cache (kvcache.c): the N new K or V rows at DEV quantize-dequantized
- * with SCALE before attention_paged stores them, so the pool holds what
- * vLLM's fp8 cache reads back.  Through the host, so every backend runs it. */
-static nvfp4_status kv_fp8_rows(nvfp4_context *c, float *dev, size_t n, float scale,
-                                nvfp4_error *err)
-{
-    size_t cnt = n * kv_row(c->m);
-
-    TRY(nvfp4_backend_download(c->be, c->h_kv, dev, cnt * sizeof(float), err));
-    nvfp4m_kv_qdq(c->h_kv, cnt, scale);
-    return nvfp4_backend_upload(c->be, dev, c->h_kv, cnt * sizeof(float), err);
 }
 
 /* A gate and an up kept as separate layers (model.c's load_dense_mlp): gate
@@ -562,6 +580,8 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
     kv.pos = c->pos;
     kv.seq = c->rseq;
     kv.max_len = max_len;
+    /* FP8 pools: attention_paged quantizes the new rows as it stores them */
+    kv.dtype = c->kv_fp8 ? NVFP4_KV_ELEM_FP8_E4M3 : NVFP4_KV_ELEM_F32;
     TRY(nvfp4m_par_embed(c->m, c->ids, c->h_ids, n, c->x, err));
     if (m->arch->embed_scale)
         TRY(embed_scale(c, n, err));
@@ -584,9 +604,10 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
             TRY(nvfp4_k_rope(be, c->q, c->pos, n, nh, hd, rot, inv, rope_attn, err));
             TRY(nvfp4_k_rope(be, c->k, c->pos, n, nkv, hd, rot, inv, rope_attn, err));
         }
-        if (m->kv_fp8) {
-            TRY(kv_fp8_rows(c, c->k, n, L->k_scale, err));
-            TRY(kv_fp8_rows(c, c->v, n, L->v_scale, err));
+        if (c->kv_fp8) {
+            /* the checkpoint's scales; 1.0 when FP8 was asked of one without */
+            kv.k_scale = m->kv_fp8 ? L->k_scale : 1.0f;
+            kv.v_scale = m->kv_fp8 ? L->v_scale : 1.0f;
         }
         kv.k_pool = c->k_pool[l];
         kv.v_pool = c->v_pool[l];

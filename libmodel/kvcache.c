@@ -9,10 +9,12 @@
  * attn.k_scale / attn.v_scale).  vLLM with kv_cache_dtype fp8 stores each
  * key/value element as e4m3(x / scale) (saturated to +-448) and reads it
  * back as e4m3 * scale; the keys are the ones after RoPE (and after the
- * Qwen3 k_norm), what the cache holds.  Here every K/V row is
- * quantize-dequantized that way before attention_paged writes it into the
- * pool, so the pool holds exactly the values vLLM's fp8 cache reads back
- * (still as float32: the one-byte storage is not done yet).
+ * Qwen3 k_norm), what the cache holds.  Here this file loads the scales;
+ * a context (context.c) then keeps one-byte pools (NVFP4_KV_CACHE_AUTO or
+ * _FP8) and the backend's attention_paged encodes each new K/V row as it
+ * stores it and decodes the cached ones as it reads them
+ * (NVFP4_KV_ELEM_FP8_E4M3 in nvfp4/kernels.h): the values vLLM's fp8 cache
+ * reads back, at a quarter of float32's bytes.
  */
 #include "config.h"
 
@@ -107,10 +109,4 @@ nvfp4_status nvfp4m_kv_load(nvfp4_model *m, nvfp4_error *err)
     }
     m->kv_fp8 = 1;
     return NVFP4_OK;
-}
-
-void nvfp4m_kv_qdq(float *x, size_t n, float scale)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = nvfp4_fp8_e4m3_decode(nvfp4_fp8_e4m3_encode(x[i] / scale)) * scale;
 }

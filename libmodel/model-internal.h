@@ -116,7 +116,7 @@ struct nvfp4_model {
     float *inv_freq_local;                   /* sliding layers' (Gemma 3), or NULL */
     layer_t *layers;
     int split_gu;                            /* some layer has gu_split */
-    int kv_fp8;                              /* K/V rows FP8 QDQ'd on write (kvcache.c) */
+    int kv_fp8;                              /* checkpoint has FP8 KV scales (kvcache.c) */
     float embed_mult;                        /* arch->embed_scale: sqrt(hidden) in the
                                               * embeddings' dtype (model-load.c) */
 
@@ -131,10 +131,8 @@ struct nvfp4_model {
 };
 
 /* kvcache.c: read the Quark kv_cache_quant_config and every layer's k/v
- * scales (after the layers are loaded), and the FP8 E4M3 quantize-dequantize
- * of N floats with SCALE: e4m3(x / scale) * scale, in place. */
+ * scales (after the layers are loaded); the contexts' FP8 pools use them. */
 nvfp4_status nvfp4m_kv_load(nvfp4_model *m, nvfp4_error *err);
-void nvfp4m_kv_qdq(float *x, size_t n, float scale);
 /* model-load.c: load the plan's tensors, fuse, upload into m->layers and
  * the model's embed / final_norm / lm_head / inv_freq (m->be is open). */
 nvfp4_status nvfp4m_model_load(nvfp4_model *m, nvfp4_error *err);

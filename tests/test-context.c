@@ -14,6 +14,9 @@
  *                nothing, and the context stays usable
  *   tools        nvfp4 bench --batch (JSON, aggregate decode rate, usage
  *                errors), nvfp4 logits against the reference
+ *   kv dtype     FP8 / float32 KV pools (auto, fp8, f32): bytes per token
+ *                against config.json, logits against the reference, bench's
+ *                report and --kv-cache-dtype
  *   threads      two threads with a context each on one shared model equal
  *                the sequential run (also under ThreadSanitizer in
  *                scripts/test.sh: CK_RUN_CASE=threads)
@@ -513,6 +516,164 @@ START_TEST(test_logits_tool)
 }
 END_TEST
 
+/* KV element types (issue 14): the bytes a token takes, from the fixture's
+ * config.json (layers x 2 x kv_heads x head_dim x element size). */
+static size_t config_kv_bytes(const char *name, size_t esize)
+{
+    char rel[256];
+    json_t *c;
+    size_t b;
+
+    snprintf(rel, sizeof(rel), "models/%s/config.json", name);
+    c = tload_json(rel);
+    b = 2 * (size_t)json_integer_value(json_object_get(c, "num_hidden_layers")) *
+        (size_t)json_integer_value(json_object_get(c, "num_key_value_heads")) *
+        (size_t)json_integer_value(json_object_get(c, "head_dim")) * esize;
+    json_decref(c);
+    ck_assert_uint_gt(b, 0);
+    return b;
+}
+
+static nvfp4_context *kv_ctx(nvfp4_model *m, nvfp4_kv_cache_dtype dt, size_t kv_bytes)
+{
+    nvfp4_context_options o;
+    nvfp4_error err;
+    nvfp4_context *c;
+
+    nvfp4_context_options_init(&o);
+    o.kv_tokens = kv_bytes ? 0 : 64;
+    o.kv_bytes = kv_bytes;
+    o.max_batch_tokens = 64;
+    o.kv_cache_dtype = dt;
+    c = nvfp4_context_create(m, &o, &err);
+    ck_assert_msg(c != NULL, "%s", err.text);
+    return c;
+}
+
+static double max_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        ck_assert_msg(isfinite(a[i]), "logit %zu is %g", i, (double)a[i]);
+        if (e > d)
+            d = e;
+    }
+    return d;
+}
+
+/* Quark FP8 KV checkpoints: auto keeps one-byte pools (a quarter of
+ * float32's bytes per token, also in a pool given in bytes) and matches the
+ * reference (vLLM's fp8 cache semantics, gen_models.py); fp8 is the same
+ * bits; f32 ignores the scheme: its distance to the reference is the
+ * reference's own distance between with and without the KV quantization
+ * (emul_without_kv_qdq_max_abs_diff, to within LOGIT_TOL by the triangle
+ * inequality).  A checkpoint without scales: auto is float32, fp8 uses
+ * scale 1.0 (and moves the logits).  A bad kv_cache_dtype is refused. */
+START_TEST(test_kv_dtype)
+{
+    static const char *const names[] = {"llama_kvfp8", "qwen3_kvfp8", "llama"};
+
+    for (size_t n = 0; n < sizeof(names) / sizeof(names[0]); n++) {
+        const char *name = names[n];
+        const int scales = n < 2;
+        size_t b1 = config_kv_bytes(name, 1), b4 = config_kv_bytes(name, 4);
+        nvfp4_model *m = open_cpu(name, 1);
+        nvfp4_context *c;
+        float *got[3];
+        fixture f;
+        double d;
+
+        fixture_load(name, &f);
+        ck_assert_int_eq(nvfp4_model_kv_cache_dtype(m),
+                         scales ? NVFP4_KV_CACHE_FP8 : NVFP4_KV_CACHE_F32);
+        for (int k = 0; k < 3; k++) {
+            static const nvfp4_kv_cache_dtype dts[3] = {NVFP4_KV_CACHE_AUTO, NVFP4_KV_CACHE_FP8,
+                                                        NVFP4_KV_CACHE_F32};
+            int fp8 = dts[k] == NVFP4_KV_CACHE_FP8 || (dts[k] == NVFP4_KV_CACHE_AUTO && scales);
+            c = kv_ctx(m, dts[k], 0);
+            ck_assert_int_eq(nvfp4_context_kv_cache_dtype(c),
+                             fp8 ? NVFP4_KV_CACHE_FP8 : NVFP4_KV_CACHE_F32);
+            ck_assert_uint_eq(nvfp4_context_kv_bytes_per_token(c), fp8 ? b1 : b4);
+            got[k] = malloc(f.T * f.V * sizeof(float));
+            run_alone(c, f.tokens, f.T, got[k]);
+            nvfp4_context_free(c);
+            /* 64 tokens' worth of bytes: 4 blocks of 16, or 1 of float32 */
+            c = kv_ctx(m, dts[k], 64 * b1);
+            ck_assert_uint_eq(nvfp4_context_kv_blocks(c), fp8 ? 4 : 1);
+            nvfp4_context_free(c);
+        }
+        if (scales) {
+            compare_logits(name, got[0], f.logits, f.T * f.V, LOGIT_TOL);
+            ck_assert(memcmp(got[0], got[1], f.T * f.V * sizeof(float)) == 0);
+            d = json_real_value(json_object_get(json_object_get(f.ref, "kv_cache"),
+                                                "emul_without_kv_qdq_max_abs_diff"));
+            ck_assert_msg(fabs(max_diff(got[2], f.logits, f.T * f.V) - d) <= LOGIT_TOL,
+                          "%s f32: %g from the reference; without the KV QDQ it is %g", name,
+                          max_diff(got[2], f.logits, f.T * f.V), d);
+        } else {
+            compare_logits(name, got[0], f.logits, f.T * f.V, LOGIT_TOL);
+            ck_assert(memcmp(got[0], got[2], f.T * f.V * sizeof(float)) == 0);
+            d = max_diff(got[1], f.logits, f.T * f.V);
+            ck_assert_msg(d > 100 * LOGIT_TOL, "%s fp8 (scale 1.0): logits moved by %g only",
+                          name, d);
+        }
+        for (int k = 0; k < 3; k++)
+            free(got[k]);
+        if (n == 0) {
+            nvfp4_context_options o;
+            nvfp4_error err;
+            nvfp4_context_options_init(&o);
+            o.kv_tokens = 16;
+            o.kv_cache_dtype = (nvfp4_kv_cache_dtype)9;
+            ck_assert_ptr_null(nvfp4_context_create(m, &o, &err));
+            ck_assert_int_eq(err.status, NVFP4_ERR_INVALID);
+            ck_assert_msg(strstr(err.text, "kv_cache_dtype 9"), "%s", err.text);
+        }
+        nvfp4_model_free(m);
+        fixture_free(&f);
+    }
+}
+END_TEST
+
+/* nvfp4 bench reports the KV element type and bytes per token, and
+ * --kv-cache-dtype changes them; a bad value is a usage error. */
+START_TEST(test_kv_dtype_tool)
+{
+    static const char *const dts[] = {"", " --kv-cache-dtype auto", " --kv-cache-dtype f32",
+                                      " --kv-cache-dtype fp8"};
+    const size_t b1 = config_kv_bytes("llama_kvfp8", 1);
+    char args[1024], *out;
+    json_t *j;
+    json_error_t je;
+
+    for (int i = 0; i < 4; i++) {
+        int f32 = i == 2;
+        snprintf(args, sizeof(args), "bench '%s/models/llama_kvfp8' -p 9 -n 2 -r 1 --json%s",
+                 TEST_DATA_DIR, dts[i]);
+        ck_assert_int_eq(trun_tool(args, 0, &out), 0);
+        j = json_loads(out, 0, &je);
+        ck_assert_msg(j != NULL, "bench --json: %s: %s", je.text, out);
+        ck_assert_str_eq(json_string_value(json_object_get(j, "kv_cache_dtype")),
+                         f32 ? "f32" : "fp8");
+        ck_assert_int_eq(json_integer_value(json_object_get(j, "kv_bytes_per_token")),
+                         (json_int_t)(f32 ? 4 * b1 : b1));
+        json_decref(j);
+        free(out);
+    }
+    snprintf(args, sizeof(args), "bench '%s/models/llama' -p 9 -n 2 -r 1 --kv-cache-dtype fp8",
+             TEST_DATA_DIR);
+    ck_assert_int_eq(trun_tool(args, 0, &out), 0);
+    ck_assert_msg(strstr(out, "KV cache fp8 (1 byte, scale 1.0)"), "%s", out);
+    free(out);
+    snprintf(args, sizeof(args), "bench '%s/models/llama' --kv-cache-dtype bf16", TEST_DATA_DIR);
+    ck_assert_int_eq(trun_status(args), 2);
+    ck_assert_int_eq(trun_tool("generate --help", 0, &out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "--kv-cache-dtype auto|fp8|f32"));
+    free(out);
+}
+END_TEST
+
 /* ---- threads ------------------------------------------------------------------- */
 
 typedef struct {
@@ -597,6 +758,8 @@ int main(void)
     tcase_add_test(tc, test_kv_full);
     tcase_add_test(tc, test_bench_batch);
     tcase_add_test(tc, test_logits_tool);
+    tcase_add_test(tc, test_kv_dtype);
+    tcase_add_test(tc, test_kv_dtype_tool);
     suite_add_tcase(s, tc);
     tcase_set_timeout(tt, 300);
     tcase_add_test(tt, test_threads);

@@ -744,9 +744,14 @@ END_TEST
  * another (the one-pass path), against the CPU backend's paged op (itself
  * bit-identical to its contiguous attention, test-kernels) at the 1e-5 of
  * test_attention; the pools afterwards equal the CPU's exactly.  A table
- * entry outside the pool is skipped and reported at the next sync. */
+ * entry outside the pool is skipped and reported at the next sync.  Loop
+ * 1: FP8 E4M3 pools (random bytes cached, the new rows encoded with the
+ * scales, some saturating), the same checks: the device's bytes equal the
+ * CPU's, which test-kernels ties to libquant's codec. */
 START_TEST(test_attention_paged)
 {
+    const int fp8 = _i == 1;
+    const size_t esz = fp8 ? 1 : 4;
     enum { NH = 4, NKV = 2, HD = 64, BS = 16, NB = 64, MAXB = 20, ROW = NKV * HD };
     const size_t pool = (size_t)NB * BS * ROW;
     static const int32_t pos1[3] = {299, 40, 5}, seq1[3] = {0, 1, 2};
@@ -767,6 +772,13 @@ START_TEST(test_attention_paged)
         tab[i] = (int32_t)((i * 37 + 11) % NB); /* distinct ids, scrambled */
     for (size_t i = 0; i < pool; i++)
         kp[i] = frand(-1, 1), vp[i] = frand(-1, 1);
+    if (fp8) /* the first pool bytes of each buffer: E4M3 codes, no NaN */
+        for (size_t i = 0; i < pool; i++) {
+            unsigned b = (unsigned)(frand(0, 1) * 256.0f) & 0xFF;
+            ((uint8_t *)kp)[i] = (uint8_t)((b & 0x7F) == 0x7F ? 0x3F : b);
+            b = (unsigned)(frand(0, 1) * 256.0f) & 0xFF;
+            ((uint8_t *)vp)[i] = (uint8_t)((b & 0x7F) == 0x7F ? 0x41 : b);
+        }
     for (size_t i = 0; i < 21 * NH * HD; i++)
         q[i] = frand(-1, 1);
     for (size_t i = 0; i < 21 * ROW; i++)
@@ -775,12 +787,12 @@ START_TEST(test_attention_paged)
         pos2[i] = 41 + i, seq2[i] = 1;
     pos2[20] = 300;
     seq2[20] = 0;
-    dkp = dput(be, kp, pool * 4);
-    dvp = dput(be, vp, pool * 4);
+    dkp = dput(be, kp, pool * esz);
+    dvp = dput(be, vp, pool * esz);
     dtab = dput(be, tab, sizeof(tab));
     dout = dput(be, NULL, 21 * NH * HD * 4);
-    memcpy(kc, kp, pool * 4);
-    memcpy(vc, vp, pool * 4);
+    memcpy(kc, kp, pool * esz);
+    memcpy(vc, vp, pool * esz);
     for (int step = 0; step < 2; step++) {
         const size_t m = step ? 21 : 3;
         const int32_t *pos = step ? pos2 : pos1, *seq = step ? seq2 : seq1;
@@ -790,6 +802,11 @@ START_TEST(test_attention_paged)
         kv.ntables = 3;
         kv.max_blocks = MAXB;
         kv.max_len = step ? 301 : 300;
+        if (fp8) {
+            kv.dtype = NVFP4_KV_ELEM_FP8_E4M3;
+            kv.k_scale = 0.0021f; /* |k| up to 1: past 448 * 0.0021, saturating */
+            kv.v_scale = 0.0037f;
+        }
         hk = kv;
         hk.k_pool = kc;
         hk.v_pool = vc;
@@ -817,10 +834,10 @@ START_TEST(test_attention_paged)
         for (size_t i = 0; i < m * NH * HD; i++)
             ck_assert_msg(fabs(got[i] - want[i]) <= 1e-5, "paged step %d element %zu: %.9g vs %.9g",
                           step, i, got[i], want[i]);
-        dget(be, kp, dkp, pool * 4);
-        ck_assert(memcmp(kp, kc, pool * 4) == 0);
-        dget(be, vp, dvp, pool * 4);
-        ck_assert(memcmp(vp, vc, pool * 4) == 0);
+        dget(be, kp, dkp, pool * esz);
+        ck_assert(memcmp(kp, kc, pool * esz) == 0);
+        dget(be, vp, dvp, pool * esz);
+        ck_assert(memcmp(vp, vc, pool * esz) == 0);
         if (step == 1) {
             /* a table entry outside the pool: the row is zeros, the sync says why */
             int32_t bad[3 * MAXB];
@@ -1156,7 +1173,7 @@ int main(void)
     tcase_add_test(tc, test_rowwise);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
-    tcase_add_test(tc, test_attention_paged);
+    tcase_add_loop_test(tc, test_attention_paged, 0, 2);
     tcase_add_test(tc, test_topk);
     tcase_add_test(tc, test_moe);
     tcase_add_test(tc, test_moe_w4a4);

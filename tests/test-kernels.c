@@ -1268,10 +1268,122 @@ static void attention_paged_case(const char *isa)
     nvfp4_backend_free(be);
 }
 
+/* FP8 E4M3 pools (NVFP4_KV_ELEM_FP8_E4M3): the new rows are stored as
+ * libquant's e4m3(x / scale) bytes (saturating ones too), and every output
+ * is the same bits as float32 pools and rows quantize-dequantized with
+ * libquant's codec (the semantics test-model's fixtures check against
+ * PyTorch), with and without a sliding window, at 1 and 2 threads. */
+static float qdq8(float x, float s)
+{
+    return nvfp4_fp8_e4m3_decode(nvfp4_fp8_e4m3_encode(x / s)) * s;
+}
+
+static void attention_paged_fp8_case(const char *isa)
+{
+    enum { BS = 4, NB = 8, MAXB = 4, NH = 4, NKV = 2, HD = 20, ROW = NKV * HD };
+    enum { A0 = 9, AM = 1, B0 = 2, BM = 5, M = AM + BM };
+    const int32_t tab[2 * MAXB] = {6, 1, 4, 0, /* A */ 3, 7, 0, 0 /* B */};
+    const float ks = 0.0123f, vs = 0.0371f;
+    static float kp[NB * BS * ROW], vp[NB * BS * ROW];
+    static uint8_t kp8[NB * BS * ROW], vp8[NB * BS * ROW];
+    float q[M * NH * HD], k[M * ROW], v[M * ROW], kq[M * ROW], vq[M * ROW];
+    float out[M * NH * HD], want[M * NH * HD];
+    int32_t pos[M], seq[M];
+    const float scale = 1.0f / sqrtf((float)HD);
+    nvfp4_kv_pages kv, kf;
+    nvfp4_error err;
+    nvfp4_backend *be;
+
+    setenv("NVFP4_CPU_ISA", isa, 1);
+    be = open_cpu();
+    unsetenv("NVFP4_CPU_ISA");
+    /* cached slots: the same values as bytes and as their float32 QDQ */
+    for (int i = 0; i < NB * BS * ROW; i++) {
+        float a = frand(-3, 3), b = frand(-9, 9);
+        kp8[i] = nvfp4_fp8_e4m3_encode(a / ks);
+        vp8[i] = nvfp4_fp8_e4m3_encode(b / vs);
+        kp[i] = qdq8(a, ks);
+        vp[i] = qdq8(b, vs);
+    }
+    for (int i = 0; i < M * NH * HD; i++)
+        q[i] = frand(-2, 2);
+    for (int i = 0; i < M * ROW; i++) {
+        k[i] = frand(-3, 3);
+        v[i] = frand(-9, 9);
+    }
+    k[3] = 40.0f; /* past 448 * ks: saturates to 448 */
+    v[7] = -100.0f;
+    for (int i = 0; i < M * ROW; i++)
+        kq[i] = qdq8(k[i], ks), vq[i] = qdq8(v[i], vs);
+    for (int i = 0; i < M; i++) {
+        int isb = i < BM;
+        seq[i] = isb ? 1 : 0;
+        pos[i] = isb ? B0 + i : A0;
+    }
+    memset(&kv, 0, sizeof(kv));
+    kv.nblocks = NB;
+    kv.block = BS;
+    kv.tables = tab;
+    kv.ntables = 2;
+    kv.max_blocks = MAXB;
+    kv.pos = pos;
+    kv.seq = seq;
+    kv.max_len = A0 + AM;
+    kf = kv;
+    kf.k_pool = kp;
+    kf.v_pool = vp;
+    kv.k_pool = kp8;
+    kv.v_pool = vp8;
+    kv.dtype = NVFP4_KV_ELEM_FP8_E4M3;
+    kv.k_scale = ks;
+    kv.v_scale = vs;
+    for (int w = 0; w < 2; w++) {
+        kv.window = kf.window = w ? 3 : 0;
+        for (int th = 1; th <= 2; th++) {
+            nvfp4_backend_set_threads(be, th);
+            ck_assert_int_eq(nvfp4_k_attention_paged(be, q, kq, vq, &kf, M, NH, NKV, HD, scale,
+                                                     want, &err),
+                             NVFP4_OK);
+            ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale,
+                                                     out, &err),
+                             NVFP4_OK);
+            ck_assert_msg(memcmp(out, want, sizeof(out)) == 0,
+                          "%s: FP8 pools differ from float32 QDQ (window %zu, %d threads)", isa,
+                          kv.window, th);
+        }
+    }
+    for (int i = 0; i < M; i++) {
+        const int32_t *t = tab + seq[i] * MAXB;
+        size_t slot = (size_t)t[pos[i] / BS] * BS + pos[i] % BS;
+        for (int d = 0; d < ROW; d++) {
+            ck_assert_uint_eq(kp8[slot * ROW + d], nvfp4_fp8_e4m3_encode(k[i * ROW + d] / ks));
+            ck_assert_uint_eq(vp8[slot * ROW + d], nvfp4_fp8_e4m3_encode(v[i * ROW + d] / vs));
+        }
+    }
+    ck_assert_uint_eq(kp8[((size_t)tab[MAXB + B0 / BS] * BS + B0 % BS) * ROW + 3], 0x7E);
+    /* refusals: a scale that is not finite and > 0, an unknown element type */
+    kv.v_scale = 0.0f;
+    ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale, out, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_msg(strstr(err.text, "finite scales > 0"), "%s", err.text);
+    kv.v_scale = vs;
+    kv.k_scale = NAN;
+    ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale, out, &err),
+                     NVFP4_ERR_INVALID);
+    kv.k_scale = ks;
+    kv.dtype = (nvfp4_kv_elem)7;
+    ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale, out, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_msg(strstr(err.text, "KV element type 7"), "%s", err.text);
+    nvfp4_backend_free(be);
+}
+
 START_TEST(test_attention_paged)
 {
     attention_paged_case("scalar");
     attention_paged_case("vnni");
+    attention_paged_fp8_case("scalar");
+    attention_paged_fp8_case("vnni");
 }
 END_TEST
 

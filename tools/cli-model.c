@@ -78,6 +78,18 @@ int cli_model_option(cli_model_opts *o, int c, const char *arg)
         }
         o->ctx = (int)v;
         return 1;
+    case CLI_OPT_KV_DTYPE:
+        if (!strcmp(arg, "auto")) {
+            o->kv_dtype = NVFP4_KV_CACHE_AUTO;
+        } else if (!strcmp(arg, "fp8")) {
+            o->kv_dtype = NVFP4_KV_CACHE_FP8;
+        } else if (!strcmp(arg, "f32")) {
+            o->kv_dtype = NVFP4_KV_CACHE_F32;
+        } else {
+            model_error = "--kv-cache-dtype must be auto, fp8 or f32";
+            return -1;
+        }
+        return 1;
     default:
         return 0;
     }
@@ -110,7 +122,26 @@ const char *cli_model_options_help =
     "                   ones on the cpu backend only); --rescale-fused is the\n"
     "                   old name of this option\n";
 
-nvfp4_context *cli_context_one(nvfp4_model *m, size_t kv_tokens, size_t batch, nvfp4_seq *seq)
+const char *cli_kv_options_help =
+    "  --kv-cache-dtype auto|fp8|f32\n"
+    "                   KV cache elements: auto (default) what the checkpoint\n"
+    "                   says (FP8 E4M3 for a Quark export with kv_cache_scheme\n"
+    "                   fp8, with its k/v scales; else f32); fp8: 1 byte each, a\n"
+    "                   quarter of f32 (a checkpoint without KV scales gets\n"
+    "                   scale 1.0, as vLLM does); f32: 4 bytes, the checkpoint's\n"
+    "                   FP8 KV scheme ignored\n";
+
+const char *cli_kv_describe(const nvfp4_context *c)
+{
+    if (nvfp4_context_kv_cache_dtype(c) != NVFP4_KV_CACHE_FP8)
+        return "f32 (4 bytes)";
+    return nvfp4_model_kv_cache_dtype(nvfp4_context_model(c)) == NVFP4_KV_CACHE_FP8
+               ? "fp8 (1 byte)"
+               : "fp8 (1 byte, scale 1.0)";
+}
+
+nvfp4_context *cli_context_one(nvfp4_model *m, size_t kv_tokens, size_t batch,
+                               nvfp4_kv_cache_dtype kv_dtype, nvfp4_seq *seq)
 {
     nvfp4_context_options o;
     nvfp4_context *c;
@@ -120,6 +151,7 @@ nvfp4_context *cli_context_one(nvfp4_model *m, size_t kv_tokens, size_t batch, n
     o.kv_tokens = kv_tokens ? kv_tokens : 1;
     o.max_batch_tokens = batch ? batch : 1;
     o.max_seqs = 1;
+    o.kv_cache_dtype = kv_dtype;
     if (!(c = nvfp4_context_create(m, &o, &err)) || nvfp4_seq_create(c, seq, &err)) {
         cli_fail_error(&err);
         nvfp4_context_free(c);

@@ -65,16 +65,16 @@ static void help(FILE *out)
             "  -b, --batch B    sequences decoded together (default 1)\n"
             "  --seed S         seed of the prompt's token ids (default 0)\n"
             "  --json           one JSON object on stdout instead of text\n"
-            "%s"
+            "%s%s"
             "  -h, --help       show this help\n",
-            cli_model_options_help);
+            cli_model_options_help, cli_kv_options_help);
 }
 
 
 static int run(int argc, char **argv)
 {
     enum { OPT_SEED = CLI_OPT_OTHER };
-    static const struct option opts[] = {CLI_MODEL_LONG_OPTIONS,
+    static const struct option opts[] = {CLI_MODEL_LONG_OPTIONS, CLI_KV_LONG_OPTION,
                                          {"prompt", required_argument, NULL, 'p'},
                                          {"tokens", required_argument, NULL, 'n'},
                                          {"reps", required_argument, NULL, 'r'},
@@ -158,6 +158,7 @@ static int run(int argc, char **argv)
                    NVFP4_KV_BLOCK;
     co.max_batch_tokens = (size_t)(per * P > B ? per * P : B);
     co.max_seqs = (int)B;
+    co.kv_cache_dtype = mo.kv_dtype;
     ids = malloc((size_t)B * (size_t)P * sizeof(*ids));
     logits = malloc((size_t)B * V * sizeof(float));
     ent = calloc((size_t)B, sizeof(*ent));
@@ -240,17 +241,22 @@ static int run(int argc, char **argv)
                "\"load_s\": %.4f, \"batch\": %ld, "
                "\"prompt_tokens\": %ld, \"prefill_best_s\": %.6f, \"prefill_mean_s\": %.6f, "
                "\"prefill_tok_s\": %.2f, \"decode_tokens\": %ld, \"decode_s\": %.6f, "
-               "\"decode_tok_s\": %.2f, \"decode_step_ms\": %.3f, \"max_rss_kb\": %ld}\n",
+               "\"decode_tok_s\": %.2f, \"decode_step_ms\": %.3f, \"max_rss_kb\": %ld, "
+               "\"kv_cache_dtype\": \"%s\", \"kv_bytes_per_token\": %zu}\n",
                argv[optind], nvfp4_model_arch(m), nvfp4_backend_name(nvfp4_model_backend(m)),
                nvfp4_backend_threads(nvfp4_model_backend(m)), load_s, B, P, best, sum / R,
                (double)(B * P) / best, N, dec_s, (double)(B * N) / dec_s, 1e3 * dec_s / N,
-               ru.ru_maxrss);
+               ru.ru_maxrss,
+               nvfp4_context_kv_cache_dtype(ctx) == NVFP4_KV_CACHE_FP8 ? "fp8" : "f32",
+               nvfp4_context_kv_bytes_per_token(ctx));
     else
         printf("prefill %ld x %ld tokens: %.2f tok/s (best %.4f s, mean %.4f s)\n"
                "decode  %ld x %ld tokens: %.2f tok/s (%.2f ms per step of %ld)\n"
-               "peak RSS %.1f MB\n",
+               "peak RSS %.1f MB\n"
+               "KV cache %s: %zu bytes per token\n",
                B, P, (double)(B * P) / best, best, sum / R, B, N, (double)(B * N) / dec_s,
-               1e3 * dec_s / N, B, ru.ru_maxrss / 1024.0);
+               1e3 * dec_s / N, B, ru.ru_maxrss / 1024.0, cli_kv_describe(ctx),
+               nvfp4_context_kv_bytes_per_token(ctx));
     rc = CLI_OK;
 out:
     free(ids);

@@ -27,9 +27,9 @@ static void help(FILE *out)
             "  --chat              put the prompt through MODEL's chat template as one user\n"
             "                      message, with the generation prompt; print the reply only\n"
             "  --stats             print speed statistics on stderr\n"
-            "%s"
+            "%s%s"
             "  -h, --help          show this help\n",
-            cli_model_options_help);
+            cli_model_options_help, cli_kv_options_help);
 }
 
 static double now(void)
@@ -61,7 +61,7 @@ static char *chat_prompt(const char *model, const char *prompt, nvfp4_error *err
 static int run(int argc, char **argv)
 {
     enum { OPT_PROMPT = CLI_OPT_OTHER, OPT_TEMP, OPT_TOPP, OPT_SEED, OPT_BOS, OPT_STATS, OPT_CHAT };
-    static const struct option opts[] = {CLI_MODEL_LONG_OPTIONS,
+    static const struct option opts[] = {CLI_MODEL_LONG_OPTIONS, CLI_KV_LONG_OPTION,
                                          {"prompt", required_argument, NULL, OPT_PROMPT},
                                          {"tokens", required_argument, NULL, 'n'},
                                          {"temperature", required_argument, NULL, OPT_TEMP},
@@ -177,7 +177,7 @@ static int run(int argc, char **argv)
         fputs(prompt, stdout);
     fflush(stdout);
     t1 = now();
-    if (!(ctx = cli_context_one(m, pos + (size_t)ntok, pos, &seq))) {
+    if (!(ctx = cli_context_one(m, pos + (size_t)ntok, pos, mo.kv_dtype, &seq))) {
         rc = CLI_INVALID;
         goto out;
     }
@@ -205,9 +205,10 @@ static int run(int argc, char **argv)
         double t3 = now();
         fprintf(stderr,
                 "nvfp4: load %.2f s; prefill %zu tokens %.1f tok/s; decode %ld tokens "
-                "%.1f tok/s\n",
+                "%.1f tok/s; KV cache %s, %zu bytes per token\n",
                 t1 - t0, pos - (size_t)produced, (double)(pos - (size_t)produced) / (t2 - t1),
-                produced, produced > 1 ? (double)(produced - 1) / (t3 - t2) : 0.0);
+                produced, produced > 1 ? (double)(produced - 1) / (t3 - t2) : 0.0,
+                cli_kv_describe(ctx), nvfp4_context_kv_bytes_per_token(ctx));
     }
 out:
     free(chat_text);

@@ -18,15 +18,15 @@ static void help(FILE *out)
             "  --tokens IDS     comma-separated ids, or @FILE holding them (at most the\n"
             "                   model's max_position_embeddings)\n"
             "  --out FILE       where to write the logits\n"
-            "%s"
+            "%s%s"
             "  -h, --help       show this help\n",
-            cli_model_options_help);
+            cli_model_options_help, cli_kv_options_help);
 }
 
 static int run(int argc, char **argv)
 {
     enum { OPT_TOKENS = CLI_OPT_OTHER, OPT_OUT };
-    static const struct option opts[] = {CLI_MODEL_LONG_OPTIONS,
+    static const struct option opts[] = {CLI_MODEL_LONG_OPTIONS, CLI_KV_LONG_OPTION,
                                          {"tokens", required_argument, NULL, OPT_TOKENS},
                                          {"out", required_argument, NULL, OPT_OUT},
                                          {NULL, 0, NULL, 0}};
@@ -75,7 +75,7 @@ static int run(int argc, char **argv)
     logits = malloc(n * V * sizeof(float));
     if (!logits) {
         rc = cli_fail("out of memory for %zu x %zu logits", n, V);
-    } else if (!(ctx = cli_context_one(m, n, n, &seq))) {
+    } else if (!(ctx = cli_context_one(m, n, n, mo.kv_dtype, &seq))) {
         rc = CLI_INVALID;
     } else if ((rc = cli_feed(ctx, seq, ids, n, 0, logits)) != 0) {
         /* reported */

@@ -54,11 +54,11 @@ static void help(FILE *out)
             "  --grace SECONDS         on SIGINT/SIGTERM, time running requests get to\n"
             "                          finish (default 10)\n"
             "  --max-connections N     open connections at most (default 256)\n"
-            "%s"
+            "%s%s"
             "  -h, --help              show this help\n"
             "The listening address is printed on stderr as 'listening on http://ADDR:PORT'\n"
             "and 'ready' once the model is loaded.\n",
-            cli_model_options_help);
+            cli_model_options_help, cli_kv_options_help);
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out)
@@ -118,7 +118,7 @@ static int run(int argc, char **argv)
 {
     enum { OPT_HOST = CLI_OPT_OTHER, OPT_PORT, OPT_KEY, OPT_KEYFILE, OPT_NAME, OPT_CTX, OPT_SEQS,
            OPT_QUEUE, OPT_BATCH, OPT_KV, OPT_PC, OPT_BODY, OPT_TIMEOUT, OPT_GRACE, OPT_CONNS };
-    static const struct option opts[] = {CLI_MODEL_LONG_OPTIONS,
+    static const struct option opts[] = {CLI_MODEL_LONG_OPTIONS, CLI_KV_LONG_OPTION,
                                          {"host", required_argument, NULL, OPT_HOST},
                                          {"port", required_argument, NULL, OPT_PORT},
                                          {"api-key", required_argument, NULL, OPT_KEY},
@@ -137,7 +137,7 @@ static int run(int argc, char **argv)
                                          {NULL, 0, NULL, 0}};
     cli_model_opts mo = {0};
     srv_server srv;
-    srv_sched_options so = {256, 0, 32, 64, 32};
+    srv_sched_options so = {256, 0, 32, 64, 32, NVFP4_KV_CACHE_AUTO};
     long v, ctx = 0, kv = 0;
     double grace = 10;
     const char *key_file = NULL;
@@ -275,6 +275,7 @@ static int run(int argc, char **argv)
     }
     srv.chat = chat;
     so.kv_tokens = kv ? (size_t)kv : (size_t)srv.max_ctx * 4;
+    so.kv_cache_dtype = mo.kv_dtype;
     sched = srv_sched_start(srv.model, &so, &srv.met, &err);
     if (!sched) {
         rc = cli_fail_error(&err);

@@ -447,6 +447,14 @@ NVFP4_API nvfp4_status nvfp4_k_attention(nvfp4_backend *be, const float *q,
                                          size_t max_ctx, size_t pos0, size_t m,
                                          size_t nh, size_t nkv, size_t hd,
                                          float scale, float *out, nvfp4_error *err);
+/** Element type of a paged KV pool (nvfp4_kv_pages::dtype). */
+typedef enum {
+    NVFP4_KV_ELEM_F32 = 0,      /**< float32, 4 bytes an element */
+    NVFP4_KV_ELEM_FP8_E4M3 = 1  /**< FP8 E4M3FN, 1 byte an element: a row x is stored
+                                     as e4m3(x / scale) (clamped to +-448, ties to even)
+                                     and read back as e4m3 * scale (vLLM's fp8 cache) */
+} nvfp4_kv_elem;
+
 /**
  * A paged KV cache (after vLLM's PagedAttention): K and V of every
  * sequence live in fixed-size blocks of a shared pool, found through the
@@ -454,8 +462,8 @@ NVFP4_API nvfp4_status nvfp4_k_attention(nvfp4_backend *be, const float *q,
  * caller (a libmodel context) owns all of it.
  */
 typedef struct {
-    float *k_pool;              /**< [nblocks, block, nkv, hd] keys */
-    float *v_pool;              /**< [nblocks, block, nkv, hd] values */
+    void *k_pool;               /**< [nblocks, block, nkv, hd] keys, elements of @c dtype */
+    void *v_pool;               /**< [nblocks, block, nkv, hd] values, elements of @c dtype */
     size_t nblocks;             /**< blocks in the pool */
     size_t block;               /**< tokens per block */
     const int32_t *tables;      /**< [ntables, max_blocks] block ids */
@@ -467,6 +475,9 @@ typedef struct {
     size_t window;              /**< host value: sliding window, a row at position p
                                      attends to positions p - window + 1 .. p only;
                                      0 for none (every earlier position) */
+    nvfp4_kv_elem dtype;        /**< host value: element type of both pools (0: float32) */
+    float k_scale;              /**< host value: FP8 pools: the keys' per-tensor scale, > 0 */
+    float v_scale;              /**< host value: FP8 pools: the values' per-tensor scale, > 0 */
 } nvfp4_kv_pages;
 
 /**
@@ -478,7 +489,11 @@ typedef struct {
  * attends to positions 0 .. pos[i] of its own sequence (with kv->window > 0:
  * the last window of them), whose earlier
  * positions must have been stored by earlier calls or this one.  No two rows
- * may name the same slot.  Each row's result depends only on its own q and
+ * may name the same slot.  With kv->dtype ::NVFP4_KV_ELEM_FP8_E4M3 the new
+ * rows are quantized to E4M3 with kv->k_scale / kv->v_scale as they are
+ * stored, and every cached element is read back as e4m3 * scale: the result
+ * is the same bits as float32 pools holding those dequantized values.
+ * Each row's result depends only on its own q and
  * its sequence's cache, never on the other rows of the call.  Argument
  * checks (block ids, positions, head counts) are made once in the registry.
  * @param be the backend

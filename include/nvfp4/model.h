@@ -301,6 +301,20 @@ typedef struct nvfp4_context nvfp4_context;
  *  nvfp4_context_options::max_seqs slots, reused after nvfp4_seq_free(). */
 typedef int32_t nvfp4_seq;
 
+/** Element type of a context's KV cache (nvfp4_context_options::kv_cache_dtype). */
+typedef enum {
+    /** What the checkpoint says: FP8 E4M3 for an AMD Quark export with
+     *  kv_cache_scheme fp8 (its per-layer k_proj/v_proj output_scale),
+     *  float32 otherwise. */
+    NVFP4_KV_CACHE_AUTO = 0,
+    /** float32: 4 bytes an element; a checkpoint's FP8 KV scheme is ignored. */
+    NVFP4_KV_CACHE_F32 = 1,
+    /** FP8 E4M3, 1 byte an element (a quarter of float32): the checkpoint's
+     *  scales, or scale 1.0 for K and V of every layer when it has none
+     *  (as vLLM's kv_cache_dtype fp8 does). */
+    NVFP4_KV_CACHE_FP8 = 2
+} nvfp4_kv_cache_dtype;
+
 /** Options of nvfp4_context_create(); nvfp4_context_options_init() sets
  *  every field to 0, which means the default. */
 typedef struct {
@@ -310,6 +324,7 @@ typedef struct {
                                *   tokens */
     size_t max_batch_tokens;  /**< tokens per nvfp4_context_run(); 0: 512 */
     int max_seqs;             /**< live sequences at most; 0: 256 */
+    nvfp4_kv_cache_dtype kv_cache_dtype; /**< KV element type; 0: ::NVFP4_KV_CACHE_AUTO */
 } nvfp4_context_options;
 
 /**
@@ -355,6 +370,31 @@ NVFP4_API size_t nvfp4_context_kv_blocks(const nvfp4_context *ctx);
  * @return the count; 0 when @p ctx is NULL
  */
 NVFP4_API size_t nvfp4_context_kv_free_blocks(const nvfp4_context *ctx);
+/**
+ * The element type the context's KV cache holds, with
+ * ::NVFP4_KV_CACHE_AUTO resolved.
+ * @param ctx the context
+ * @return ::NVFP4_KV_CACHE_F32 or ::NVFP4_KV_CACHE_FP8; ::NVFP4_KV_CACHE_AUTO
+ *         when @p ctx is NULL
+ */
+NVFP4_API nvfp4_kv_cache_dtype nvfp4_context_kv_cache_dtype(const nvfp4_context *ctx);
+/**
+ * Bytes of KV cache one token takes: K and V of every layer,
+ * layers × 2 × kv_heads × head_dim × (4 for float32, 1 for FP8), with the
+ * KV heads of this rank under tensor parallelism.
+ * @param ctx the context
+ * @return the bytes; 0 when @p ctx is NULL
+ */
+NVFP4_API size_t nvfp4_context_kv_bytes_per_token(const nvfp4_context *ctx);
+/**
+ * The KV cache the checkpoint asks for, what ::NVFP4_KV_CACHE_AUTO gives
+ * a context of the model.
+ * @param model the model
+ * @return ::NVFP4_KV_CACHE_FP8 for an FP8 KV scheme with its per-layer
+ *         scales (AMD Quark kv_cache_scheme fp8), else ::NVFP4_KV_CACHE_F32;
+ *         ::NVFP4_KV_CACHE_AUTO when @p model is NULL
+ */
+NVFP4_API nvfp4_kv_cache_dtype nvfp4_model_kv_cache_dtype(const nvfp4_model *model);
 
 /**
  * Create a new, empty sequence (length 0, holding no block).  Clears

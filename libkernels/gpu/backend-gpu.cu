@@ -720,7 +720,9 @@ static nvfp4_status g_attention_paged(void *c, const float *q, const float *k, c
                                       (int64_t)hd);
     if (!(scr = scratch(ctx, need, "attention_paged", err)))
         return err ? err->status : NVFP4_ERR_DEVICE_OOM;
-    return gerr(gk_attention_paged(q, k, v, kv->k_pool, kv->v_pool, (int64_t)kv->nblocks,
+    return gerr(gk_attention_paged(q, k, v, kv->k_pool, kv->v_pool,
+                                   kv->dtype == NVFP4_KV_ELEM_FP8_E4M3, kv->k_scale,
+                                   kv->v_scale, (int64_t)kv->nblocks,
                                    (int64_t)kv->block, kv->tables, (int64_t)kv->ntables,
                                    (int64_t)kv->max_blocks, kv->pos, kv->seq,
                                    (int64_t)kv->max_len, (int64_t)kv->window, (int64_t)m,

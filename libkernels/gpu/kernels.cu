@@ -1324,12 +1324,36 @@ GPU_DEV int64_t att_slot(const att_pages &pg, const int32_t *tab, int64_t p)
     return (int64_t)tab[p / pg.block] * pg.block + p % pg.block;
 }
 
-template <bool PAGED>
+/* KV elements (nvfp4_kv_elem): float32, or FP8 E4M3 bytes stored as
+ * e4m3(x / scale) and read as e4m3 * scale (numerics.h's codec; one rounded
+ * product, never fused into the score's or the sum's FMA), so an FP8 pool
+ * reads the very float32 values a pool of quantize-dequantized rows held. */
+GPU_DEV float kv_get(const float *p, int64_t i, float)
+{
+    return p[i];
+}
+
+GPU_DEV float kv_get(const uint8_t *p, int64_t i, float s)
+{
+    return gpu_mul_rn(num_e4m3_value(p[i]), s);
+}
+
+GPU_DEV void kv_put(float *p, int64_t i, float x, float)
+{
+    p[i] = x;
+}
+
+GPU_DEV void kv_put(uint8_t *p, int64_t i, float x, float s)
+{
+    p[i] = (uint8_t)num_e4m3_encode(gpu_div_rn(x, s));
+}
+
+template <bool PAGED, typename T>
 __global__ void __launch_bounds__(ATT_THREADS)
-attention_kernel(const float *__restrict__ q, const float *__restrict__ kc,
-                 const float *__restrict__ vc, int64_t pos0, int64_t nh, int64_t nkv,
+attention_kernel(const float *__restrict__ q, const T *__restrict__ kc,
+                 const T *__restrict__ vc, int64_t pos0, int64_t nh, int64_t nkv,
                  int64_t hd, float scale, float *__restrict__ out, int64_t chunk,
-                 float *__restrict__ part, att_pages pg)
+                 float *__restrict__ part, att_pages pg, float ks, float vs)
 {
     GPU_DYNAMIC_SHARED(float, smem); /* q[hd] | acc[hd] | p[ATT_TILE] */
     __shared__ float sh[32];
@@ -1373,10 +1397,10 @@ attention_kernel(const float *__restrict__ q, const float *__restrict__ kc,
 
         for (int j = warp; j < tn; j += nwarps) {
             const int64_t slot = PAGED ? att_slot(pg, tab, t0 + j) : t0 + j;
-            const float *kr = kc + (slot * nkv + kvh) * hd;
+            const T *kr = kc + (slot * nkv + kvh) * hd;
             float dot = 0.0f;
             for (int64_t d = lane; d < hd; d += GPU_WARP)
-                dot = fmaf(qs[d], kr[d], dot);
+                dot = fmaf(qs[d], kv_get(kr, d, ks), dot);
             dot = warp_sum(dot);
             if (lane == 0)
                 p[j] = dot * scale;
@@ -1397,7 +1421,7 @@ attention_kernel(const float *__restrict__ q, const float *__restrict__ kc,
             float a = acc[d] * alpha;
             for (int j = 0; j < tn; j++) {
                 const int64_t slot = PAGED ? att_slot(pg, tab, t0 + j) : t0 + j;
-                a = fmaf(p[j], vc[(slot * nkv + kvh) * hd + d], a);
+                a = fmaf(p[j], kv_get(vc, (slot * nkv + kvh) * hd + d, vs), a);
             }
             acc[d] = a;
         }
@@ -1486,15 +1510,17 @@ extern "C" gpu_error_t gk_attention(const float *q, const float *k, const float 
         return e;
     if (ns > 1) {
         dim3 grid((unsigned)nh, (unsigned)m, (unsigned)ns);
-        attention_kernel<false><<<grid, ATT_THREADS, shmem, s>>>(
-            q, k_cache, v_cache, pos0, nh, nkv, hd, scale, out, ATT_CHUNK, scratch, none);
+        attention_kernel<false, float><<<grid, ATT_THREADS, shmem, s>>>(
+            q, k_cache, v_cache, pos0, nh, nkv, hd, scale, out, ATT_CHUNK, scratch, none, 1.0f,
+            1.0f);
         attention_merge_kernel<false><<<dim3((unsigned)nh, (unsigned)m), ATT_THREADS, 0, s>>>(
             scratch, pos0, nh, hd, ATT_CHUNK, ns, out, none);
     } else {
         /* prefill: heads x tokens blocks already fill the device */
         dim3 grid((unsigned)nh, (unsigned)m, 1);
-        attention_kernel<false><<<grid, ATT_THREADS, shmem, s>>>(
-            q, k_cache, v_cache, pos0, nh, nkv, hd, scale, out, pos0 + m, NULL, none);
+        attention_kernel<false, float><<<grid, ATT_THREADS, shmem, s>>>(
+            q, k_cache, v_cache, pos0, nh, nkv, hd, scale, out, pos0 + m, NULL, none, 1.0f,
+            1.0f);
     }
     return launched();
 }
@@ -1503,10 +1529,11 @@ extern "C" gpu_error_t gk_attention(const float *q, const float *k, const float 
  * entries it reaches (the registry cannot read device memory), note the
  * verdict in ok[i] (a bad row raises FLAG, reported at sync), and store a
  * good row's k and v in its slot. */
+template <typename T>
 __global__ void att_paged_store_kernel(const float *__restrict__ k, const float *__restrict__ v,
-                                       float *__restrict__ kp, float *__restrict__ vp,
-                                       att_pages pg, int64_t nblocks, int64_t ntables,
-                                       int64_t max_len, int64_t row, int *ok, int *flag)
+                                       T *__restrict__ kp, T *__restrict__ vp, att_pages pg,
+                                       int64_t nblocks, int64_t ntables, int64_t max_len,
+                                       int64_t row, int *ok, int *flag, float ks, float vs)
 {
     __shared__ int good;
     const int64_t i = blockIdx.x;
@@ -1528,8 +1555,8 @@ __global__ void att_paged_store_kernel(const float *__restrict__ k, const float 
         const int64_t slot =
             att_slot(pg, pg.tables + (int64_t)pg.seq[i] * pg.max_blocks, pg.pos[i]);
         for (int64_t d = threadIdx.x; d < row; d += blockDim.x) {
-            kp[slot * row + d] = k[i * row + d];
-            vp[slot * row + d] = v[i * row + d];
+            kv_put(kp, slot * row + d, k[i * row + d], ks);
+            kv_put(vp, slot * row + d, v[i * row + d], vs);
         }
     }
 }
@@ -1545,8 +1572,35 @@ extern "C" size_t gk_attention_paged_scratch(int64_t max_len, int64_t m, int64_t
                          : 0);
 }
 
+/* The paged launches for pools of element type T. */
+template <typename T>
+static void attention_paged_run(const float *q, const float *k, const float *v, T *k_pool,
+                                T *v_pool, int64_t nblocks, int64_t ntables, int64_t max_len,
+                                att_pages pg, int64_t m, int64_t nh, int64_t nkv, int64_t hd,
+                                float scale, float *out, int *ok, float *part, int *flag,
+                                float ks, float vs, gpu_stream_t s)
+{
+    const size_t shmem = (2 * (size_t)hd + ATT_TILE) * sizeof(float);
+    const int64_t ns = attention_splits(max_len, m);
+
+    att_paged_store_kernel<T><<<(unsigned)m, ATT_THREADS, 0, s>>>(
+        k, v, k_pool, v_pool, pg, nblocks, ntables, max_len, nkv * hd, ok, flag, ks, vs);
+    if (ns > 1) {
+        dim3 grid((unsigned)nh, (unsigned)m, (unsigned)ns);
+        attention_kernel<true, T><<<grid, ATT_THREADS, shmem, s>>>(
+            q, k_pool, v_pool, 0, nh, nkv, hd, scale, out, ATT_CHUNK, part, pg, ks, vs);
+        attention_merge_kernel<true><<<dim3((unsigned)nh, (unsigned)m), ATT_THREADS, 0, s>>>(
+            part, 0, nh, hd, ATT_CHUNK, ns, out, pg);
+    } else {
+        dim3 grid((unsigned)nh, (unsigned)m, 1);
+        attention_kernel<true, T><<<grid, ATT_THREADS, shmem, s>>>(
+            q, k_pool, v_pool, 0, nh, nkv, hd, scale, out, max_len, NULL, pg, ks, vs);
+    }
+}
+
 extern "C" gpu_error_t gk_attention_paged(const float *q, const float *k, const float *v,
-                                          float *k_pool, float *v_pool, int64_t nblocks,
+                                          void *k_pool, void *v_pool, int fp8, float k_scale,
+                                          float v_scale, int64_t nblocks,
                                           int64_t block, const int32_t *tables,
                                           int64_t ntables, int64_t max_blocks,
                                           const int32_t *pos, const int32_t *seq,
@@ -1555,25 +1609,18 @@ extern "C" gpu_error_t gk_attention_paged(const float *q, const float *k, const 
                                           float *out, void *scratch, int *flag,
                                           gpu_stream_t s)
 {
-    const size_t shmem = (2 * (size_t)hd + ATT_TILE) * sizeof(float);
-    const int64_t ns = attention_splits(max_len, m);
     int *ok = (int *)scratch;
     float *part = (float *)((char *)scratch + ((size_t)m * sizeof(int) + 15) / 16 * 16);
     att_pages pg = {pos, seq, tables, ok, block, max_blocks, window};
 
-    att_paged_store_kernel<<<(unsigned)m, ATT_THREADS, 0, s>>>(
-        k, v, k_pool, v_pool, pg, nblocks, ntables, max_len, nkv * hd, ok, flag);
-    if (ns > 1) {
-        dim3 grid((unsigned)nh, (unsigned)m, (unsigned)ns);
-        attention_kernel<true><<<grid, ATT_THREADS, shmem, s>>>(
-            q, k_pool, v_pool, 0, nh, nkv, hd, scale, out, ATT_CHUNK, part, pg);
-        attention_merge_kernel<true><<<dim3((unsigned)nh, (unsigned)m), ATT_THREADS, 0, s>>>(
-            part, 0, nh, hd, ATT_CHUNK, ns, out, pg);
-    } else {
-        dim3 grid((unsigned)nh, (unsigned)m, 1);
-        attention_kernel<true><<<grid, ATT_THREADS, shmem, s>>>(
-            q, k_pool, v_pool, 0, nh, nkv, hd, scale, out, max_len, NULL, pg);
-    }
+    if (fp8)
+        attention_paged_run<uint8_t>(q, k, v, (uint8_t *)k_pool, (uint8_t *)v_pool, nblocks,
+                                     ntables, max_len, pg, m, nh, nkv, hd, scale, out, ok,
+                                     part, flag, k_scale, v_scale, s);
+    else
+        attention_paged_run<float>(q, k, v, (float *)k_pool, (float *)v_pool, nblocks,
+                                   ntables, max_len, pg, m, nh, nkv, hd, scale, out, ok,
+                                   part, flag, 1.0f, 1.0f, s);
     return launched();
 }
 

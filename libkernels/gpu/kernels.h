@@ -100,11 +100,14 @@ gpu_error_t gk_attention(const float *q, const float *k, const float *v, float *
                          int64_t nh, int64_t nkv, int64_t hd, float scale, float *out,
                          float *scratch, gpu_stream_t s);
 /* Attention through block tables (nvfp4_k_attention_paged; WINDOW > 0: each
- * row sees its last WINDOW positions only); SCRATCH holds
- * gk_attention_paged_scratch bytes; a row out of range raises FLAG. */
+ * row sees its last WINDOW positions only); FP8 != 0: the pools hold E4M3
+ * bytes with the per-tensor K_SCALE / V_SCALE (nvfp4_kv_elem), else float32;
+ * SCRATCH holds gk_attention_paged_scratch bytes; a row out of range raises
+ * FLAG. */
 size_t gk_attention_paged_scratch(int64_t max_len, int64_t m, int64_t nh, int64_t hd);
-gpu_error_t gk_attention_paged(const float *q, const float *k, const float *v, float *k_pool,
-                               float *v_pool, int64_t nblocks, int64_t block,
+gpu_error_t gk_attention_paged(const float *q, const float *k, const float *v, void *k_pool,
+                               void *v_pool, int fp8, float k_scale, float v_scale,
+                               int64_t nblocks, int64_t block,
                                const int32_t *tables, int64_t ntables, int64_t max_blocks,
                                const int32_t *pos, const int32_t *seq, int64_t max_len,
                                int64_t window, int64_t m, int64_t nh, int64_t nkv,

@@ -284,6 +284,14 @@ m = data.decode()
 check(st == 200 and "nvfp4_time_to_first_token_seconds_bucket" in m and
       "nvfp4_inter_token_latency_seconds_count" in m and
       srv.metric("nvfp4_generation_tokens_total", AUTH) > 300, "/metrics")
+# the KV bytes per token from the model's config.json (float32 elements: no FP8 KV scheme)
+with open(os.path.join(MODEL, "config.json")) as f:
+    cfg = json.load(f)
+hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+want = 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * hd * 4
+check(srv.metric("nvfp4_kv_cache_bytes_per_token", AUTH) == want,
+      "/metrics: nvfp4_kv_cache_bytes_per_token %r, want %d" % (
+          srv.metric("nvfp4_kv_cache_bytes_per_token", AUTH), want))
 rc = srv.stop()
 check(rc == 0, "SIGTERM: clean exit (%r)" % rc)
 

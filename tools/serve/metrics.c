@@ -128,6 +128,10 @@ char *srv_metrics_render(srv_metrics *m)
         "# HELP nvfp4_kv_blocks_total KV cache blocks in the pool.\n"
         "# TYPE nvfp4_kv_blocks_total gauge\n"
         "nvfp4_kv_blocks_total %zu\n"
+        "# HELP nvfp4_kv_cache_bytes_per_token KV cache bytes one token takes (K and V, "
+        "all layers; 1 byte an element for an FP8 cache, 4 for float32).\n"
+        "# TYPE nvfp4_kv_cache_bytes_per_token gauge\n"
+        "nvfp4_kv_cache_bytes_per_token %zu\n"
         "# HELP nvfp4_prefix_cache_sequences Finished requests' sequences kept for their "
         "prefixes.\n"
         "# TYPE nvfp4_prefix_cache_sequences gauge\n"
@@ -138,7 +142,8 @@ char *srv_metrics_render(srv_metrics *m)
         "nvfp4_prefix_cache_blocks %zu\n",
         (unsigned long long)m->prompt_tokens, (unsigned long long)m->prefix_cached_tokens,
         (unsigned long long)m->generation_tokens,
-        m->running, m->queued, m->kv_used, m->kv_total, m->pc_seqs, m->pc_blocks);
+        m->running, m->queued, m->kv_used, m->kv_total, m->kv_bytes_per_token, m->pc_seqs,
+        m->pc_blocks);
     hist(&b, "nvfp4_time_to_first_token_seconds",
          "Time from a request's arrival to its first generated token.", &m->ttft);
     hist(&b, "nvfp4_inter_token_latency_seconds",

@@ -440,6 +440,7 @@ static void update_gauges(srv_sched *s)
     s->met->running = s->n_run;
     s->met->queued = s->n_queued;
     s->met->kv_total = s->blocks_total;
+    s->met->kv_bytes_per_token = nvfp4_context_kv_bytes_per_token(s->ctx);
     s->met->kv_used = s->blocks_total - nvfp4_context_kv_free_blocks(s->ctx);
     s->met->pc_seqs = s->n_pc;
     s->met->pc_blocks = s->pc_blocks;
@@ -692,6 +693,7 @@ srv_sched *srv_sched_start(nvfp4_model *m, const srv_sched_options *o, srv_metri
     co.kv_tokens = o->kv_tokens;
     co.max_batch_tokens = o->max_batch_tokens;
     co.max_seqs = o->max_seqs + (o->prefix_cache > 0 ? o->prefix_cache : 0);
+    co.kv_cache_dtype = o->kv_cache_dtype;
     s->ctx = nvfp4_context_create(m, &co, err);
     if (!s->ctx) {
         free(s);

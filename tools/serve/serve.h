@@ -107,6 +107,7 @@ typedef struct {
     uint64_t prefix_cached_tokens;  /* prompt tokens taken from another sequence's KV */
     int running, queued;
     size_t kv_used, kv_total;
+    size_t kv_bytes_per_token;   /* K and V of every layer, one token */
     int pc_seqs;                 /* prefix cache: sequences kept */
     size_t pc_blocks;            /* and their blocks (shared ones counted each time) */
     srv_hist ttft, itl;
@@ -176,6 +177,7 @@ typedef struct {
     int max_seqs;                /* running at most */
     int max_queue;               /* waiting at most (then 429) */
     int prefix_cache;            /* finished sequences kept for their prefixes; 0: none */
+    nvfp4_kv_cache_dtype kv_cache_dtype; /* --kv-cache-dtype; 0: auto */
 } srv_sched_options;
 
 srv_sched *srv_sched_start(nvfp4_model *m, const srv_sched_options *o, srv_metrics *met,
