@@ -227,6 +227,40 @@ static inline int nvfp4_backend_param_next(const char **p, char *key, size_t key
     return 1;
 }
 
+/* A device communicator of a GPU plug-in (NCCL in the CUDA one, RCCL in
+ * the HIP one), optional and versioned apart from the table above: the
+ * plug-in exports NVFP4_BACKEND_COMM_SYMBOL, which returns this table for
+ * NVFP4_BACKEND_COMM_VERSION, else NULL (built without NCCL/RCCL).  Buffers
+ * are device memory of CTX (alloc()); every call is collective over the
+ * ranks and returns when this rank's part is done (the stream synced).
+ * The host side (comm.c) makes the unique id on rank 0 and broadcasts it
+ * over the host communicator: plug-ins know no MPI.  Errors name the rank
+ * and the library's own error string. */
+#define NVFP4_BACKEND_COMM_VERSION 1u
+#define NVFP4_BACKEND_COMM_SYMBOL "nvfp4_backend_comm_entry"
+typedef struct {
+    uint32_t version;          /* NVFP4_BACKEND_COMM_VERSION */
+    const char *name;          /* "nccl", "rccl" */
+    /* The unique id of a new communicator into ID (at most CAP bytes;
+     * *LEN its size).  Rank 0 only. */
+    nvfp4_status (*make_id)(void *ctx, int rank, void *id, size_t cap, size_t *len,
+                            nvfp4_error *err);
+    /* Join the communicator of ID as RANK of SIZE on CTX's device. */
+    void *(*open)(void *ctx, const void *id, size_t len, int rank, int size,
+                  nvfp4_error *err);
+    void (*close)(void *dc);
+    nvfp4_status (*allreduce_sum)(void *dc, float *buf, size_t n, nvfp4_error *err);
+    /* BYTES from every rank, in rank order, into RECV (size x BYTES). */
+    nvfp4_status (*allgather)(void *dc, const void *send, size_t bytes, void *recv,
+                              nvfp4_error *err);
+    nvfp4_status (*broadcast)(void *dc, void *buf, size_t bytes, int root, nvfp4_error *err);
+} nvfp4_backend_comm_iface;
+typedef const nvfp4_backend_comm_iface *(*nvfp4_backend_comm_entry_fn)(uint32_t version);
+
+/* registry.c: the device communicator table of BE's plug-in (NULL: none)
+ * and the backend's state to call it with. */
+const nvfp4_backend_comm_iface *nvfp4k_backend_comm(nvfp4_backend *be, void **ctx);
+
 /* The symbol a backend shared object exports (see above). */
 #define NVFP4_BACKEND_ENTRY_SYMBOL "nvfp4_backend_entry"
 typedef const nvfp4_backend_iface *(*nvfp4_backend_entry_fn)(uint32_t abi_version);

@@ -8,6 +8,8 @@
 
 #include <nvfp4/kernels.h>
 
+#include "backend-impl.h"
+
 typedef struct {
     /* Every rank's counts[r] bytes at displs[r] of recv, in rank order. */
     nvfp4_status (*allgatherv)(nvfp4_comm *c, const void *send, const int *counts,
@@ -25,6 +27,11 @@ struct nvfp4_comm {
     float *red;                   /* all-reduce staging, [size * nred] */
     size_t nred;
     int *counts, *displs;         /* [size] */
+    /* a device communicator (nvfp4_comm_open_device): the plug-in's table
+     * and object, and the host communicator it was made over */
+    const nvfp4_backend_comm_iface *dev;
+    void *dc;
+    nvfp4_comm *host;
 };
 
 /* comm-mpi.c: start MPI and fill C (rank, size, ops); NVFP4_ERR_BACKEND

@@ -4,11 +4,17 @@
  * MPI_ERRORS_RETURN, so that a failed call is an nvfp4 error naming it
  * rather than the process dying inside MPI; a rank that dies is noticed by
  * the launcher (Open MPI's mpirun ends the job and names the rank), and a
- * rank that fails calls nvfp4_comm_abort().
+ * rank that fails calls nvfp4_comm_abort().  A rank that neither fails nor
+ * dies but stops answering (stuck, stopped) is caught by the watchdog:
+ * with NVFP4_COMM_TIMEOUT=S (seconds, > 0) every collective is a
+ * nonblocking one polled until it completes or S seconds pass, and then
+ * fails naming this rank, the call and the wait.  Off by default: the
+ * first collective waits for every rank's load, which may take minutes.
  */
 #include "config.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 #include <mpi.h>
 
@@ -26,18 +32,67 @@ static nvfp4_status mpi_fail(int rc, const char *call, nvfp4_comm *c, nvfp4_erro
                            call, c ? c->rank : -1, len ? msg : "unknown MPI error");
 }
 
+static double timeout_s; /* NVFP4_COMM_TIMEOUT; 0: wait for ever */
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The watchdog: poll REQ until it completes or timeout_s pass. */
+static nvfp4_status wait_bounded(nvfp4_comm *c, MPI_Request *req, const char *call,
+                                 nvfp4_error *err)
+{
+    double t0 = now();
+    int done = 0, rc;
+
+    for (;;) {
+        if ((rc = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+            return mpi_fail(rc, call, c, err);
+        if (done)
+            return NVFP4_OK;
+        if (now() - t0 > timeout_s)
+            /* the request stays pending: the job is to end (nvfp4_comm_abort) */
+            return nvfp4_error_set(err, NVFP4_ERR_BACKEND, NULL, NULL, -1,
+                                   "%s on rank %d of %d: not every rank took part within "
+                                   "%g s (NVFP4_COMM_TIMEOUT); a rank is stuck or has "
+                                   "failed", call, c->rank, c->size, timeout_s);
+    }
+}
+
 static nvfp4_status m_allgatherv(nvfp4_comm *c, const void *send, const int *counts,
                                  const int *displs, void *recv, nvfp4_error *err)
 {
-    int rc = MPI_Allgatherv(send, counts[c->rank], MPI_BYTE, recv, counts, displs, MPI_BYTE,
+    MPI_Request req;
+    int rc;
+
+    if (timeout_s <= 0) {
+        rc = MPI_Allgatherv(send, counts[c->rank], MPI_BYTE, recv, counts, displs, MPI_BYTE,
                             MPI_COMM_WORLD);
-    return rc == MPI_SUCCESS ? NVFP4_OK : mpi_fail(rc, "MPI_Allgatherv", c, err);
+        return rc == MPI_SUCCESS ? NVFP4_OK : mpi_fail(rc, "MPI_Allgatherv", c, err);
+    }
+    rc = MPI_Iallgatherv(send, counts[c->rank], MPI_BYTE, recv, counts, displs, MPI_BYTE,
+                         MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(rc, "MPI_Iallgatherv", c, err);
+    return wait_bounded(c, &req, "MPI_Iallgatherv", err);
 }
 
 static nvfp4_status m_bcast(nvfp4_comm *c, void *buf, int bytes, int root, nvfp4_error *err)
 {
-    int rc = MPI_Bcast(buf, bytes, MPI_BYTE, root, MPI_COMM_WORLD);
-    return rc == MPI_SUCCESS ? NVFP4_OK : mpi_fail(rc, "MPI_Bcast", c, err);
+    MPI_Request req;
+    int rc;
+
+    if (timeout_s <= 0) {
+        rc = MPI_Bcast(buf, bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+        return rc == MPI_SUCCESS ? NVFP4_OK : mpi_fail(rc, "MPI_Bcast", c, err);
+    }
+    rc = MPI_Ibcast(buf, bytes, MPI_BYTE, root, MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(rc, "MPI_Ibcast", c, err);
+    return wait_bounded(c, &req, "MPI_Ibcast", err);
 }
 
 static void m_abort(nvfp4_comm *c, int code)
@@ -59,7 +114,16 @@ static void finalize(void)
 nvfp4_status nvfp4k_comm_mpi_init(nvfp4_comm *c, nvfp4_error *err)
 {
     int provided = 0, inited = 0, rc;
+    const char *t = getenv("NVFP4_COMM_TIMEOUT");
 
+    if (t && *t) {
+        char *end;
+        double v = strtod(t, &end);
+        if (*end || !(v >= 0 && v <= 1e9))
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, "NVFP4_COMM_TIMEOUT", -1,
+                                   "expected seconds from 0 (no limit) to 1e9, got '%s'", t);
+        timeout_s = v;
+    }
     if (MPI_Initialized(&inited) != MPI_SUCCESS)
         inited = 0;
     /* SERIALIZED: comm.c's lock keeps one thread in MPI at a time.  An

@@ -88,6 +88,8 @@ uint64_t nvfp4_comm_bytes_sent(const nvfp4_comm *c)
 
 void nvfp4_comm_abort(nvfp4_comm *c, int code)
 {
+    if (c && c->host)
+        c = c->host;
     if (c && c->ops)
         c->ops->abort(c, code);
 }
@@ -128,6 +130,19 @@ nvfp4_status nvfp4_comm_allgather(nvfp4_comm *c, const void *send, size_t bytes,
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
                                "nvfp4_comm_allgather needs a communicator and buffers");
     mine = counts ? counts[c->rank] : bytes;
+    if (c->dev) {
+        for (int r = 0; counts && r < c->size; r++)
+            if (counts[r] != counts[0])
+                return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, NULL, NULL, -1,
+                                       "a %s communicator gathers equal counts only",
+                                       c->name);
+        pthread_mutex_lock(&c->lock);
+        st = c->dev->allgather(c->dc, send, mine, recv, err);
+        pthread_mutex_unlock(&c->lock);
+        if (st == NVFP4_OK)
+            c->sent += (uint64_t)mine * (uint64_t)(c->size - 1);
+        return st;
+    }
     if (!c->ops) {
         memmove(recv, send, mine);
         return NVFP4_OK;
@@ -151,6 +166,16 @@ nvfp4_status nvfp4_comm_allreduce_sum(nvfp4_comm *c, float *buf, size_t n, nvfp4
     if (!c || (n && !buf))
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
                                "nvfp4_comm_allreduce_sum needs a communicator and a buffer");
+    if (c->dev && n) {
+        /* the library's own order (NCCL/RCCL: ring or tree, the same
+         * result on every rank for one job's topology) */
+        pthread_mutex_lock(&c->lock);
+        st = c->dev->allreduce_sum(c->dc, buf, n, err);
+        pthread_mutex_unlock(&c->lock);
+        if (st == NVFP4_OK)
+            c->sent += (uint64_t)n * sizeof(float) * (uint64_t)(c->size - 1);
+        return st;
+    }
     if (!c->ops || n == 0)
         return NVFP4_OK;
     size = (size_t)c->size;
@@ -195,6 +220,14 @@ nvfp4_status nvfp4_comm_broadcast(nvfp4_comm *c, void *buf, size_t bytes, int ro
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
                                "nvfp4_comm_broadcast needs a communicator, a buffer and "
                                "a root rank below %d", c ? c->size : 1);
+    if (c->dev && bytes) {
+        pthread_mutex_lock(&c->lock);
+        st = c->dev->broadcast(c->dc, buf, bytes, root, err);
+        pthread_mutex_unlock(&c->lock);
+        if (st == NVFP4_OK && c->rank == root)
+            c->sent += (uint64_t)bytes * (uint64_t)(c->size - 1);
+        return st;
+    }
     if (!c->ops || bytes == 0)
         return NVFP4_OK;
     if (bytes > INT_MAX)
@@ -205,4 +238,87 @@ nvfp4_status nvfp4_comm_broadcast(nvfp4_comm *c, void *buf, size_t bytes, int ro
         c->sent += (uint64_t)bytes * (uint64_t)(c->size - 1);
     pthread_mutex_unlock(&c->lock);
     return st;
+}
+
+/* ---- device communicators (NCCL, RCCL: backend-impl.h) ---------------------- */
+
+/* What rank 0 broadcasts: whether it made an id, and the id. */
+typedef struct {
+    int32_t ok;
+    uint32_t len;
+    unsigned char id[1024];
+} dev_id;
+
+nvfp4_comm *nvfp4_comm_open_device(nvfp4_backend *be, nvfp4_comm *host, nvfp4_error *err)
+{
+    const nvfp4_backend_comm_iface *ci;
+    void *ctx;
+    dev_id id;
+    nvfp4_comm *c;
+    nvfp4_error e0;
+    size_t len = 0;
+
+    nvfp4_error_clear(err);
+    nvfp4_error_clear(&e0);
+    if (!be || !host) {
+        nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
+                        "nvfp4_comm_open_device needs a backend and a host communicator");
+        return NULL;
+    }
+    ci = nvfp4k_backend_comm(be, &ctx);
+    /* every rank takes part in the broadcast below, even one whose backend
+     * has no device communicator, so that none waits for ever */
+    memset(&id, 0, sizeof(id));
+    if (host->rank == 0 && ci) {
+        if (ci->make_id(ctx, 0, id.id, sizeof(id.id), &len, &e0) == NVFP4_OK &&
+            len <= sizeof(id.id)) {
+            id.ok = 1;
+            id.len = (uint32_t)len;
+        }
+    }
+    if (nvfp4_comm_broadcast(host, &id, sizeof(id), 0, err) != NVFP4_OK)
+        return NULL;
+    if (!ci) {
+        nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, NULL, NULL, -1,
+                        "rank %d: the %s backend has no device communicator (a GPU "
+                        "plug-in built with NCCL or RCCL has one)",
+                        host->rank, nvfp4_backend_name(be));
+        return NULL;
+    }
+    if (!id.ok) {
+        if (host->rank == 0 && e0.status != NVFP4_OK && err)
+            *err = e0;
+        else
+            nvfp4_error_set(err, NVFP4_ERR_BACKEND, NULL, NULL, -1,
+                            "rank %d: rank 0 could not make the %s communicator's id",
+                            host->rank, ci->name);
+        return NULL;
+    }
+    c = calloc(1, sizeof(*c));
+    if (!c) {
+        nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        return NULL;
+    }
+    c->name = ci->name;
+    c->rank = host->rank;
+    c->size = host->size;
+    c->host = host;
+    c->dev = ci;
+    pthread_mutex_init(&c->lock, NULL);
+    c->dc = ci->open(ctx, id.id, id.len, c->rank, c->size, err);
+    if (!c->dc) {
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void nvfp4_comm_free(nvfp4_comm *c)
+{
+    if (!c || !c->dev)
+        return; /* the world communicator lives as long as the process */
+    c->dev->close(c->dc);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
 }

@@ -35,6 +35,8 @@ static nvfp4_op linear_op(const nvfp4_kweight *w);
 static const char *const plugin_names[] = {"cuda", "hip"};
 
 static const nvfp4_backend_iface *registry[MAX_BACKENDS];
+/* the plug-ins' device communicators (backend-impl.h), NULL where none */
+static const nvfp4_backend_comm_iface *registry_comm[MAX_BACKENDS];
 static size_t registry_count;
 static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
 
@@ -114,6 +116,11 @@ static int try_plugin(const char *dir, size_t dirlen, const char *name, char *wh
             set_why(why, whysize, "%s: more than %d backends", path, MAX_BACKENDS);
         dlclose(h);
         return -1;
+    }
+    {
+        nvfp4_backend_comm_entry_fn centry;
+        *(void **)&centry = dlsym(h, NVFP4_BACKEND_COMM_SYMBOL);
+        registry_comm[registry_count] = centry ? centry(NVFP4_BACKEND_COMM_VERSION) : NULL;
     }
     registry[registry_count++] = iface; /* never unloaded: see backend-impl.h */
     return 1;
@@ -1030,4 +1037,17 @@ nvfp4_status nvfp4_k_moe(nvfp4_backend *be, nvfp4_kweight *const *w13,
     if (!w13[0]->runs_moe)
         return unsupported_w(be, NVFP4_OP_MOE, w13[0], err);
     return be->iface->moe(be->ctx, w13, w2, experts, x, m, idx, weights, k, y, err);
+}
+
+const nvfp4_backend_comm_iface *nvfp4k_backend_comm(nvfp4_backend *be, void **ctx)
+{
+    *ctx = NULL;
+    if (!be)
+        return NULL;
+    for (size_t i = 0; i < registry_count; i++)
+        if (registry[i] == be->iface) {
+            *ctx = be->ctx;
+            return registry_comm[i];
+        }
+    return NULL;
 }

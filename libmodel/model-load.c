@@ -143,6 +143,7 @@ static nvfp4_status upload(nvfp4_model *m, nvfp4_linear *parts, size_t n,
                 nvfp4_checkpoint_release_pages(m->ck, p->dense->data, p->dense->nbytes);
             }
         }
+        nvfp4m_par_uploaded(m, parts, n);
     }
     return NVFP4_OK;
 }
@@ -679,6 +680,7 @@ nvfp4_status nvfp4m_model_load(nvfp4_model *m, nvfp4_error *err)
     if (!m->inv_freq || (hp->sliding && hp->rope_local_theta != hp->rope_theta &&
                          !m->inv_freq_local))
         return err && err->status ? err->status : NVFP4_ERR_NOMEM;
+    nvfp4m_par_loaded(m);
     return NVFP4_OK;
 }
 

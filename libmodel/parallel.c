@@ -146,6 +146,7 @@ void nvfp4m_par_free(nvfp4_model *m)
     free(p->ha);
     free(p->hb);
     free(p->hid);
+    free(p->others);
     free(p);
     m->par = NULL;
 }
@@ -203,6 +204,25 @@ static const nvfp4_tensor *tensor_rows(nvfp4m_par *p, const nvfp4_tensor *t, int
     return s;
 }
 
+/* Remember that of the mapped BYTES at BASE, [OFF, OFF + LEN) are this
+ * rank's (nvfp4m_par_loaded gives back the rest). */
+static nvfp4_status note_others(nvfp4m_par *p, const void *base, size_t bytes, size_t off,
+                                size_t len, nvfp4_error *err)
+{
+    const uint8_t *b = base;
+
+    if (p->nothers == p->capothers) {
+        size_t cap = p->capothers ? 2 * p->capothers : 64;
+        struct nvfp4m_par_range *a = realloc(p->others, cap * sizeof(*a));
+        if (!a)
+            return nomem(err);
+        p->others = a;
+        p->capothers = cap;
+    }
+    p->others[p->nothers++] = (struct nvfp4m_par_range){b, b + bytes, b + off, b + off + len};
+    return NVFP4_OK;
+}
+
 static nvfp4_status slice_rows(nvfp4_model *m, nvfp4_linear *lin, int64_t r0, int64_t nr,
                                nvfp4_error *err)
 {
@@ -215,10 +235,22 @@ static nvfp4_status slice_rows(nvfp4_model *m, nvfp4_linear *lin, int64_t r0, in
                                (long long)lin->n);
     release_view(m, lin);
     if (lin->scheme != NVFP4_SCHEME_NONE) {
+        size_t wrow = (size_t)lin->k / 2, srow = (size_t)lin->k / NVFP4_BLOCK;
+        TRY(note_others(p, lin->weight, (size_t)lin->n * wrow, (size_t)r0 * wrow,
+                        (size_t)nr * wrow, err));
+        if (!lin->owned_scales)
+            TRY(note_others(p, lin->scales, (size_t)lin->n * srow, (size_t)r0 * srow,
+                            (size_t)nr * srow, err));
         lin->weight += (size_t)r0 * (size_t)lin->k / 2;
         lin->scales += (size_t)r0 * (size_t)lin->k / NVFP4_BLOCK;
-    } else if (!(lin->dense = tensor_rows(p, lin->dense, r0, nr))) {
-        return nomem(err);
+    } else {
+        size_t row = lin->dense->shape[0] ? lin->dense->nbytes / (size_t)lin->dense->shape[0]
+                                          : 0;
+        if (lin->dense->file && *lin->dense->file)
+            TRY(note_others(p, lin->dense->data, lin->dense->nbytes, (size_t)r0 * row,
+                            (size_t)nr * row, err));
+        if (!(lin->dense = tensor_rows(p, lin->dense, r0, nr)))
+            return nomem(err);
     }
     if (lin->bias) {
         nvfp4_checkpoint_release_pages(m->ck, lin->bias->data, lin->bias->nbytes);
@@ -322,6 +354,63 @@ nvfp4_status nvfp4m_par_split_vocab(nvfp4_model *m, nvfp4_linear *embed, nvfp4_l
     if (head != embed)
         TRY(slice_rows(m, head, p->v0, p->vocab, err));
     return NVFP4_OK;
+}
+
+/* Free (and forget) the column slice P, if it is one. */
+static void disown(nvfp4m_par *p, const void *x)
+{
+    for (size_t i = 0; x && i < p->nowned; i++)
+        if (p->owned[i] == x) {
+            free(p->owned[i]);
+            p->owned[i] = p->owned[--p->nowned];
+            return;
+        }
+}
+
+static int is_owned(const nvfp4m_par *p, const void *x)
+{
+    for (size_t i = 0; x && i < p->nowned; i++)
+        if (p->owned[i] == x)
+            return 1;
+    return 0;
+}
+
+void nvfp4m_par_uploaded(nvfp4_model *m, nvfp4_linear *parts, size_t n)
+{
+    nvfp4m_par *p = m->par;
+
+    if (!p || p->size == 1)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        nvfp4_linear *lin = &parts[i];
+        /* only NVFP4 column slices: a float one may be read in place */
+        if (lin->scheme == NVFP4_SCHEME_NONE || !is_owned(p, lin->weight))
+            continue;
+        disown(p, lin->weight);
+        lin->weight = NULL;
+        if (is_owned(p, lin->scales)) {
+            disown(p, lin->scales);
+            lin->scales = NULL;
+        }
+    }
+}
+
+void nvfp4m_par_loaded(nvfp4_model *m)
+{
+    nvfp4m_par *p = m->par;
+
+    if (!p)
+        return;
+    for (size_t i = 0; i < p->nothers; i++) {
+        const struct nvfp4m_par_range *r = &p->others[i];
+        if (r->mine_lo > r->lo)
+            nvfp4_checkpoint_release_pages(m->ck, r->lo, (size_t)(r->mine_lo - r->lo));
+        if (r->hi > r->mine_hi)
+            nvfp4_checkpoint_release_pages(m->ck, r->mine_hi, (size_t)(r->hi - r->mine_hi));
+    }
+    free(p->others);
+    p->others = NULL;
+    p->nothers = p->capothers = 0;
 }
 
 void nvfp4m_par_drop(nvfp4_model *m, const nvfp4_linear *lin)

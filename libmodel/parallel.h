@@ -25,6 +25,11 @@ typedef struct nvfp4m_par {
     size_t hcap;
     int32_t *hid;              /* local token ids, idcap */
     size_t idcap;
+    struct nvfp4m_par_range {  /* mapped ranges of split views: the whole */
+        const uint8_t *lo, *hi; /* tensor and this rank's rows of it */
+        const uint8_t *mine_lo, *mine_hi;
+    } *others;
+    size_t nothers, capothers;
 } nvfp4m_par;
 
 /* After config.json is read: the split of m->hp over the world communicator
@@ -45,6 +50,14 @@ nvfp4_status nvfp4m_par_split_vocab(struct nvfp4_model *m, nvfp4_linear *embed,
 int nvfp4m_par_owns_expert(const struct nvfp4_model *m, int64_t e);
 /* Give back the mapped pages of a view this rank does not upload. */
 void nvfp4m_par_drop(struct nvfp4_model *m, const nvfp4_linear *lin);
+
+/* After upload() of PARTS to a backend that holds its own copy: free the
+ * column slices copied out for it (the kweight is the copy now). */
+void nvfp4m_par_uploaded(struct nvfp4_model *m, nvfp4_linear *parts, size_t n);
+/* After the whole model is loaded: give back the mapped pages of the other
+ * ranks' rows of the row-split tensors (the kernel maps page-cache
+ * neighbours of the pages this rank reads, large folios whole). */
+void nvfp4m_par_loaded(struct nvfp4_model *m);
 
 /* Forward pass. */
 nvfp4_status nvfp4m_par_check_batch(struct nvfp4_model *m, const nvfp4_batch_entry *ent,

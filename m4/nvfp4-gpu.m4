@@ -74,6 +74,17 @@ _NVFP4_EOF
   AS_IF([$NVCC -c $NVCC_ARCHFLAGS conftest.cu -o conftest.$OBJEXT >&AS_MESSAGE_LOG_FD 2>&1],
         [AC_MSG_RESULT([yes])],
         [AC_MSG_RESULT([no]); AC_MSG_ERROR([$NVCC cannot build for $with_cuda_arch (see config.log)])])
+  # NCCL's header (the CUDA toolkit's, or /usr/include): the plug-in's device
+  # communicator (libkernels/gpu/comm-gpu.cu), which dlopen()s libnccl.so.2
+  cat > conftest.cu <<_NVFP4_EOF
+#include <nccl.h>
+int nvfp4_nccl_major = NCCL_MAJOR;
+_NVFP4_EOF
+  AC_MSG_CHECKING([whether $NVCC finds nccl.h])
+  AS_IF([$NVCC -c conftest.cu -o conftest.$OBJEXT >&AS_MESSAGE_LOG_FD 2>&1],
+        [AC_MSG_RESULT([yes])
+         AC_DEFINE([HAVE_NCCL], [1], [Define to 1 for the CUDA plug-in's NCCL communicator.])],
+        [AC_MSG_RESULT([no (the CUDA plug-in has no device communicator)])])
   rm -f conftest.cu conftest.$OBJEXT
   # Shared runtime, found at run time by the dynamic loader (ldconfig, as the
   # CUDA packages set it up, or LD_LIBRARY_PATH): no RPATH in an installed
@@ -100,6 +111,17 @@ _NVFP4_EOF
   AS_IF([$HIPCC -x hip -c $HIP_ARCHFLAGS conftest.cu -o conftest.$OBJEXT >&AS_MESSAGE_LOG_FD 2>&1],
         [AC_MSG_RESULT([yes])],
         [AC_MSG_RESULT([no]); AC_MSG_ERROR([$HIPCC cannot build for $with_hip_arch (see config.log)])])
+  # RCCL's header (Debian: librccl-dev): the plug-in's device communicator
+  # (libkernels/gpu/comm-gpu.cu), which dlopen()s librccl.so.1
+  cat > conftest.cu <<_NVFP4_EOF
+#include <rccl/rccl.h>
+int nvfp4_rccl_major = NCCL_MAJOR;
+_NVFP4_EOF
+  AC_MSG_CHECKING([whether $HIPCC finds rccl/rccl.h])
+  AS_IF([$HIPCC -x hip -c conftest.cu -o conftest.$OBJEXT >&AS_MESSAGE_LOG_FD 2>&1],
+        [AC_MSG_RESULT([yes])
+         AC_DEFINE([HAVE_RCCL], [1], [Define to 1 for the HIP plug-in's RCCL communicator.])],
+        [AC_MSG_RESULT([no (the HIP plug-in has no device communicator)])])
   rm -f conftest.cu conftest.$OBJEXT
   nvfp4_save_LIBS=$LIBS
   nvfp4_hip_libdir=

@@ -15,6 +15,12 @@ SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 
 PKGS="hipcc libamdhip64-dev"
+# RCCL's header for the HIP plug-in's device communicator
+# (libkernels/gpu/comm-gpu.cu), where the distribution packages it; without
+# it the plug-in builds with none
+if apt-cache show librccl-dev >/dev/null 2>&1; then
+    PKGS="$PKGS librccl-dev"
+fi
 missing=
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -1153,6 +1153,61 @@ START_TEST(test_oom)
 }
 END_TEST
 
+/* The device communicator (NCCL/RCCL, libkernels/gpu/comm-gpu.cu) over the
+ * process alone: the unique id, the communicator on the backend's device,
+ * and each collective on device buffers, whose result with one rank is the
+ * input itself (sum of one, gather of one, broadcast from oneself).  A
+ * plug-in built without the library's header (the emulator's included)
+ * has no communicator, and one whose library is not installed says so:
+ * both are reported and the test ends there. */
+START_TEST(test_device_comm)
+{
+    nvfp4_backend *be = open_gpu();
+    nvfp4_error err;
+    nvfp4_comm *w = nvfp4_comm_world(&err), *c;
+    float x[37], y[37], g[37];
+    void *dx;
+
+    ck_assert_msg(w != NULL, "world: %s", err.text);
+    c = nvfp4_comm_open_device(be, w, &err);
+    if (!c) {
+        ck_assert_msg(err.status == NVFP4_ERR_UNSUPPORTED ||
+                          (err.status == NVFP4_ERR_BACKEND && strstr(err.text, "cannot load")),
+                      "open_device: %s", err.text);
+        fprintf(stderr, "test_device_comm: %s\n", err.text);
+        nvfp4_backend_free(be);
+        return;
+    }
+    ck_assert_int_eq(nvfp4_comm_rank(c), 0);
+    ck_assert_int_eq(nvfp4_comm_size(c), 1);
+    ck_assert_msg(!strcmp(nvfp4_comm_name(c), "nccl") || !strcmp(nvfp4_comm_name(c), "rccl"),
+                  "%s", nvfp4_comm_name(c));
+    for (int i = 0; i < 37; i++)
+        x[i] = (float)(i - 18) * 0.375f + 1e-3f * (float)i;
+    dx = dput(be, x, sizeof x);
+    ck_assert_msg(nvfp4_comm_allreduce_sum(c, (float *)dx, 37, &err) == NVFP4_OK, "%s",
+                  err.text);
+    dget(be, y, dx, sizeof y);
+    ck_assert_mem_eq(y, x, sizeof x);
+    ck_assert_msg(nvfp4_comm_broadcast(c, dx, sizeof x, 0, &err) == NVFP4_OK, "%s", err.text);
+    dget(be, y, dx, sizeof y);
+    ck_assert_mem_eq(y, x, sizeof x);
+    {
+        void *dg = dput(be, NULL, sizeof g);
+        ck_assert_msg(nvfp4_comm_allgather(c, dx, sizeof x, NULL, dg, &err) == NVFP4_OK, "%s",
+                      err.text);
+        dget(be, g, dg, sizeof g);
+        ck_assert_mem_eq(g, x, sizeof x);
+        nvfp4_backend_release(be, dg);
+    }
+    /* a root outside the ranks is refused before the library sees it */
+    ck_assert_int_eq(nvfp4_comm_broadcast(c, dx, sizeof x, 1, &err), NVFP4_ERR_INVALID);
+    nvfp4_backend_release(be, dx);
+    nvfp4_comm_free(c);
+    nvfp4_backend_free(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s;
@@ -1178,6 +1233,7 @@ int main(void)
     tcase_add_test(tc, test_moe);
     tcase_add_test(tc, test_moe_w4a4);
     tcase_add_test(tc, test_oom);
+    tcase_add_test(tc, test_device_comm);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     /* One process: the GPU runtime was initialised above (availability)

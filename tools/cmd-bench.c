@@ -94,7 +94,7 @@ static int run(int argc, char **argv)
     nvfp4_context_options co;
     nvfp4_batch_entry *ent = NULL;
     long per;
-    long rss_load;
+    long rss0, rss_load;
     uint64_t sent0, sent1;
     double t0, load_s, best = INFINITY, sum = 0, dec_s = 0;
     size_t V;
@@ -144,6 +144,7 @@ static int run(int argc, char **argv)
     if (optind + 1 != argc)
         return cli_usage(&cli_bench, optind == argc ? "missing MODEL" : "too many arguments");
 
+    rss0 = rss_kb();
     t0 = now();
     if (!(m = cli_model_open(argv[optind], &mo, (int)(P + N))))
         return CLI_INVALID;
@@ -228,13 +229,20 @@ static int run(int argc, char **argv)
         }
     }
     dec_s = now() - t0;
-    /* under mpirun: each rank's share of the weights and of the traffic */
+    /* resident memory (under mpirun: each rank's share of the weights, the
+     * mapped pages it touched, and of the traffic) */
     if (cli_ranks > 1)
-        fprintf(stderr, "bench: rank %d of %d: %.1f MB resident after loading; sent %.0f "
-                "bytes per prefill token, %.0f per decode token\n", cli_rank, cli_ranks,
-                rss_load / 1024.0, (double)(sent1 - sent0) / (double)((R + 1) * B * P),
+        fprintf(stderr, "bench: rank %d of %d: %.1f MB resident before loading, %.1f MB "
+                "after loading, %.1f MB after the run; sent %.0f bytes per prefill token, "
+                "%.0f per decode token\n", cli_rank, cli_ranks, rss0 / 1024.0,
+                rss_load / 1024.0, rss_kb() / 1024.0,
+                (double)(sent1 - sent0) / (double)((R + 1) * B * P),
                 N ? (double)(nvfp4_comm_bytes_sent(nvfp4_comm_world(NULL)) - sent1) /
                         (double)(N * B) : 0.0);
+    else if (!json)
+        fprintf(stderr, "bench: %.1f MB resident before loading, %.1f MB after loading, "
+                "%.1f MB after the run\n", rss0 / 1024.0, rss_load / 1024.0,
+                rss_kb() / 1024.0);
     getrusage(RUSAGE_SELF, &ru);
     if (json)
         printf("{\"model\": \"%s\", \"arch\": \"%s\", \"backend\": \"%s\", \"threads\": %d, "

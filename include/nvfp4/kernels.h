@@ -725,6 +725,32 @@ NVFP4_API uint64_t nvfp4_comm_bytes_sent(const nvfp4_comm *c);
  * @param code the exit status
  */
 NVFP4_API void nvfp4_comm_abort(nvfp4_comm *c, int code);
+/**
+ * A communicator over the ranks of @p host whose collectives run on device
+ * buffers of @p be (memory from nvfp4_backend_alloc()): NCCL for the CUDA
+ * backend, RCCL for the HIP one, when the plug-in was built with them.
+ * Collective: every rank of @p host calls it with its own backend (one
+ * device per rank); rank 0 makes the unique id and broadcasts it over
+ * @p host.  nvfp4_comm_allreduce_sum() (the library's reduction order),
+ * nvfp4_comm_allgather() (equal counts) and nvfp4_comm_broadcast() then take
+ * device pointers and return when this rank's part is done;
+ * nvfp4_comm_abort() ends the job through @p host.  Errors name the rank
+ * and the library's error string.
+ * @param be an open GPU backend
+ * @param host the host communicator (nvfp4_comm_world())
+ * @param err filled on failure, or NULL
+ * @return the communicator, to be freed with nvfp4_comm_free() before
+ *   @p be is closed; NULL with ::NVFP4_ERR_UNSUPPORTED (no device
+ *   communicator in this backend), ::NVFP4_ERR_BACKEND or ::NVFP4_ERR_NOMEM
+ */
+NVFP4_API nvfp4_comm *nvfp4_comm_open_device(nvfp4_backend *be, nvfp4_comm *host,
+                                             nvfp4_error *err);
+/**
+ * Free a communicator of nvfp4_comm_open_device(); the world communicator
+ * and NULL: nothing.
+ * @param c the communicator, or NULL
+ */
+NVFP4_API void nvfp4_comm_free(nvfp4_comm *c);
 
 #ifdef __cplusplus
 }

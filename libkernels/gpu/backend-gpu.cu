@@ -187,6 +187,15 @@ static int parse_opts(gopts *o, const char *params, nvfp4_error *err)
     return 0;
 }
 
+/* comm-gpu.cu's view of an opened backend: its stream and device. */
+gpu_stream_t nvfp4k_gpu_stream(void *c, int *device)
+{
+    gctx *ctx = (gctx *)c;
+
+    *device = ctx->device;
+    return ctx->stream;
+}
+
 /* Any device: which one is an option of open(), checked there. */
 static int g_available(void)
 {

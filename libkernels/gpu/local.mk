@@ -25,6 +25,7 @@ EXTRA_DIST += \
 	%reldir%/kernels.h \
 	%reldir%/kernels.cu \
 	%reldir%/backend-gpu.cu \
+	%reldir%/comm-gpu.cu \
 	%reldir%/bench-gpu.cu \
 	%reldir%/nvfp4-backend.sym \
 	%reldir%/gpu-emu.h \
@@ -62,6 +63,9 @@ LTNVCC = $(LIBTOOL) $(AM_V_lt) --tag=CC $(AM_LIBTOOLFLAGS) $(LIBTOOLFLAGS) \
 %reldir%/cuda-backend.lo: %reldir%/backend-gpu.cu $(GPU_HDRS) config.h
 	@$(MKDIR_P) %reldir%
 	$(AM_V_GEN)$(LTNVCC) -c -o $@ $(srcdir)/%reldir%/backend-gpu.cu
+%reldir%/cuda-comm.lo: %reldir%/comm-gpu.cu $(GPU_HDRS) config.h
+	@$(MKDIR_P) %reldir%
+	$(AM_V_GEN)$(LTNVCC) -c -o $@ $(srcdir)/%reldir%/comm-gpu.cu
 %reldir%/cuda-bench.lo: %reldir%/bench-gpu.cu $(GPU_HDRS) config.h
 	@$(MKDIR_P) %reldir%
 	$(AM_V_GEN)$(LTNVCC) -c -o $@ $(srcdir)/%reldir%/bench-gpu.cu
@@ -69,8 +73,9 @@ LTNVCC = $(LIBTOOL) $(AM_V_lt) --tag=CC $(AM_LIBTOOLFLAGS) $(LIBTOOLFLAGS) \
 backends_LTLIBRARIES += %reldir%/nvfp4-backend-cuda.la
 %canon_reldir%_nvfp4_backend_cuda_la_SOURCES =
 %canon_reldir%_nvfp4_backend_cuda_la_LIBADD = %reldir%/cuda-backend.lo \
+	%reldir%/cuda-comm.lo \
 	%reldir%/cuda-kernels.lo libquant/libnvfp4-quant.la libformat/libnvfp4-format.la \
-	$(CUDA_LIBS)
+	$(CUDA_LIBS) $(DL_LIBS) $(PTHREAD_LIBS)
 %canon_reldir%_nvfp4_backend_cuda_la_LDFLAGS = $(GPU_MODULE_LDFLAGS)
 EXTRA_%canon_reldir%_nvfp4_backend_cuda_la_DEPENDENCIES = %reldir%/nvfp4-backend.sym
 
@@ -80,7 +85,8 @@ noinst_PROGRAMS += %reldir%/bench-gpu-cuda
 %canon_reldir%_bench_gpu_cuda_SOURCES =
 %canon_reldir%_bench_gpu_cuda_LDADD = %reldir%/cuda-bench.lo %reldir%/cuda-kernels.lo \
 	$(CUDA_LIBS) $(CUBLAS_LIBS) $(LIBM)
-CLEANFILES += %reldir%/cuda-kernels.lo %reldir%/cuda-backend.lo %reldir%/cuda-bench.lo
+CLEANFILES += %reldir%/cuda-kernels.lo %reldir%/cuda-backend.lo %reldir%/cuda-bench.lo \
+	%reldir%/cuda-comm.lo
 endif
 
 if ENABLE_HIP
@@ -95,6 +101,9 @@ LTHIPCC = $(LIBTOOL) $(AM_V_lt) --tag=CC $(AM_LIBTOOLFLAGS) $(LIBTOOLFLAGS) \
 %reldir%/hip-backend.lo: %reldir%/backend-gpu.cu $(GPU_HDRS) config.h
 	@$(MKDIR_P) %reldir%
 	$(AM_V_GEN)$(LTHIPCC) -c -o $@ $(srcdir)/%reldir%/backend-gpu.cu
+%reldir%/hip-comm.lo: %reldir%/comm-gpu.cu $(GPU_HDRS) config.h
+	@$(MKDIR_P) %reldir%
+	$(AM_V_GEN)$(LTHIPCC) -c -o $@ $(srcdir)/%reldir%/comm-gpu.cu
 %reldir%/hip-bench.lo: %reldir%/bench-gpu.cu $(GPU_HDRS) config.h
 	@$(MKDIR_P) %reldir%
 	$(AM_V_GEN)$(LTHIPCC) -c -o $@ $(srcdir)/%reldir%/bench-gpu.cu
@@ -102,8 +111,9 @@ LTHIPCC = $(LIBTOOL) $(AM_V_lt) --tag=CC $(AM_LIBTOOLFLAGS) $(LIBTOOLFLAGS) \
 backends_LTLIBRARIES += %reldir%/nvfp4-backend-hip.la
 %canon_reldir%_nvfp4_backend_hip_la_SOURCES =
 %canon_reldir%_nvfp4_backend_hip_la_LIBADD = %reldir%/hip-backend.lo \
+	%reldir%/hip-comm.lo \
 	%reldir%/hip-kernels.lo libquant/libnvfp4-quant.la libformat/libnvfp4-format.la \
-	$(HIP_LIBS)
+	$(HIP_LIBS) $(DL_LIBS) $(PTHREAD_LIBS)
 %canon_reldir%_nvfp4_backend_hip_la_LDFLAGS = $(GPU_MODULE_LDFLAGS)
 EXTRA_%canon_reldir%_nvfp4_backend_hip_la_DEPENDENCIES = %reldir%/nvfp4-backend.sym
 
@@ -111,5 +121,6 @@ noinst_PROGRAMS += %reldir%/bench-gpu-hip
 %canon_reldir%_bench_gpu_hip_SOURCES =
 %canon_reldir%_bench_gpu_hip_LDADD = %reldir%/hip-bench.lo %reldir%/hip-kernels.lo \
 	$(HIP_LIBS) $(LIBM)
-CLEANFILES += %reldir%/hip-kernels.lo %reldir%/hip-backend.lo %reldir%/hip-bench.lo
+CLEANFILES += %reldir%/hip-kernels.lo %reldir%/hip-backend.lo %reldir%/hip-bench.lo \
+	%reldir%/hip-comm.lo
 endif
