@@ -601,10 +601,25 @@ static nvfp4_status load_moe(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_error 
         }
     }
     TRY(upload(m, lin_of(m, l, TR_ROUTER, 0), 1, &L->router, err));
-    if (lin_of(m, l, TR_SH_EXPERT_GATE, 0)) {
+    if (lin_of(m, l, TR_SH_GATE, 0)) {
         TRY(load_dense_mlp(m, l, TR_SH_GATE, TR_SH_UP, TR_COUNT, TR_SH_DOWN, &L->sh_gu,
                            &L->sh_down, NULL, err));
-        TRY(upload(m, lin_of(m, l, TR_SH_EXPERT_GATE, 0), 1, &L->sh_gate, err));
+        if (lin_of(m, l, TR_SH_EXPERT_GATE, 0)) /* Qwen2-MoE's sigmoid gate */
+            TRY(upload(m, lin_of(m, l, TR_SH_EXPERT_GATE, 0), 1, &L->sh_gate, err));
+    }
+    if (nvfp4m_plan_get(&m->plan, l, TR_ROUTER_BIAS, 0)) {
+        /* DeepSeek's e_score_correction_bias: routing runs on the host */
+        float *dv = take_vec(m, l, TR_ROUTER_BIAS);
+        if (!(L->router_bias_h = malloc((size_t)E * sizeof(float)))) {
+            nvfp4_backend_release(m->be, dv);
+            return nomem(err);
+        }
+        if (nvfp4_backend_download(m->be, L->router_bias_h, dv, (size_t)E * sizeof(float),
+                                   err)) {
+            nvfp4_backend_release(m->be, dv);
+            return err ? err->status : NVFP4_ERR_BACKEND;
+        }
+        nvfp4_backend_release(m->be, dv);
     }
     return NVFP4_OK;
 }
@@ -632,7 +647,10 @@ nvfp4_status nvfp4m_model_load(nvfp4_model *m, nvfp4_error *err)
         L->post_attn_norm = take_vec(m, l, TR_POST_ATTN_NORM);
         L->post_mlp_norm = take_vec(m, l, TR_POST_MLP_NORM);
         L->window = hp->sliding && hp->sliding[l] ? (size_t)hp->window : 0;
-        TRY(load_attention(m, l, L, err));
+        if (m->arch->attn == ATTN_MLA)
+            TRY(nvfp4m_mla_load(m, l, L, err));
+        else
+            TRY(load_attention(m, l, L, err));
         L->moe = pl->moe;
         if (L->moe)
             TRY(load_moe(m, l, L, err));
@@ -690,6 +708,7 @@ void nvfp4m_model_unload(nvfp4_model *m)
             nvfp4_backend_release(m->be, L->k_norm);
             nvfp4_backend_release(m->be, L->post_attn_norm);
             nvfp4_backend_release(m->be, L->post_mlp_norm);
+            nvfp4m_mla_unload(m, L);
         }
         /* vectors loaded but not yet moved out of the plan (a failed open) */
         for (size_t i = 0; i < m->plan.n; i++)
