@@ -318,6 +318,87 @@ static nvfp4_status read_longrope(const nvfp4_config *cfg, const char *rp, hpara
     return NVFP4_OK;
 }
 
+/* An optional number under RP (0 when absent or null). */
+static nvfp4_status rp_num(const nvfp4_config *cfg, const char *rp, const char *name,
+                           double *out, nvfp4_error *err)
+{
+    char key[96];
+    json_t *v;
+
+    snprintf(key, sizeof(key), "%s.%s", rp, name);
+    v = nvfp4_config_json(cfg, key);
+    *out = 0.0;
+    if (!v || json_is_null(v))
+        return NVFP4_OK;
+    if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, nvfp4_config_path(cfg), key, -1,
+                               "expected a finite number >= 0");
+    *out = json_number_value(v);
+    return NVFP4_OK;
+}
+
+static double yarn_mscale(double scale, double mscale)
+{
+    return scale <= 1.0 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+/* YaRN as transformers' _compute_yarn_parameters: the correction range of
+ * beta_fast / beta_slow rotations over original_max_position_embeddings
+ * (floored / ceiled unless truncate is false), and the factor on cos and
+ * sin: attention_factor, or mscale(factor, mscale) / mscale(factor,
+ * mscale_all_dim) when both are set, else mscale(factor, 1).  The frequency
+ * ramp itself is compute_inv_freq's (model-load.c). */
+static nvfp4_status read_yarn(const nvfp4_config *cfg, const char *rp, hparams *hp,
+                              nvfp4_error *err)
+{
+    char key[96];
+    double orig, af, ms, msa, bf, bs, d = (double)hp->rot_dim, base = hp->rope_theta;
+    int truncate;
+
+    snprintf(key, sizeof(key), "%s.original_max_position_embeddings", rp);
+    if (!nvfp4_config_has(cfg, key))
+        return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, nvfp4_config_path(cfg), key, -1,
+                               "required key is missing (YaRN RoPE scaling)");
+    TRY(nvfp4_config_get_double(cfg, key, 0.0, &orig, err));
+    TRY(check_pos_real(cfg, key, orig, "YaRN's original context", err));
+    TRY(rp_num(cfg, rp, "factor", &hp->yarn_factor, err));
+    if (hp->yarn_factor == 0.0)
+        hp->yarn_factor = (double)hp->max_pos / orig;
+    snprintf(key, sizeof(key), "%s.factor", rp);
+    TRY(check_pos_real(cfg, key, hp->yarn_factor, "YaRN scaling", err));
+    TRY(rp_num(cfg, rp, "attention_factor", &af, err));
+    TRY(rp_num(cfg, rp, "mscale", &ms, err));
+    TRY(rp_num(cfg, rp, "mscale_all_dim", &msa, err));
+    TRY(rp_num(cfg, rp, "beta_fast", &bf, err));
+    TRY(rp_num(cfg, rp, "beta_slow", &bs, err));
+    if (bf == 0.0)
+        bf = 32.0;
+    if (bs == 0.0)
+        bs = 1.0;
+    snprintf(key, sizeof(key), "%s.truncate", rp);
+    TRY(nvfp4_config_get_bool(cfg, key, 1, &truncate, err));
+    if (af > 0.0)
+        hp->rope_attn = af;
+    else if (ms > 0.0 && msa > 0.0)
+        hp->rope_attn = yarn_mscale(hp->yarn_factor, ms) / yarn_mscale(hp->yarn_factor, msa);
+    else
+        hp->rope_attn = yarn_mscale(hp->yarn_factor, 1.0);
+    /* dim * ln(orig / (rotations * 2 pi)) / (2 ln base) */
+    hp->yarn_low = d * log(orig / (bf * 2.0 * M_PI)) / (2.0 * log(base));
+    hp->yarn_high = d * log(orig / (bs * 2.0 * M_PI)) / (2.0 * log(base));
+    if (truncate) {
+        hp->yarn_low = floor(hp->yarn_low);
+        hp->yarn_high = ceil(hp->yarn_high);
+    }
+    if (hp->yarn_low < 0.0)
+        hp->yarn_low = 0.0;
+    if (hp->yarn_high > d - 1.0)
+        hp->yarn_high = d - 1.0;
+    if (hp->yarn_low == hp->yarn_high)
+        hp->yarn_high += 0.001; /* (transformers: prevent singularity) */
+    return NVFP4_OK;
+}
+
 /* Sliding windows, the local RoPE base, the score scale and the logit cap.
  * Gemma 3: layer_types ("sliding_attention" / "full_attention") or, in older
  * configs, every sliding_window_pattern-th layer global (default 6); the
@@ -512,8 +593,19 @@ static nvfp4_status read_mla(const nvfp4_config *cfg, hparams *hp, nvfp4_error *
     hp->rot_dim = hp->rope_hd;
     if (hp->rope_longrope || hp->rope_llama3 || hp->rope_linear != 1.0)
         return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, "rope_scaling", -1,
-                               "multi-head latent attention runs default RoPE only");
+                               "multi-head latent attention runs default or YaRN RoPE only");
     hp->attn_scale = 1.0 / sqrt((double)qk);
+    if (hp->rope_yarn) {
+        /* DeepseekV3Attention: times mscale(factor, mscale_all_dim)^2 when set */
+        const char *rp = nvfp4_config_has(cfg, "rope_parameters") ? "rope_parameters"
+                                                                  : "rope_scaling";
+        double msa;
+        TRY(rp_num(cfg, rp, "mscale_all_dim", &msa, err));
+        if (msa > 0.0) {
+            double s = yarn_mscale(hp->yarn_factor, msa);
+            hp->attn_scale *= s * s;
+        }
+    }
     return NVFP4_OK;
 }
 
@@ -628,6 +720,8 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
             snprintf(key, sizeof(key), "%s.factor", rp);
             TRY(nvfp4_config_get_double(cfg, key, 1.0, &hp->rope_linear, err));
             TRY(check_pos_real(cfg, key, hp->rope_linear, "linear RoPE scaling", err));
+        } else if (strcmp(rope_type, "yarn") == 0 && arch->attn == ATTN_MLA) {
+            hp->rope_yarn = 1; /* read_yarn below */
         } else if (strcmp(rope_type, "default") != 0) {
             return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, key, -1,
                                    "RoPE type \"%s\" is not supported (supported: "
@@ -655,6 +749,8 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
         hp->rope_attn = 1.0;
         if (hp->rope_longrope)
             TRY(read_longrope(cfg, rp, hp, err));
+        if (hp->rope_yarn)
+            TRY(read_yarn(cfg, rp, hp, err));
     }
     TRY(read_attention(cfg, arch, hp, err));
 

@@ -38,6 +38,7 @@ struct nvfp4_context {
     nvfp4_backend *be;
     int locked_backend;     /* GPU backend: serialise on m->lock */
     size_t block, nblocks, max_blocks, max_batch;
+    size_t block_bytes;                   /* one block of every layer's pools */
     float **k_pool, **v_pool;             /* [layers] backend buffers */
     int32_t *refs;                        /* [nblocks] holders per block */
     int32_t *free_ids;                    /* stack of free block ids */
@@ -269,6 +270,7 @@ nvfp4_context *nvfp4_context_create(nvfp4_model *m, const nvfp4_context_options 
     }
     c->m = m;
     c->be = m->be;
+    c->block_bytes = block_bytes;
     /* (ranks of a split model run their collectives one batch at a time) */
     c->locked_backend = strcmp(nvfp4_backend_name(m->be), "cpu") != 0 || m->par->size > 1;
     c->block = NVFP4_KV_BLOCK;
@@ -341,6 +343,11 @@ size_t nvfp4_context_kv_blocks(const nvfp4_context *c)
 size_t nvfp4_context_kv_free_blocks(const nvfp4_context *c)
 {
     return c ? c->nfree : 0;
+}
+
+size_t nvfp4_context_kv_token_bytes(const nvfp4_context *c)
+{
+    return c ? c->block_bytes / c->block : 0;
 }
 
 /* ---- sequences ---------------------------------------------------------------- */

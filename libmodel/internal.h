@@ -130,6 +130,9 @@ typedef struct {
     int64_t q_lora, kv_lora, rope_hd, nope_hd, v_hd;
     int rope_interleave;
     double attn_scale;            /* softmax scale, 0: 1 / sqrt(head_dim) */
+    int rope_yarn;                /* YaRN (DeepSeek): ramp between interpolated and
+                                     extrapolated frequencies; rope_attn its mscale */
+    double yarn_factor, yarn_low, yarn_high; /* factor, the ramp's correction range */
     /* MOE_SIGMOID_GROUPED */
     int64_t n_group, topk_group, first_dense;
     double routed_scale;

@@ -424,6 +424,17 @@ static void compute_inv_freq(const hparams *hp, int64_t max_ctx, int local, floa
             f = 1.0f / ((float)ext[i] * powf(theta, e));
         if (!local && hp->rope_linear != 1.0)
             f = (float)(f / hp->rope_linear); /* inv_freq / factor */
+        if (!local && hp->rope_yarn) {
+            /* YaRN (transformers' _compute_yarn_parameters, float32):
+             * interpolation 1 / (factor * base^e) and extrapolation 1 / base^e
+             * mixed by 1 - clamp((i - low) / (high - low), 0, 1) */
+            float pf = powf(theta, e), ramp;
+            float extra = 1.0f / pf, inter = 1.0f / ((float)hp->yarn_factor * pf);
+            ramp = ((float)i - (float)hp->yarn_low) / (float)(hp->yarn_high - hp->yarn_low);
+            ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+            ramp = 1.0f - ramp;
+            f = inter * (1.0f - ramp) + extra * ramp;
+        }
         if (!local && hp->rope_llama3) {
             /* Llama 3 frequency-dependent scaling. */
             double lo_wl = hp->rs_orig / hp->rs_low, hi_wl = hp->rs_orig / hp->rs_high;

@@ -58,7 +58,8 @@ static void help(FILE *out)
             "an empty cache.  Decode: N greedy tokens one at a time after a prefill of P.\n"
             "With --batch B, B sequences share one context: their prompts are prefilled\n"
             "together and each decode pass runs one token of every sequence; the rates\n"
-            "are aggregates (tokens of all sequences per second).\n\n"
+            "are aggregates (tokens of all sequences per second).  Also printed: the\n"
+            "peak resident set and the KV cache's bytes per token (all layers).\n\n"
             "  -p, --prompt N   prompt tokens (default 512)\n"
             "  -n, --tokens N   decoded tokens (default 128)\n"
             "  -r, --reps R     timed prefill passes (default 3)\n"
@@ -240,17 +241,19 @@ static int run(int argc, char **argv)
                "\"load_s\": %.4f, \"batch\": %ld, "
                "\"prompt_tokens\": %ld, \"prefill_best_s\": %.6f, \"prefill_mean_s\": %.6f, "
                "\"prefill_tok_s\": %.2f, \"decode_tokens\": %ld, \"decode_s\": %.6f, "
-               "\"decode_tok_s\": %.2f, \"decode_step_ms\": %.3f, \"max_rss_kb\": %ld}\n",
+               "\"decode_tok_s\": %.2f, \"decode_step_ms\": %.3f, \"max_rss_kb\": %ld, "
+               "\"kv_bytes_per_token\": %zu}\n",
                argv[optind], nvfp4_model_arch(m), nvfp4_backend_name(nvfp4_model_backend(m)),
                nvfp4_backend_threads(nvfp4_model_backend(m)), load_s, B, P, best, sum / R,
                (double)(B * P) / best, N, dec_s, (double)(B * N) / dec_s, 1e3 * dec_s / N,
-               ru.ru_maxrss);
+               ru.ru_maxrss, nvfp4_context_kv_token_bytes(ctx));
     else
         printf("prefill %ld x %ld tokens: %.2f tok/s (best %.4f s, mean %.4f s)\n"
                "decode  %ld x %ld tokens: %.2f tok/s (%.2f ms per step of %ld)\n"
-               "peak RSS %.1f MB\n",
+               "peak RSS %.1f MB\n"
+               "KV cache %zu bytes per token\n",
                B, P, (double)(B * P) / best, best, sum / R, B, N, (double)(B * N) / dec_s,
-               1e3 * dec_s / N, B, ru.ru_maxrss / 1024.0);
+               1e3 * dec_s / N, B, ru.ru_maxrss / 1024.0, nvfp4_context_kv_token_bytes(ctx));
     rc = CLI_OK;
 out:
     free(ids);

@@ -355,6 +355,14 @@ NVFP4_API size_t nvfp4_context_kv_blocks(const nvfp4_context *ctx);
  * @return the count; 0 when @p ctx is NULL
  */
 NVFP4_API size_t nvfp4_context_kv_free_blocks(const nvfp4_context *ctx);
+/**
+ * The bytes the context's KV pool spends on one token, over all layers: K
+ * and V rows of the KV heads, or for multi-head latent attention (DeepSeek)
+ * the one latent row (kv_lora_rank + qk_rope_head_dim elements).
+ * @param ctx the context
+ * @return the bytes; 0 when @p ctx is NULL
+ */
+NVFP4_API size_t nvfp4_context_kv_token_bytes(const nvfp4_context *ctx);
 
 /**
  * Create a new, empty sequence (length 0, holding no block).  Clears
