@@ -80,6 +80,17 @@ static const char *const deepseek_v3_names[TR_COUNT] = {
     [TR_SH_UP] = LAYER "mlp.shared_experts.up_proj",
     [TR_SH_DOWN] = LAYER "mlp.shared_experts.down_proj",
     [TR_ROUTER_BIAS] = LAYER "mlp.gate.e_score_correction_bias"};
+/* DeepSeek-V2 (V2-Lite): the same without the router's selection bias */
+static const char *const deepseek_v2_names[TR_COUNT] = {
+    BASE_NAMES, MLP_NAMES, MOE_NAMES("mlp", "gate_proj", "up_proj", "down_proj"),
+    [TR_Q] = LAYER "self_attn.q_proj", [TR_Q_A] = LAYER "self_attn.q_a_proj",
+    [TR_Q_A_NORM] = LAYER "self_attn.q_a_layernorm.weight",
+    [TR_Q_B] = LAYER "self_attn.q_b_proj", [TR_KV_A] = LAYER "self_attn.kv_a_proj_with_mqa",
+    [TR_KV_A_NORM] = LAYER "self_attn.kv_a_layernorm.weight",
+    [TR_KV_B] = LAYER "self_attn.kv_b_proj",
+    [TR_SH_GATE] = LAYER "mlp.shared_experts.gate_proj",
+    [TR_SH_UP] = LAYER "mlp.shared_experts.up_proj",
+    [TR_SH_DOWN] = LAYER "mlp.shared_experts.down_proj"};
 
 /* ---- the architectures --------------------------------------------------------- */
 
@@ -97,7 +108,9 @@ static const arch_desc archs[] = {
      .moe = MOE_SOFTMAX_TOPK},
     {.hf_name = "Qwen3MoeForCausalLM", .names = qwen3_moe_names, .moe = MOE_SOFTMAX_TOPK},
     {.hf_name = "DeepseekV3ForCausalLM", .names = deepseek_v3_names, .attn = ATTN_MLA,
-     .moe = MOE_SIGMOID_GROUPED},
+     .moe = MOE_SIGMOID_GROUPED, .mla_mscale = 1},
+    {.hf_name = "DeepseekV2ForCausalLM", .names = deepseek_v2_names, .attn = ATTN_MLA,
+     .moe = MOE_SOFTMAX_GREEDY},
 };
 
 #define NARCHS (sizeof(archs) / sizeof(archs[0]))
@@ -504,14 +517,20 @@ static nvfp4_status opt_int_or_null(const nvfp4_config *cfg, const char *key, in
  * times routed_scaling_factor; first_k_dense_replace dense layers, then
  * every layer MoE; n_shared_experts shared experts of moe_intermediate_size
  * each, run as one MLP. */
-static nvfp4_status read_grouped_moe(const nvfp4_config *cfg, hparams *hp, nvfp4_error *err)
+static nvfp4_status read_grouped_moe(const nvfp4_config *cfg, const arch_desc *arch,
+                                     hparams *hp, nvfp4_error *err)
 {
     const char *path = nvfp4_config_path(cfg);
+    const int v2 = arch->moe == MOE_SOFTMAX_GREEDY;
     int64_t nshared, freq, per;
     const char *s;
 
-    TRY(opt_pos_int(cfg, "n_group", 1, &hp->n_group, err));
-    TRY(opt_pos_int(cfg, "topk_group", 1, &hp->topk_group, err));
+    TRY(opt_int_or_null(cfg, "n_group", &hp->n_group, err));
+    TRY(opt_int_or_null(cfg, "topk_group", &hp->topk_group, err));
+    if (!hp->n_group)
+        hp->n_group = 1;
+    if (!hp->topk_group)
+        hp->topk_group = 1;
     TRY(opt_pos_int(cfg, "moe_layer_freq", 1, &freq, err));
     TRY(nvfp4_config_get_int(cfg, "first_k_dense_replace", 0, &hp->first_dense, err));
     TRY(nvfp4_config_get_double(cfg, "routed_scaling_factor", 1.0, &hp->routed_scale, err));
@@ -519,14 +538,26 @@ static nvfp4_status read_grouped_moe(const nvfp4_config *cfg, hparams *hp, nvfp4
                        "the routed experts' weights are multiplied by it", err));
     TRY(nvfp4_config_get_bool(cfg, "norm_topk_prob", 1, &hp->norm_topk, err));
     TRY(opt_int_or_null(cfg, "n_shared_experts", &nshared, err));
-    TRY(nvfp4_config_get_string(cfg, "scoring_func", "sigmoid", &s, err));
-    if (strcmp(s, "sigmoid") != 0)
+    TRY(nvfp4_config_get_string(cfg, "scoring_func", v2 ? "softmax" : "sigmoid", &s, err));
+    if (strcmp(s, v2 ? "softmax" : "sigmoid") != 0)
         return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, "scoring_func", -1,
-                               "\"%s\" is not supported (supported: sigmoid)", s);
-    TRY(nvfp4_config_get_string(cfg, "topk_method", "noaux_tc", &s, err));
-    if (strcmp(s, "noaux_tc") != 0)
+                               "\"%s\" is not supported (supported: %s)", s,
+                               v2 ? "softmax" : "sigmoid");
+    TRY(nvfp4_config_get_string(cfg, "topk_method", v2 ? "greedy" : "noaux_tc", &s, err));
+    if (v2 && !strcmp(s, "group_limited_greedy"))
+        hp->group_limited = 1;
+    else if (strcmp(s, v2 ? "greedy" : "noaux_tc") != 0)
         return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, "topk_method", -1,
-                               "\"%s\" is not supported (supported: noaux_tc)", s);
+                               "\"%s\" is not supported (supported: %s)", s,
+                               v2 ? "greedy, group_limited_greedy" : "noaux_tc");
+    if (v2) {
+        /* transformers' DeepseekV2TopkRouter never renormalises; greedy
+         * top-k ignores the groups */
+        hp->norm_topk = 0;
+        hp->score_softmax = 1;
+        if (!hp->group_limited)
+            hp->n_group = hp->topk_group = 1;
+    }
     if (freq != 1)
         return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, "moe_layer_freq", -1,
                                "%lld is not supported (supported: 1)", (long long)freq);
@@ -534,7 +565,7 @@ static nvfp4_status read_grouped_moe(const nvfp4_config *cfg, hparams *hp, nvfp4
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "first_k_dense_replace", -1,
                                "expected 0..%lld (num_hidden_layers), found %lld",
                                (long long)hp->layers, (long long)hp->first_dense);
-    if (hp->experts % hp->n_group != 0 || hp->experts / hp->n_group < 2)
+    if (hp->experts % hp->n_group != 0 || hp->experts / hp->n_group < (v2 ? 1 : 2))
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "n_group", -1,
                                "%lld does not split %lld experts into groups of at least 2",
                                (long long)hp->n_group, (long long)hp->experts);
@@ -557,7 +588,8 @@ static nvfp4_status read_grouped_moe(const nvfp4_config *cfg, hparams *hp, nvfp4
 
 /* Multi-head latent attention (transformers' DeepseekV3Attention).  The
  * cache row is the absorbed form's single KV head: rope + kv_lora wide. */
-static nvfp4_status read_mla(const nvfp4_config *cfg, hparams *hp, nvfp4_error *err)
+static nvfp4_status read_mla(const nvfp4_config *cfg, const arch_desc *arch, hparams *hp,
+                             nvfp4_error *err)
 {
     const char *path = nvfp4_config_path(cfg);
     int64_t qk, in;
@@ -595,8 +627,9 @@ static nvfp4_status read_mla(const nvfp4_config *cfg, hparams *hp, nvfp4_error *
         return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, "rope_scaling", -1,
                                "multi-head latent attention runs default or YaRN RoPE only");
     hp->attn_scale = 1.0 / sqrt((double)qk);
-    if (hp->rope_yarn) {
-        /* DeepseekV3Attention: times mscale(factor, mscale_all_dim)^2 when set */
+    if (hp->rope_yarn && arch->mla_mscale) {
+        /* DeepseekV3Attention: times mscale(factor, mscale_all_dim)^2 when set
+         * (transformers' DeepseekV2Attention does not) */
         const char *rp = nvfp4_config_has(cfg, "rope_parameters") ? "rope_parameters"
                                                                   : "rope_scaling";
         double msa;
@@ -800,10 +833,10 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
                                    "shared_expert_intermediate_size", -1,
                                    "required key is missing");
     }
-    if (arch->moe == MOE_SIGMOID_GROUPED)
-        TRY(read_grouped_moe(cfg, hp, err));
+    if (arch->moe == MOE_SIGMOID_GROUPED || arch->moe == MOE_SOFTMAX_GREEDY)
+        TRY(read_grouped_moe(cfg, arch, hp, err));
     if (arch->attn == ATTN_MLA)
-        TRY(read_mla(cfg, hp, err));
+        TRY(read_mla(cfg, arch, hp, err));
     if (!nvfp4m_hparams_layer_is_moe(hp, arch, 0) && hp->inter <= 0 && arch->moe == MOE_NONE)
         return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, path, "intermediate_size", -1,
                                "required key is missing");

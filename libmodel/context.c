@@ -177,7 +177,7 @@ static nvfp4_status alloc_scratch(nvfp4_context *c, nvfp4_error *err)
         if (!c->hm_q || !c->hm_kva || !c->hm_qabs || !c->hm_krow || !c->hm_att || !c->hm_o)
             return nomem(err);
     }
-    if (c->m->arch->moe == MOE_SIGMOID_GROUPED) {
+    if (c->m->arch->moe == MOE_SIGMOID_GROUPED || c->m->arch->moe == MOE_SOFTMAX_GREEDY) {
         c->hr_logits = malloc(n * (E ? E : 1) * 4);
         c->hr_topw = malloc(n * (K ? K : 1) * 4);
         c->hr_topi = malloc(n * (K ? K : 1) * 4);
@@ -634,7 +634,7 @@ static nvfp4_status route_grouped(nvfp4_context *c, const layer_t *L, size_t n,
     size_t E = (size_t)hp->experts, K = (size_t)hp->topk;
 
     TRY(nvfp4_backend_download(c->be, c->hr_logits, c->router, n * E * 4, err));
-    TRY(nvfp4m_route_sigmoid_grouped(hp, L->router_bias_h, c->hr_logits, n, c->hr_topi,
+    TRY(nvfp4m_route_deepseek(hp, L->router_bias_h, c->hr_logits, n, c->hr_topi,
                                      c->hr_topw, err));
     TRY(nvfp4_backend_upload(c->be, c->topi, c->hr_topi, n * K * 4, err));
     return nvfp4_backend_upload(c->be, c->topw, c->hr_topw, n * K * 4, err);
@@ -732,7 +732,7 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
         if (L->moe) {
             size_t E = (size_t)hp->experts, K = (size_t)hp->topk;
             TRY(nvfp4_k_linear(be, L->router, c->h, n, c->router, err));
-            if (m->arch->moe == MOE_SIGMOID_GROUPED)
+            if (m->arch->moe == MOE_SIGMOID_GROUPED || m->arch->moe == MOE_SOFTMAX_GREEDY)
                 TRY(route_grouped(c, L, n, err));
             else
                 TRY(nvfp4_k_topk(be, c->router, n, E, K, hp->norm_topk, c->topi, c->topw,

@@ -52,6 +52,9 @@ typedef enum {
     MOE_NONE = 0, MOE_SOFTMAX_TOPK, MOE_MIXTRAL,
     MOE_SIGMOID_GROUPED,  /* DeepSeek-V3: sigmoid scores, + bias for the choice only,
                              grouped top-k, times routed_scaling_factor (mla.c) */
+    MOE_SOFTMAX_GREEDY,   /* DeepSeek-V2: softmax scores, top-k (greedy, or within the
+                             topk_group groups of the best maxima), times
+                             routed_scaling_factor, never renormalised (mla.c) */
 } moe_style; /* routing kind */
 typedef enum {
     NORM_RMS = 0,      /* x / sqrt(mean(x^2) + eps) * w */
@@ -83,6 +86,8 @@ typedef struct {
     attn_kind attn;
     moe_style moe;
     int embed_scale;              /* embeddings times sqrt(hidden_size) (Gemma) */
+    int mla_mscale;               /* YaRN: the softmax scale times mscale(factor,
+                                     mscale_all_dim)^2 (DeepseekV3Attention; V2 not) */
 } arch_desc;
 
 /* Does the architecture have a tensor of ROLE (in its main table)? */
@@ -135,6 +140,8 @@ typedef struct {
     double yarn_factor, yarn_low, yarn_high; /* factor, the ramp's correction range */
     /* MOE_SIGMOID_GROUPED */
     int64_t n_group, topk_group, first_dense;
+    int group_limited;            /* MOE_SOFTMAX_GREEDY: topk_method group_limited_greedy */
+    int score_softmax;            /* MOE_SOFTMAX_GREEDY: softmax scores, else sigmoid */
     double routed_scale;
 } hparams;
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * DeepSeek-V2/V3's multi-head latent attention (MLA) and its sigmoid,
- * grouped top-k routing, as transformers' modeling_deepseek_v3 computes them.
+ * DeepSeek-V2/V3's multi-head latent attention (MLA) and their routing (V3:
+ * sigmoid, grouped top-k; V2: softmax, greedy), as transformers'
+ * modeling_deepseek_v3 / _v2 compute them.
  *
  * transformers expands the latent: per head, k = [kv_b_k(c) | k_pe] and
  * v = kv_b_v(c), with c = kv_a_layernorm(latent).  Here the KV cache keeps
@@ -184,12 +185,13 @@ void nvfp4m_mla_expand(const nvfp4_model *m, const layer_t *L, const float *att,
         }
 }
 
-nvfp4_status nvfp4m_route_sigmoid_grouped(const hparams *hp, const float *bias,
+nvfp4_status nvfp4m_route_deepseek(const hparams *hp, const float *bias,
                                           const float *logits, size_t n, int32_t *topi,
                                           float *topw, nvfp4_error *err)
 {
     const size_t E = (size_t)hp->experts, G = (size_t)hp->n_group, per = E / G;
     const size_t K = (size_t)hp->topk, KG = (size_t)hp->topk_group;
+    const int softmax = hp->score_softmax;
     float *sc = malloc((2 * E + G) * sizeof(float)), *choice = sc + E, *gs = choice + E;
     unsigned char *gsel = malloc(G + E), *taken = gsel + G;
 
@@ -203,12 +205,24 @@ nvfp4_status nvfp4m_route_sigmoid_grouped(const hparams *hp, const float *bias,
         const float *lg = logits + t * E;
         float sum = 0.0f;
 
+        if (softmax) { /* DeepSeek-V2: softmax in float32 */
+            float mx = -INFINITY, tot = 0.0f;
+            for (size_t e = 0; e < E; e++)
+                mx = lg[e] > mx ? lg[e] : mx;
+            for (size_t e = 0; e < E; e++)
+                tot += (sc[e] = expf(lg[e] - mx));
+            for (size_t e = 0; e < E; e++)
+                sc[e] /= tot;
+        } else {
+            for (size_t e = 0; e < E; e++)
+                sc[e] = 1.0f / (1.0f + expf(-lg[e]));
+        }
         for (size_t e = 0; e < E; e++) {
-            sc[e] = 1.0f / (1.0f + expf(-lg[e]));
             choice[e] = sc[e] + (bias ? bias[e] : 0.0f);
             taken[e] = 0;
         }
-        /* a group's score: the sum of its two best choice scores */
+        /* a group's score: the sum of its two best choice scores (V3), its
+         * best one (V2's group_limited_greedy) */
         for (size_t g = 0; g < G; g++) {
             float b1 = -INFINITY, b2 = -INFINITY;
             for (size_t e = g * per; e < (g + 1) * per; e++) {
@@ -219,7 +233,7 @@ nvfp4_status nvfp4m_route_sigmoid_grouped(const hparams *hp, const float *bias,
                     b2 = choice[e];
                 }
             }
-            gs[g] = b1 + b2;
+            gs[g] = softmax ? b1 : b1 + b2;
             gsel[g] = 0;
         }
         for (size_t k = 0; k < KG; k++) {

@@ -162,8 +162,8 @@ void nvfp4m_mla_absorb(const nvfp4_model *m, const layer_t *L, const float *q,
 void nvfp4m_mla_expand(const nvfp4_model *m, const layer_t *L, const float *att, size_t n,
                        float *out);
 /* Host: router logits [n, experts] into the chosen experts and weights
- * [n, topk] (MOE_SIGMOID_GROUPED). */
-nvfp4_status nvfp4m_route_sigmoid_grouped(const hparams *hp, const float *bias,
+ * [n, topk] (MOE_SIGMOID_GROUPED, MOE_SOFTMAX_GREEDY). */
+nvfp4_status nvfp4m_route_deepseek(const hparams *hp, const float *bias,
                                           const float *logits, size_t n, int32_t *topi,
                                           float *topw, nvfp4_error *err);
 

@@ -92,6 +92,23 @@ static const preset presets[] = {
      " \"original_max_position_embeddings\": 4096, \"type\": \"yarn\"},"
      " \"bos_token_id\": 0, \"eos_token_id\": 1, \"hidden_act\": \"silu\","
      " \"tie_word_embeddings\": false, \"dtype\": \"bfloat16\"}"},
+    /* DeepSeek-V2-Lite (16B, 2.4B active): q_proj, softmax greedy routing */
+    {"deepseek-v2-lite",
+     "{\"architectures\": [\"DeepseekV2ForCausalLM\"], \"model_type\": \"deepseek_v2\","
+     " \"hidden_size\": 2048, \"intermediate_size\": 10944, \"moe_intermediate_size\": 1408,"
+     " \"n_routed_experts\": 64, \"n_shared_experts\": 2, \"num_experts_per_tok\": 6,"
+     " \"n_group\": 1, \"topk_group\": 1, \"topk_method\": \"greedy\","
+     " \"norm_topk_prob\": false, \"routed_scaling_factor\": 1.0,"
+     " \"scoring_func\": \"softmax\", \"first_k_dense_replace\": 1, \"moe_layer_freq\": 1,"
+     " \"num_hidden_layers\": 27, \"num_attention_heads\": 16, \"num_key_value_heads\": 16,"
+     " \"q_lora_rank\": null, \"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64,"
+     " \"qk_nope_head_dim\": 128, \"v_head_dim\": 128, \"head_dim\": 64,"
+     " \"vocab_size\": 102400, \"max_position_embeddings\": 163840, \"rms_norm_eps\": 1e-06,"
+     " \"rope_theta\": 10000, \"rope_scaling\": {\"beta_fast\": 32, \"beta_slow\": 1,"
+     " \"factor\": 40, \"mscale\": 0.707, \"mscale_all_dim\": 0.707,"
+     " \"original_max_position_embeddings\": 4096, \"type\": \"yarn\"},"
+     " \"bos_token_id\": 100000, \"eos_token_id\": 100001, \"hidden_act\": \"silu\","
+     " \"tie_word_embeddings\": false, \"dtype\": \"bfloat16\"}"},
 };
 #define NPRESETS (sizeof(presets) / sizeof(presets[0]))
 
@@ -208,7 +225,8 @@ typedef struct {
     int64_t hidden, inter, layers, heads, kv, hd, vocab, experts, moe_inter;
     int64_t shared_inter;         /* Qwen2-MoE shared expert; DeepSeek's shared experts */
     int tie, qkv_bias, qk_norm, moe; /* moe: 0 dense, 1 mixtral, 2 qwen3-moe, 3 qwen2-moe,
-                                        4 deepseek-v3 */
+                                        4 deepseek-v3 or -v2 */
+    int ds_bias;                  /* DeepSeek-V3's e_score_correction_bias (not V2) */
     /* DeepSeek's multi-head latent attention; its first dense layers */
     int64_t q_lora, kv_lora, rope, nope, vd, first_dense;
 } shape_t;
@@ -249,14 +267,16 @@ static int read_shape(const char *src, json_t *cfg, shape_t *s)
         s->moe = 2;
     else if (!strcmp(s->arch, "Qwen2MoeForCausalLM"))
         s->moe = 3;
-    else if (!strcmp(s->arch, "DeepseekV3ForCausalLM"))
+    else if (!strcmp(s->arch, "DeepseekV3ForCausalLM") ||
+             !strcmp(s->arch, "DeepseekV2ForCausalLM"))
         s->moe = 4;
     else if (s->moe == -1)
         s->moe = 0;
     else
         return cli_fail("%s: architecture %s is not one synth writes (Llama, Mistral, "
-                        "Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3)", src,
+                        "Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3)", src,
                         s->arch);
+    s->ds_bias = !strcmp(s->arch, "DeepseekV3ForCausalLM");
     s->qkv_bias = !strcmp(s->arch, "Qwen2ForCausalLM") || s->moe == 3;
     s->qk_norm = !strcmp(s->arch, "Qwen3ForCausalLM") || s->moe == 2;
     if (get_int(src, cfg, "hidden_size", -1, &s->hidden) ||
@@ -371,8 +391,8 @@ static int make_deepseek(plan *p, const shape_t *s)
         if (moe) {
             PRE("mlp.gate");
             if (add_excluded(p, pre, s->experts, H) ||
-                add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 1, s->experts, 0, SIGMA, 0,
-                    L_("mlp.gate.e_score_correction_bias"), l))
+                (s->ds_bias && add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 1, s->experts, 0, SIGMA,
+                                   0, L_("mlp.gate.e_score_correction_bias"), l)))
                 return -1;
         }
         for (int64_t e = moe ? -1 : 0; e < (moe ? s->experts : 1); e++) {
@@ -618,11 +638,11 @@ static void help(FILE *out)
             "random: float weights ~ N(0, 0.02^2) quantized by the project's own Quark\n"
             "quantizer.  For benchmarks at the shapes of real models; it has no tokenizer\n"
             "(run it with `nvfp4 bench`).  Same seed, same bytes.\n\n"
-            "  --preset NAME      llama3-8b, smollm2-135m, qwen3-30b-a3b or deepseek-v3\n"
-            "                     (671B: give --layers)\n"
+            "  --preset NAME      llama3-8b, smollm2-135m, qwen3-30b-a3b, deepseek-v3\n"
+            "                     (671B: give --layers) or deepseek-v2-lite\n"
             "  --like CONFIG      take the architecture from a Hugging Face config.json\n"
             "                     (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE,\n"
-            "                     Qwen3-MoE, DeepSeek-V3)\n"
+            "                     Qwen3-MoE, DeepSeek-V2, DeepSeek-V3)\n"
             "  -o, --out DIR      output directory (created; files in it are replaced)\n"
             "  --scheme S         w4a4 (default: NVFP4 weights and activations) or w4a16\n"
             "  --layers N         keep only the first N decoder layers (1 to 4096)\n"
@@ -701,7 +721,7 @@ static int run(int argc, char **argv)
                 cfg = json_loads(presets[i].json, 0, NULL);
         if (!cfg)
             return cli_usage(&cli_synth, "unknown preset '%s' (llama3-8b, smollm2-135m, "
-                             "qwen3-30b-a3b, deepseek-v3)", preset_name);
+                             "qwen3-30b-a3b, deepseek-v3, deepseek-v2-lite)", preset_name);
     } else if (!(cfg = json_load_file(like, 0, &jerr))) {
         return cli_fail("%s: %s (line %d)", like, jerr.text, jerr.line);
     } else if (!json_is_object(cfg)) {
