@@ -561,10 +561,11 @@ static nvfp4_status read_grouped_moe(const nvfp4_config *cfg, const arch_desc *a
     if (freq != 1)
         return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, "moe_layer_freq", -1,
                                "%lld is not supported (supported: 1)", (long long)freq);
-    if (hp->first_dense < 0 || hp->first_dense > hp->layers)
+    /* (more than num_hidden_layers: every layer dense, as transformers) */
+    if (hp->first_dense < 0)
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "first_k_dense_replace", -1,
-                               "expected 0..%lld (num_hidden_layers), found %lld",
-                               (long long)hp->layers, (long long)hp->first_dense);
+                               "expected an integer >= 0, found %lld",
+                               (long long)hp->first_dense);
     if (hp->experts % hp->n_group != 0 || hp->experts / hp->n_group < (v2 ? 1 : 2))
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "n_group", -1,
                                "%lld does not split %lld experts into groups of at least 2",
