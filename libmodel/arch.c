@@ -66,6 +66,32 @@ static const char *const qwen3_moe_names[TR_COUNT] = {
     BASE_NAMES, QKV_NAMES, QK_NORM_NAMES, MLP_NAMES,
     MOE_NAMES("mlp", "gate_proj", "up_proj", "down_proj")};
 
+/* DeepSeek-V3 (R1, Kimi-K2): multi-head latent attention, a dense MLP in the
+ * first first_k_dense_replace layers, then routed experts beside shared ones
+ * (transformers 5 stacks the experts; Quark's export writes them per expert) */
+static const char *const deepseek_v3_names[TR_COUNT] = {
+    BASE_NAMES, MLP_NAMES, MOE_NAMES("mlp", "gate_proj", "up_proj", "down_proj"),
+    [TR_Q] = LAYER "self_attn.q_proj", [TR_Q_A] = LAYER "self_attn.q_a_proj",
+    [TR_Q_A_NORM] = LAYER "self_attn.q_a_layernorm.weight",
+    [TR_Q_B] = LAYER "self_attn.q_b_proj", [TR_KV_A] = LAYER "self_attn.kv_a_proj_with_mqa",
+    [TR_KV_A_NORM] = LAYER "self_attn.kv_a_layernorm.weight",
+    [TR_KV_B] = LAYER "self_attn.kv_b_proj",
+    [TR_SH_GATE] = LAYER "mlp.shared_experts.gate_proj",
+    [TR_SH_UP] = LAYER "mlp.shared_experts.up_proj",
+    [TR_SH_DOWN] = LAYER "mlp.shared_experts.down_proj",
+    [TR_ROUTER_BIAS] = LAYER "mlp.gate.e_score_correction_bias"};
+/* DeepSeek-V2 (V2-Lite): the same without the router's selection bias */
+static const char *const deepseek_v2_names[TR_COUNT] = {
+    BASE_NAMES, MLP_NAMES, MOE_NAMES("mlp", "gate_proj", "up_proj", "down_proj"),
+    [TR_Q] = LAYER "self_attn.q_proj", [TR_Q_A] = LAYER "self_attn.q_a_proj",
+    [TR_Q_A_NORM] = LAYER "self_attn.q_a_layernorm.weight",
+    [TR_Q_B] = LAYER "self_attn.q_b_proj", [TR_KV_A] = LAYER "self_attn.kv_a_proj_with_mqa",
+    [TR_KV_A_NORM] = LAYER "self_attn.kv_a_layernorm.weight",
+    [TR_KV_B] = LAYER "self_attn.kv_b_proj",
+    [TR_SH_GATE] = LAYER "mlp.shared_experts.gate_proj",
+    [TR_SH_UP] = LAYER "mlp.shared_experts.up_proj",
+    [TR_SH_DOWN] = LAYER "mlp.shared_experts.down_proj"};
+
 /* ---- the architectures --------------------------------------------------------- */
 
 static const arch_desc archs[] = {
@@ -81,6 +107,10 @@ static const arch_desc archs[] = {
     {.hf_name = "Qwen2MoeForCausalLM", .names = qwen2_moe_names, .qkv_bias = 1,
      .moe = MOE_SOFTMAX_TOPK},
     {.hf_name = "Qwen3MoeForCausalLM", .names = qwen3_moe_names, .moe = MOE_SOFTMAX_TOPK},
+    {.hf_name = "DeepseekV3ForCausalLM", .names = deepseek_v3_names, .attn = ATTN_MLA,
+     .moe = MOE_SIGMOID_GROUPED, .mla_mscale = 1},
+    {.hf_name = "DeepseekV2ForCausalLM", .names = deepseek_v2_names, .attn = ATTN_MLA,
+     .moe = MOE_SOFTMAX_GREEDY},
 };
 
 #define NARCHS (sizeof(archs) / sizeof(archs[0]))
@@ -301,6 +331,87 @@ static nvfp4_status read_longrope(const nvfp4_config *cfg, const char *rp, hpara
     return NVFP4_OK;
 }
 
+/* An optional number under RP (0 when absent or null). */
+static nvfp4_status rp_num(const nvfp4_config *cfg, const char *rp, const char *name,
+                           double *out, nvfp4_error *err)
+{
+    char key[96];
+    json_t *v;
+
+    snprintf(key, sizeof(key), "%s.%s", rp, name);
+    v = nvfp4_config_json(cfg, key);
+    *out = 0.0;
+    if (!v || json_is_null(v))
+        return NVFP4_OK;
+    if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, nvfp4_config_path(cfg), key, -1,
+                               "expected a finite number >= 0");
+    *out = json_number_value(v);
+    return NVFP4_OK;
+}
+
+static double yarn_mscale(double scale, double mscale)
+{
+    return scale <= 1.0 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+/* YaRN as transformers' _compute_yarn_parameters: the correction range of
+ * beta_fast / beta_slow rotations over original_max_position_embeddings
+ * (floored / ceiled unless truncate is false), and the factor on cos and
+ * sin: attention_factor, or mscale(factor, mscale) / mscale(factor,
+ * mscale_all_dim) when both are set, else mscale(factor, 1).  The frequency
+ * ramp itself is compute_inv_freq's (model-load.c). */
+static nvfp4_status read_yarn(const nvfp4_config *cfg, const char *rp, hparams *hp,
+                              nvfp4_error *err)
+{
+    char key[96];
+    double orig, af, ms, msa, bf, bs, d = (double)hp->rot_dim, base = hp->rope_theta;
+    int truncate;
+
+    snprintf(key, sizeof(key), "%s.original_max_position_embeddings", rp);
+    if (!nvfp4_config_has(cfg, key))
+        return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, nvfp4_config_path(cfg), key, -1,
+                               "required key is missing (YaRN RoPE scaling)");
+    TRY(nvfp4_config_get_double(cfg, key, 0.0, &orig, err));
+    TRY(check_pos_real(cfg, key, orig, "YaRN's original context", err));
+    TRY(rp_num(cfg, rp, "factor", &hp->yarn_factor, err));
+    if (hp->yarn_factor == 0.0)
+        hp->yarn_factor = (double)hp->max_pos / orig;
+    snprintf(key, sizeof(key), "%s.factor", rp);
+    TRY(check_pos_real(cfg, key, hp->yarn_factor, "YaRN scaling", err));
+    TRY(rp_num(cfg, rp, "attention_factor", &af, err));
+    TRY(rp_num(cfg, rp, "mscale", &ms, err));
+    TRY(rp_num(cfg, rp, "mscale_all_dim", &msa, err));
+    TRY(rp_num(cfg, rp, "beta_fast", &bf, err));
+    TRY(rp_num(cfg, rp, "beta_slow", &bs, err));
+    if (bf == 0.0)
+        bf = 32.0;
+    if (bs == 0.0)
+        bs = 1.0;
+    snprintf(key, sizeof(key), "%s.truncate", rp);
+    TRY(nvfp4_config_get_bool(cfg, key, 1, &truncate, err));
+    if (af > 0.0)
+        hp->rope_attn = af;
+    else if (ms > 0.0 && msa > 0.0)
+        hp->rope_attn = yarn_mscale(hp->yarn_factor, ms) / yarn_mscale(hp->yarn_factor, msa);
+    else
+        hp->rope_attn = yarn_mscale(hp->yarn_factor, 1.0);
+    /* dim * ln(orig / (rotations * 2 pi)) / (2 ln base) */
+    hp->yarn_low = d * log(orig / (bf * 2.0 * M_PI)) / (2.0 * log(base));
+    hp->yarn_high = d * log(orig / (bs * 2.0 * M_PI)) / (2.0 * log(base));
+    if (truncate) {
+        hp->yarn_low = floor(hp->yarn_low);
+        hp->yarn_high = ceil(hp->yarn_high);
+    }
+    if (hp->yarn_low < 0.0)
+        hp->yarn_low = 0.0;
+    if (hp->yarn_high > d - 1.0)
+        hp->yarn_high = d - 1.0;
+    if (hp->yarn_low == hp->yarn_high)
+        hp->yarn_high += 0.001; /* (transformers: prevent singularity) */
+    return NVFP4_OK;
+}
+
 /* Sliding windows, the local RoPE base, the score scale and the logit cap.
  * Gemma 3: layer_types ("sliding_attention" / "full_attention") or, in older
  * configs, every sliding_window_pattern-th layer global (default 6); the
@@ -315,7 +426,7 @@ static nvfp4_status read_attention(const nvfp4_config *cfg, const arch_desc *arc
     json_t *v;
 
     hp->rope_local_theta = hp->rope_theta;
-    if (arch->attn == ATTN_GQA)
+    if (arch->attn == ATTN_GQA || arch->attn == ATTN_MLA)
         return NVFP4_OK;
     if (nvfp4_config_has(cfg, "query_pre_attn_scalar")) {
         TRY(nvfp4_config_get_double(cfg, "query_pre_attn_scalar", 0.0, &hp->attn_scalar, err));
@@ -381,6 +492,153 @@ static nvfp4_status read_attention(const nvfp4_config *cfg, const arch_desc *arc
         TRY(opt_pos_int(cfg, "sliding_window_pattern", 6, &pat, err));
         for (int64_t l = 0; l < hp->layers; l++)
             hp->sliding[l] = (l + 1) % pat != 0;
+    }
+    return NVFP4_OK;
+}
+
+/* An integer key that may be null (DeepSeek's q_lora_rank, n_shared_experts):
+ * 0 when absent or null, else a positive integer. */
+static nvfp4_status opt_int_or_null(const nvfp4_config *cfg, const char *key, int64_t *out,
+                                    nvfp4_error *err)
+{
+    json_t *v = nvfp4_config_json(cfg, key);
+
+    *out = 0;
+    if (!v || json_is_null(v))
+        return NVFP4_OK;
+    TRY(opt_pos_int(cfg, key, 0, out, err));
+    return check_dim(cfg, key, *out, err);
+}
+
+/* DeepSeek-V3's routing (transformers' DeepseekV3TopkRouter): sigmoid
+ * scores, e_score_correction_bias added for the choice only, the experts in
+ * n_group groups of which the topk_group with the largest sums of their two
+ * best scores compete, the chosen scores renormalised (norm_topk_prob) and
+ * times routed_scaling_factor; first_k_dense_replace dense layers, then
+ * every layer MoE; n_shared_experts shared experts of moe_intermediate_size
+ * each, run as one MLP. */
+static nvfp4_status read_grouped_moe(const nvfp4_config *cfg, const arch_desc *arch,
+                                     hparams *hp, nvfp4_error *err)
+{
+    const char *path = nvfp4_config_path(cfg);
+    const int v2 = arch->moe == MOE_SOFTMAX_GREEDY;
+    int64_t nshared, freq, per;
+    const char *s;
+
+    TRY(opt_int_or_null(cfg, "n_group", &hp->n_group, err));
+    TRY(opt_int_or_null(cfg, "topk_group", &hp->topk_group, err));
+    if (!hp->n_group)
+        hp->n_group = 1;
+    if (!hp->topk_group)
+        hp->topk_group = 1;
+    TRY(opt_pos_int(cfg, "moe_layer_freq", 1, &freq, err));
+    TRY(nvfp4_config_get_int(cfg, "first_k_dense_replace", 0, &hp->first_dense, err));
+    TRY(nvfp4_config_get_double(cfg, "routed_scaling_factor", 1.0, &hp->routed_scale, err));
+    TRY(check_pos_real(cfg, "routed_scaling_factor", hp->routed_scale,
+                       "the routed experts' weights are multiplied by it", err));
+    TRY(nvfp4_config_get_bool(cfg, "norm_topk_prob", 1, &hp->norm_topk, err));
+    TRY(opt_int_or_null(cfg, "n_shared_experts", &nshared, err));
+    TRY(nvfp4_config_get_string(cfg, "scoring_func", v2 ? "softmax" : "sigmoid", &s, err));
+    if (strcmp(s, v2 ? "softmax" : "sigmoid") != 0)
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, "scoring_func", -1,
+                               "\"%s\" is not supported (supported: %s)", s,
+                               v2 ? "softmax" : "sigmoid");
+    TRY(nvfp4_config_get_string(cfg, "topk_method", v2 ? "greedy" : "noaux_tc", &s, err));
+    if (v2 && !strcmp(s, "group_limited_greedy"))
+        hp->group_limited = 1;
+    else if (strcmp(s, v2 ? "greedy" : "noaux_tc") != 0)
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, "topk_method", -1,
+                               "\"%s\" is not supported (supported: %s)", s,
+                               v2 ? "greedy, group_limited_greedy" : "noaux_tc");
+    if (v2) {
+        /* transformers' DeepseekV2TopkRouter never renormalises; greedy
+         * top-k ignores the groups */
+        hp->norm_topk = 0;
+        hp->score_softmax = 1;
+        if (!hp->group_limited)
+            hp->n_group = hp->topk_group = 1;
+    }
+    if (freq != 1)
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, "moe_layer_freq", -1,
+                               "%lld is not supported (supported: 1)", (long long)freq);
+    /* (more than num_hidden_layers: every layer dense, as transformers) */
+    if (hp->first_dense < 0)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "first_k_dense_replace", -1,
+                               "expected an integer >= 0, found %lld",
+                               (long long)hp->first_dense);
+    if (hp->experts % hp->n_group != 0 || hp->experts / hp->n_group < (v2 ? 1 : 2))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "n_group", -1,
+                               "%lld does not split %lld experts into groups of at least 2",
+                               (long long)hp->n_group, (long long)hp->experts);
+    per = hp->experts / hp->n_group;
+    if (hp->topk_group > hp->n_group || hp->topk > hp->topk_group * per)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "topk_group", -1,
+                               "%lld of %lld groups of %lld experts cannot give "
+                               "num_experts_per_tok %lld", (long long)hp->topk_group,
+                               (long long)hp->n_group, (long long)per, (long long)hp->topk);
+    if (hp->first_dense > 0 && hp->inter <= 0)
+        return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, path, "intermediate_size", -1,
+                               "required key is missing (first_k_dense_replace dense layers)");
+    TRY(check_product(cfg, "n_shared_experts", nshared, "moe_intermediate_size", hp->moe_inter,
+                      err));
+    hp->shared_inter = nshared * hp->moe_inter;
+    TRY(check_dim(cfg, "n_shared_experts", hp->shared_inter, err));
+    return check_product(cfg, "n_shared_experts", 2 * hp->shared_inter, "hidden_size",
+                         hp->hidden, err);
+}
+
+/* Multi-head latent attention (transformers' DeepseekV3Attention).  The
+ * cache row is the absorbed form's single KV head: rope + kv_lora wide. */
+static nvfp4_status read_mla(const nvfp4_config *cfg, const arch_desc *arch, hparams *hp,
+                             nvfp4_error *err)
+{
+    const char *path = nvfp4_config_path(cfg);
+    int64_t qk, in;
+
+    TRY(opt_int_or_null(cfg, "q_lora_rank", &hp->q_lora, err));
+    TRY(need_int(cfg, "kv_lora_rank", &hp->kv_lora, err));
+    TRY(need_int(cfg, "qk_rope_head_dim", &hp->rope_hd, err));
+    TRY(need_int(cfg, "qk_nope_head_dim", &hp->nope_hd, err));
+    TRY(need_int(cfg, "v_head_dim", &hp->v_hd, err));
+    TRY(check_dim(cfg, "kv_lora_rank", hp->kv_lora, err));
+    TRY(check_dim(cfg, "qk_rope_head_dim", hp->rope_hd, err));
+    TRY(check_dim(cfg, "qk_nope_head_dim", hp->nope_hd, err));
+    TRY(check_dim(cfg, "v_head_dim", hp->v_hd, err));
+    TRY(nvfp4_config_get_bool(cfg, "rope_interleave", 1, &hp->rope_interleave, err));
+    if (hp->rope_hd % 2)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, path, "qk_rope_head_dim", -1,
+                               "expected an even number of rotary dimensions, found %lld",
+                               (long long)hp->rope_hd);
+    qk = hp->nope_hd + hp->rope_hd;
+    in = hp->q_lora ? hp->q_lora : hp->hidden;
+    TRY(check_product(cfg, "num_attention_heads", hp->heads, "qk_head_dim", qk, err));
+    TRY(check_product(cfg, "num_attention_heads", hp->heads * qk, "q_lora_rank", in, err));
+    TRY(check_product(cfg, "num_attention_heads", hp->heads * (hp->nope_hd + hp->v_hd),
+                      "kv_lora_rank", hp->kv_lora, err));
+    TRY(check_product(cfg, "num_attention_heads", hp->heads * hp->v_hd, "hidden_size",
+                      hp->hidden, err));
+    TRY(check_product(cfg, "kv_lora_rank", hp->kv_lora + hp->rope_hd, "hidden_size",
+                      hp->hidden, err));
+    TRY(check_product(cfg, "num_attention_heads", hp->heads, "kv_lora_rank",
+                      hp->kv_lora + hp->rope_hd, err));
+    hp->head_dim = hp->rope_hd + hp->kv_lora;
+    hp->kv_heads = 1;
+    hp->rot_dim = hp->rope_hd;
+    if (hp->rope_longrope || hp->rope_llama3 || hp->rope_linear != 1.0)
+        return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, "rope_scaling", -1,
+                               "multi-head latent attention runs default or YaRN RoPE only");
+    hp->attn_scale = 1.0 / sqrt((double)qk);
+    if (hp->rope_yarn && arch->mla_mscale) {
+        /* DeepseekV3Attention: times mscale(factor, mscale_all_dim)^2 when set
+         * (transformers' DeepseekV2Attention does not) */
+        const char *rp = nvfp4_config_has(cfg, "rope_parameters") ? "rope_parameters"
+                                                                  : "rope_scaling";
+        double msa;
+        TRY(rp_num(cfg, rp, "mscale_all_dim", &msa, err));
+        if (msa > 0.0) {
+            double s = yarn_mscale(hp->yarn_factor, msa);
+            hp->attn_scale *= s * s;
+        }
     }
     return NVFP4_OK;
 }
@@ -496,6 +754,8 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
             snprintf(key, sizeof(key), "%s.factor", rp);
             TRY(nvfp4_config_get_double(cfg, key, 1.0, &hp->rope_linear, err));
             TRY(check_pos_real(cfg, key, hp->rope_linear, "linear RoPE scaling", err));
+        } else if (strcmp(rope_type, "yarn") == 0 && arch->attn == ATTN_MLA) {
+            hp->rope_yarn = 1; /* read_yarn below */
         } else if (strcmp(rope_type, "default") != 0) {
             return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, key, -1,
                                    "RoPE type \"%s\" is not supported (supported: "
@@ -523,11 +783,14 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
         hp->rope_attn = 1.0;
         if (hp->rope_longrope)
             TRY(read_longrope(cfg, rp, hp, err));
+        if (hp->rope_yarn)
+            TRY(read_yarn(cfg, rp, hp, err));
     }
     TRY(read_attention(cfg, arch, hp, err));
 
     if (arch->moe != MOE_NONE) {
-        static const char *const ek[] = {"num_experts", "num_local_experts", NULL};
+        static const char *const ek[] = {"num_experts", "num_local_experts",
+                                         "n_routed_experts", NULL};
         static const char *const mk[] = {"moe_intermediate_size", NULL};
         const char *ekey, *mkey;
         TRY(get_int_any(cfg, ek, 0, &hp->experts, &ekey, err));
@@ -571,6 +834,10 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
                                    "shared_expert_intermediate_size", -1,
                                    "required key is missing");
     }
+    if (arch->moe == MOE_SIGMOID_GROUPED || arch->moe == MOE_SOFTMAX_GREEDY)
+        TRY(read_grouped_moe(cfg, arch, hp, err));
+    if (arch->attn == ATTN_MLA)
+        TRY(read_mla(cfg, arch, hp, err));
     if (!nvfp4m_hparams_layer_is_moe(hp, arch, 0) && hp->inter <= 0 && arch->moe == MOE_NONE)
         return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, path, "intermediate_size", -1,
                                "required key is missing");
@@ -590,7 +857,7 @@ void nvfp4m_hparams_free(hparams *hp)
 
 int nvfp4m_hparams_layer_is_moe(const hparams *hp, const arch_desc *arch, int64_t l)
 {
-    if (arch->moe == MOE_NONE || hp->experts <= 0)
+    if (arch->moe == MOE_NONE || hp->experts <= 0 || l < hp->first_dense)
         return 0;
     for (size_t i = 0; i < hp->n_mlp_only; i++)
         if (hp->mlp_only[i] == l)

@@ -38,6 +38,7 @@ struct nvfp4_context {
     nvfp4_backend *be;
     int locked_backend;     /* GPU backend: serialise on m->lock */
     size_t block, nblocks, max_blocks, max_batch;
+    size_t block_bytes;                   /* one block of every layer's pools */
     void **k_pool, **v_pool;              /* [layers] backend buffers */
     int kv_fp8;                           /* pools of FP8 E4M3 bytes, else float32 */
     size_t kv_esize;                      /* bytes per pool element: 1 or 4 */
@@ -60,6 +61,12 @@ struct nvfp4_context {
     int32_t *h_ids, *h_pos, *h_rseq, *h_tables;
     void *h_block;                        /* one block of one pool, for copies */
     float *h_gu;                          /* split gate/up: [4, n, inter] */
+    /* multi-head latent attention (mla.c): device q_a, q, kv_a outputs and
+     * the expanded attention; their host staging; host routing (DeepSeek) */
+    float *mqa, *mq, *mkva, *matt;
+    float *hm_q, *hm_kva, *hm_qabs, *hm_krow, *hm_att, *hm_o;
+    float *hr_logits, *hr_topw;
+    int32_t *hr_topi;
 };
 
 static nvfp4_status nomem(nvfp4_error *err)
@@ -108,7 +115,10 @@ static nvfp4_status alloc_scratch(nvfp4_context *c, nvfp4_error *err)
 {
     const hparams *hp = &c->m->hp;
     const size_t n = c->max_batch;
-    size_t H = (size_t)hp->hidden, qd = (size_t)(c->m->par->heads * hp->head_dim);
+    /* (multi-head latent attention: every rank runs all heads) */
+    size_t H = (size_t)hp->hidden,
+           qd = (size_t)((c->m->arch->attn == ATTN_MLA ? hp->heads : c->m->par->heads) *
+                         hp->head_dim);
     size_t kd = kv_row(c->m), V = (size_t)hp->vocab;
     size_t inter = (size_t)c->m->par->inter, E = (size_t)hp->experts, K = (size_t)hp->topk;
     size_t ntab = n < c->max_seqs ? n : c->max_seqs;
@@ -149,6 +159,30 @@ static nvfp4_status alloc_scratch(nvfp4_context *c, nvfp4_error *err)
         return nomem(err);
     if (c->m->split_gu && !(c->h_gu = malloc(4 * n * (size_t)hp->inter * 4)))
         return nomem(err);
+    if (c->m->arch->attn == ATTN_MLA) {
+        size_t nh = (size_t)hp->heads, qk = (size_t)(hp->nope_hd + hp->rope_hd);
+        size_t la = (size_t)(hp->kv_lora + hp->rope_hd), vd = (size_t)hp->v_hd;
+        if (!(c->mqa = salloc(c, n * (size_t)(hp->q_lora ? hp->q_lora : 1) * 4, err)) ||
+            !(c->mq = salloc(c, n * nh * qk * 4, err)) ||
+            !(c->mkva = salloc(c, n * la * 4, err)) ||
+            !(c->matt = salloc(c, n * nh * vd * 4, err)))
+            return err && err->status ? err->status : NVFP4_ERR_NOMEM;
+        c->hm_q = malloc(n * nh * qk * 4);
+        c->hm_kva = malloc(n * la * 4);
+        c->hm_qabs = malloc(n * qd * 4);
+        c->hm_krow = malloc(n * kd * 4);
+        c->hm_att = malloc(n * qd * 4);
+        c->hm_o = malloc(n * nh * vd * 4);
+        if (!c->hm_q || !c->hm_kva || !c->hm_qabs || !c->hm_krow || !c->hm_att || !c->hm_o)
+            return nomem(err);
+    }
+    if (c->m->arch->moe == MOE_SIGMOID_GROUPED || c->m->arch->moe == MOE_SOFTMAX_GREEDY) {
+        c->hr_logits = malloc(n * (E ? E : 1) * 4);
+        c->hr_topw = malloc(n * (K ? K : 1) * 4);
+        c->hr_topi = malloc(n * (K ? K : 1) * 4);
+        if (!c->hr_logits || !c->hr_topw || !c->hr_topi)
+            return nomem(err);
+    }
     return NVFP4_OK;
 }
 
@@ -159,7 +193,7 @@ static void context_free_locked(nvfp4_context *c)
     for (int64_t l = 0; l < c->m->hp.layers; l++) {
         if (c->k_pool)
             nvfp4_backend_release(c->be, c->k_pool[l]);
-        if (c->v_pool)
+        if (c->v_pool && (!c->k_pool || c->v_pool[l] != c->k_pool[l]))
             nvfp4_backend_release(c->be, c->v_pool[l]);
     }
 }
@@ -190,6 +224,15 @@ void nvfp4_context_free(nvfp4_context *c)
     free(c->h_tables);
     free(c->h_block);
     free(c->h_gu);
+    free(c->hm_q);
+    free(c->hm_kva);
+    free(c->hm_qabs);
+    free(c->hm_krow);
+    free(c->hm_att);
+    free(c->hm_o);
+    free(c->hr_logits);
+    free(c->hr_topw);
+    free(c->hr_topi);
     free(c);
 }
 
@@ -218,12 +261,20 @@ nvfp4_context *nvfp4_context_create(nvfp4_model *m, const nvfp4_context_options 
                         (int)o.kv_cache_dtype);
         return NULL;
     }
+    if (o.kv_cache_dtype == NVFP4_KV_CACHE_FP8 && m->arch->attn == ATTN_MLA) {
+        nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, NULL, "kv_cache_dtype", -1,
+                        "an FP8 KV cache is not supported for multi-head latent attention "
+                        "(%s keeps its latent rows in float32)",
+                        m->arch_name);
+        return NULL;
+    }
     /* auto: FP8 where the checkpoint has the scales (kvcache.c) */
     esize = o.kv_cache_dtype == NVFP4_KV_CACHE_FP8 ||
                     (o.kv_cache_dtype == NVFP4_KV_CACHE_AUTO && m->kv_fp8)
                 ? 1
                 : sizeof(float);
-    block_bytes = 2 * L * NVFP4_KV_BLOCK * kd * esize;
+    /* (multi-head latent attention: one latent row a token, key and value) */
+    block_bytes = (m->arch->attn == ATTN_MLA ? 1 : 2) * L * NVFP4_KV_BLOCK * kd * esize;
     if (o.max_seqs < 0) {
         nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, "max_seqs", -1,
                         "max_seqs must be >= 0, found %d", o.max_seqs);
@@ -238,6 +289,7 @@ nvfp4_context *nvfp4_context_create(nvfp4_model *m, const nvfp4_context_options 
     c->be = m->be;
     c->kv_esize = esize;
     c->kv_fp8 = esize == 1;
+    c->block_bytes = block_bytes;
     /* (ranks of a split model run their collectives one batch at a time) */
     c->locked_backend = strcmp(nvfp4_backend_name(m->be), "cpu") != 0 || m->par->size > 1;
     c->block = NVFP4_KV_BLOCK;
@@ -282,7 +334,9 @@ nvfp4_context *nvfp4_context_create(nvfp4_model *m, const nvfp4_context_options 
     for (size_t l = 0; l < L && st == NVFP4_OK; l++) {
         size_t bytes = c->nblocks * c->block * kd * esize;
         if (!(c->k_pool[l] = nvfp4_backend_alloc(c->be, bytes, err)) ||
-            !(c->v_pool[l] = nvfp4_backend_alloc(c->be, bytes, err)))
+            (m->arch->attn == ATTN_MLA ? !(c->v_pool[l] = c->k_pool[l])
+                                       : !(c->v_pool[l] = nvfp4_backend_alloc(c->be, bytes,
+                                                                              err))))
             st = err && err->status ? err->status : NVFP4_ERR_NOMEM;
     }
     if (st == NVFP4_OK)
@@ -319,7 +373,7 @@ nvfp4_kv_cache_dtype nvfp4_context_kv_cache_dtype(const nvfp4_context *c)
 
 size_t nvfp4_context_kv_bytes_per_token(const nvfp4_context *c)
 {
-    return c ? 2 * (size_t)c->m->hp.layers * kv_row(c->m) * c->kv_esize : 0;
+    return c ? c->block_bytes / c->block : 0;
 }
 
 nvfp4_kv_cache_dtype nvfp4_model_kv_cache_dtype(const nvfp4_model *m)
@@ -459,7 +513,7 @@ static nvfp4_status copy_block(nvfp4_context *c, int32_t src, int32_t dst, nvfp4
 
     for (int64_t l = 0; l < c->m->hp.layers; l++) {
         void *pools[2] = {c->k_pool[l], c->v_pool[l]};
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < (pools[1] == pools[0] ? 1 : 2); i++) {
             TRY(nvfp4_backend_download(c->be, c->h_block,
                                        (char *)pools[i] + (size_t)src * bytes, bytes, err));
             TRY(nvfp4_backend_upload(c->be, (char *)pools[i] + (size_t)dst * bytes,
@@ -548,6 +602,76 @@ static nvfp4_status gelu_mul(nvfp4_context *c, size_t n, size_t inter, nvfp4_err
     return nvfp4_backend_upload(c->be, c->act, c->host_gu, n * inter * 4, err);
 }
 
+/* Multi-head latent attention of layer L (mla.c) into c->o (all heads on
+ * every rank under tensor parallelism: replicated, no reduction): the
+ * projections on the device, absorption and expansion on the host, RoPE
+ * and the paged attention over the latent cache on the device (one KV
+ * head, the latent row both key and value). */
+static nvfp4_status mla_attention(nvfp4_context *c, const layer_t *L, int64_t l, size_t n,
+                                  nvfp4_kv_pages *kv, float scale, nvfp4_error *err)
+{
+    const nvfp4_model *m = c->m;
+    const hparams *hp = &m->hp;
+    nvfp4_backend *be = c->be;
+    size_t nh = (size_t)hp->heads, qk = (size_t)(hp->nope_hd + hp->rope_hd);
+    size_t D = (size_t)hp->head_dim, la = (size_t)(hp->kv_lora + hp->rope_hd);
+    size_t vd = (size_t)hp->v_hd;
+
+    if (L->q_a) {
+        TRY(nvfp4_k_linear(be, L->q_a, c->h, n, c->mqa, err));
+        /* q_a_layernorm: DeepseekV3RMSNorm's default eps 1e-6 */
+        TRY(nvfp4_k_rmsnorm(be, c->mqa, L->q_a_norm, n, (size_t)hp->q_lora, 1e-6f, c->mqa,
+                            err));
+        TRY(nvfp4_k_linear(be, L->q_b, c->mqa, n, c->mq, err));
+    } else {
+        TRY(nvfp4_k_linear(be, L->q, c->h, n, c->mq, err));
+    }
+    TRY(nvfp4_k_linear(be, L->kv_a, c->h, n, c->mkva, err));
+    TRY(nvfp4_backend_download(be, c->hm_q, c->mq, n * nh * qk * 4, err));
+    TRY(nvfp4_backend_download(be, c->hm_kva, c->mkva, n * la * 4, err));
+    nvfp4m_mla_absorb(m, L, c->hm_q, c->hm_kva, n, c->hm_qabs, c->hm_krow);
+    TRY(nvfp4_backend_upload(be, c->q, c->hm_qabs, n * nh * D * 4, err));
+    TRY(nvfp4_backend_upload(be, c->k, c->hm_krow, n * D * 4, err));
+    TRY(nvfp4_k_rope(be, c->q, c->pos, n, nh, D, (size_t)hp->rot_dim, m->inv_freq,
+                     (float)hp->rope_attn, err));
+    TRY(nvfp4_k_rope(be, c->k, c->pos, n, 1, D, (size_t)hp->rot_dim, m->inv_freq,
+                     (float)hp->rope_attn, err));
+    kv->k_pool = kv->v_pool = c->k_pool[l];
+    kv->window = 0;
+    TRY(nvfp4_k_attention_paged(be, c->q, c->k, c->k, kv, n, nh, 1, D, scale, c->att, err));
+    TRY(nvfp4_backend_download(be, c->hm_att, c->att, n * nh * D * 4, err));
+    nvfp4m_mla_expand(m, L, c->hm_att, n, c->hm_o);
+    TRY(nvfp4_backend_upload(be, c->matt, c->hm_o, n * nh * vd * 4, err));
+    return nvfp4_k_linear(be, L->o, c->matt, n, c->o, err);
+}
+
+/* DeepSeek's routing (mla.c) on the host, from the router logits in
+ * c->router into c->topi / c->topw. */
+static nvfp4_status route_grouped(nvfp4_context *c, const layer_t *L, size_t n,
+                                  nvfp4_error *err)
+{
+    const hparams *hp = &c->m->hp;
+    size_t E = (size_t)hp->experts, K = (size_t)hp->topk;
+
+    TRY(nvfp4_backend_download(c->be, c->hr_logits, c->router, n * E * 4, err));
+    TRY(nvfp4m_route_deepseek(hp, L->router_bias_h, c->hr_logits, n, c->hr_topi,
+                                     c->hr_topw, err));
+    TRY(nvfp4_backend_upload(c->be, c->topi, c->hr_topi, n * K * 4, err));
+    return nvfp4_backend_upload(c->be, c->topw, c->hr_topw, n * K * 4, err);
+}
+
+/* Shared experts without a gate (DeepSeek): y += shared_experts(x). */
+static nvfp4_status shared_plain(nvfp4_context *c, const layer_t *L, size_t n,
+                                 nvfp4_error *err)
+{
+    size_t H = (size_t)c->m->hp.hidden, I = (size_t)c->m->hp.shared_inter;
+
+    TRY(nvfp4_k_linear(c->be, L->sh_gu, c->h, n, c->gu, err));
+    TRY(nvfp4_k_silu_mul(c->be, c->gu, n, I, c->act, err));
+    TRY(nvfp4_k_linear(c->be, L->sh_down, c->act, n, c->sh, err));
+    return nvfp4_k_add(c->be, c->mlp, c->sh, n * H, c->mlp, err);
+}
+
 /* The layers over the N rows staged in c->ids / pos / rseq / tables, then
  * the logits of the last R rows into the entries' buffers. */
 static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_len,
@@ -565,6 +689,8 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
 
     if (hp->attn_scalar > 0) /* query_pre_attn_scalar ** -0.5 (Gemma) */
         scale = (float)pow(hp->attn_scalar, -0.5);
+    if (hp->attn_scale > 0) /* qk_head_dim ** -0.5 (multi-head latent attention) */
+        scale = (float)hp->attn_scale;
     nvfp4_kv_pages kv;
 
     TRY(nvfp4_backend_upload(be, c->ids, c->h_ids, n * 4, err));
@@ -590,6 +716,10 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
         layer_t *L = &m->layers[l];
 
         TRY(nvfp4_k_rmsnorm(be, c->x, L->ln1, n, H, eps, c->h, err));
+        if (m->arch->attn == ATTN_MLA) {
+            TRY(mla_attention(c, L, l, n, &kv, scale, err));
+            goto attn_out;
+        }
         TRY(nvfp4_k_linear(be, L->q, c->h, n, c->q, err));
         TRY(nvfp4_k_linear(be, L->k, c->h, n, c->k, err));
         TRY(nvfp4_k_linear(be, L->v, c->h, n, c->v, err));
@@ -616,6 +746,7 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
                                     err));
         TRY(nvfp4_k_linear(be, L->o, c->att, n, c->o, err));
         TRY(nvfp4m_par_reduce(c->m, c->o, n * H, err));
+    attn_out:
         if (L->post_attn_norm)
             TRY(nvfp4_k_rmsnorm(be, c->o, L->post_attn_norm, n, H, eps, c->o, err));
         TRY(nvfp4_k_add(be, c->x, c->o, n * H, c->x, err));
@@ -624,10 +755,16 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
         if (L->moe) {
             size_t E = (size_t)hp->experts, K = (size_t)hp->topk;
             TRY(nvfp4_k_linear(be, L->router, c->h, n, c->router, err));
-            TRY(nvfp4_k_topk(be, c->router, n, E, K, hp->norm_topk, c->topi, c->topw, err));
+            if (m->arch->moe == MOE_SIGMOID_GROUPED || m->arch->moe == MOE_SOFTMAX_GREEDY)
+                TRY(route_grouped(c, L, n, err));
+            else
+                TRY(nvfp4_k_topk(be, c->router, n, E, K, hp->norm_topk, c->topi, c->topw,
+                                 err));
             TRY(nvfp4m_par_moe(c->m, L->w13, L->w2, c->h, n, c->topi, c->topw, c->mlp, err));
             if (L->sh_gate)
                 TRY(shared_expert(c, L, n, err));
+            else if (L->sh_gu)
+                TRY(shared_plain(c, L, n, err));
         } else {
             if (L->gu_split[0]) /* gate and up as separate layers */
                 TRY(gate_up_split(c, L, n, err));

@@ -40,10 +40,22 @@ typedef enum {
     TR_SH_EXPERT_GATE,                            /* its sigmoid gate, [1, H], never quantized */
     /* sandwich norms (Gemma): on the attention output and the MLP output */
     TR_POST_ATTN_NORM, TR_POST_MLP_NORM,
+    /* multi-head latent attention (DeepSeek-V2/V3, ATTN_MLA): q_a/q_a_norm/q_b
+     * (q_lora_rank) or TR_Q, the latent kv_a (with the rope key), its norm,
+     * kv_b (k_nope and v per head); the router's selection bias */
+    TR_Q_A, TR_Q_A_NORM, TR_Q_B, TR_KV_A, TR_KV_A_NORM, TR_KV_B,
+    TR_ROUTER_BIAS,    /* vector [experts]: e_score_correction_bias */
     TR_COUNT
 } tensor_role;
 
-typedef enum { MOE_NONE = 0, MOE_SOFTMAX_TOPK, MOE_MIXTRAL } moe_style; /* routing kind */
+typedef enum {
+    MOE_NONE = 0, MOE_SOFTMAX_TOPK, MOE_MIXTRAL,
+    MOE_SIGMOID_GROUPED,  /* DeepSeek-V3: sigmoid scores, + bias for the choice only,
+                             grouped top-k, times routed_scaling_factor (mla.c) */
+    MOE_SOFTMAX_GREEDY,   /* DeepSeek-V2: softmax scores, top-k (greedy, or within the
+                             topk_group groups of the best maxima), times
+                             routed_scaling_factor, never renormalised (mla.c) */
+} moe_style; /* routing kind */
 typedef enum {
     NORM_RMS = 0,      /* x / sqrt(mean(x^2) + eps) * w */
     NORM_RMS_PLUS1,    /* the same times (1 + w) (Gemma), w + 1 formed in float32 at load */
@@ -57,6 +69,7 @@ typedef enum {
     ATTN_GQA_SLIDING,  /* the same, sliding_window on every layer when set (Phi-3) */
     ATTN_GQA_INTERLEAVED, /* sliding-window and global layers (layer_types, or every
                              sliding_window_pattern-th global), each its own RoPE base (Gemma 3) */
+    ATTN_MLA,          /* multi-head latent attention, latent KV cache (DeepSeek, mla.c) */
 } attn_kind;
 
 typedef struct {
@@ -73,6 +86,8 @@ typedef struct {
     attn_kind attn;
     moe_style moe;
     int embed_scale;              /* embeddings times sqrt(hidden_size) (Gemma) */
+    int mla_mscale;               /* YaRN: the softmax scale times mscale(factor,
+                                     mscale_all_dim)^2 (DeepseekV3Attention; V2 not) */
 } arch_desc;
 
 /* Does the architecture have a tensor of ROLE (in its main table)? */
@@ -114,6 +129,20 @@ typedef struct {
     int64_t *mlp_only;            /* layers that stay dense */
     size_t n_mlp_only;
     int64_t bos, eos;
+    /* multi-head latent attention (ATTN_MLA).  The cache row and the
+     * attention head are the absorbed form's: head_dim = rope + kv_lora,
+     * kv_heads = 1, rot_dim = rope (mla.c) */
+    int64_t q_lora, kv_lora, rope_hd, nope_hd, v_hd;
+    int rope_interleave;
+    double attn_scale;            /* softmax scale, 0: 1 / sqrt(head_dim) */
+    int rope_yarn;                /* YaRN (DeepSeek): ramp between interpolated and
+                                     extrapolated frequencies; rope_attn its mscale */
+    double yarn_factor, yarn_low, yarn_high; /* factor, the ramp's correction range */
+    /* MOE_SIGMOID_GROUPED */
+    int64_t n_group, topk_group, first_dense;
+    int group_limited;            /* MOE_SOFTMAX_GREEDY: topk_method group_limited_greedy */
+    int score_softmax;            /* MOE_SOFTMAX_GREEDY: softmax scores, else sigmoid */
+    double routed_scale;
 } hparams;
 
 nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch, hparams *hp,

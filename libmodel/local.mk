@@ -14,6 +14,7 @@ libmodel_libnvfp4_model_la_SOURCES = \
 	%reldir%/parallel.h \
 	%reldir%/parallel.c \
 	%reldir%/kvcache.c \
+	%reldir%/mla.c \
 	%reldir%/eval.c \
 	%reldir%/validate.c \
 	%reldir%/tokenizer-internal.h \

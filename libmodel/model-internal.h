@@ -89,6 +89,12 @@ typedef struct {
     nvfp4_kweight **w13, **w2;               /* [experts] */
     nvfp4_kweight *sh_gu, *sh_down, *sh_gate;
     float k_scale, v_scale;                  /* FP8 KV cache (kvcache.c); 0: off */
+    /* multi-head latent attention (mla.c) */
+    nvfp4_kweight *q_a, *q_b, *kv_a;         /* q_a/q_b NULL without q_lora_rank (q is q) */
+    float *q_a_norm;                         /* backend buffer [q_lora] */
+    float *kv_a_norm_h;                      /* host [kv_lora] */
+    float *kv_b_h;                           /* host [heads * (nope + v), kv_lora] */
+    float *router_bias_h;                    /* host [experts]: e_score_correction_bias */
 } layer_t;
 
 /* Immutable once nvfp4_model_open returns, except for the default context
@@ -138,6 +144,28 @@ nvfp4_status nvfp4m_kv_load(nvfp4_model *m, nvfp4_error *err);
 nvfp4_status nvfp4m_model_load(nvfp4_model *m, nvfp4_error *err);
 /* Release what nvfp4m_model_load made (nvfp4_model_free). */
 void nvfp4m_model_unload(nvfp4_model *m);
+
+/* mla.c: DeepSeek's multi-head latent attention and sigmoid grouped routing.
+ * The KV cache row of a token is [k_pe roped (rope_hd) | normalised c_kv
+ * (kv_lora)], one "KV head" that is both key and value; the queries are
+ * absorbed into it (q_nope times each head's kv_b k-rows), the attention
+ * output per head is the latent, expanded by the kv_b v-rows. */
+nvfp4_status nvfp4m_mla_load(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_error *err);
+void nvfp4m_mla_unload(nvfp4_model *m, layer_t *L);
+/* Host: Q [n, heads * (nope + rope)] and KVA [n, kv_lora + rope] (the
+ * projections' outputs) into QABS [n, heads, head_dim] and KROW
+ * [n, head_dim], RoPE not yet applied (the rope dims de-interleaved). */
+void nvfp4m_mla_absorb(const nvfp4_model *m, const layer_t *L, const float *q,
+                       const float *kva, size_t n, float *qabs, float *krow);
+/* Host: the attention's latent ATT [n, heads, head_dim] into OUT
+ * [n, heads * v_head_dim]. */
+void nvfp4m_mla_expand(const nvfp4_model *m, const layer_t *L, const float *att, size_t n,
+                       float *out);
+/* Host: router logits [n, experts] into the chosen experts and weights
+ * [n, topk] (MOE_SIGMOID_GROUPED, MOE_SOFTMAX_GREEDY). */
+nvfp4_status nvfp4m_route_deepseek(const hparams *hp, const float *bias,
+                                          const float *logits, size_t n, int32_t *topi,
+                                          float *topw, nvfp4_error *err);
 
 /* Free the default context (nvfp4_model_free). */
 void nvfp4m_default_free(nvfp4_model *m);

@@ -442,6 +442,17 @@ static void compute_inv_freq(const hparams *hp, int64_t max_ctx, int local, floa
             f = 1.0f / ((float)ext[i] * powf(theta, e));
         if (!local && hp->rope_linear != 1.0)
             f = (float)(f / hp->rope_linear); /* inv_freq / factor */
+        if (!local && hp->rope_yarn) {
+            /* YaRN (transformers' _compute_yarn_parameters, float32):
+             * interpolation 1 / (factor * base^e) and extrapolation 1 / base^e
+             * mixed by 1 - clamp((i - low) / (high - low), 0, 1) */
+            float pf = powf(theta, e), ramp;
+            float extra = 1.0f / pf, inter = 1.0f / ((float)hp->yarn_factor * pf);
+            ramp = ((float)i - (float)hp->yarn_low) / (float)(hp->yarn_high - hp->yarn_low);
+            ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+            ramp = 1.0f - ramp;
+            f = inter * (1.0f - ramp) + extra * ramp;
+        }
         if (!local && hp->rope_llama3) {
             /* Llama 3 frequency-dependent scaling. */
             double lo_wl = hp->rs_orig / hp->rs_low, hi_wl = hp->rs_orig / hp->rs_high;
@@ -619,10 +630,25 @@ static nvfp4_status load_moe(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_error 
         }
     }
     TRY(upload(m, lin_of(m, l, TR_ROUTER, 0), 1, &L->router, err));
-    if (lin_of(m, l, TR_SH_EXPERT_GATE, 0)) {
+    if (lin_of(m, l, TR_SH_GATE, 0)) {
         TRY(load_dense_mlp(m, l, TR_SH_GATE, TR_SH_UP, TR_COUNT, TR_SH_DOWN, &L->sh_gu,
                            &L->sh_down, NULL, err));
-        TRY(upload(m, lin_of(m, l, TR_SH_EXPERT_GATE, 0), 1, &L->sh_gate, err));
+        if (lin_of(m, l, TR_SH_EXPERT_GATE, 0)) /* Qwen2-MoE's sigmoid gate */
+            TRY(upload(m, lin_of(m, l, TR_SH_EXPERT_GATE, 0), 1, &L->sh_gate, err));
+    }
+    if (nvfp4m_plan_get(&m->plan, l, TR_ROUTER_BIAS, 0)) {
+        /* DeepSeek's e_score_correction_bias: routing runs on the host */
+        float *dv = take_vec(m, l, TR_ROUTER_BIAS);
+        if (!(L->router_bias_h = malloc((size_t)E * sizeof(float)))) {
+            nvfp4_backend_release(m->be, dv);
+            return nomem(err);
+        }
+        if (nvfp4_backend_download(m->be, L->router_bias_h, dv, (size_t)E * sizeof(float),
+                                   err)) {
+            nvfp4_backend_release(m->be, dv);
+            return err ? err->status : NVFP4_ERR_BACKEND;
+        }
+        nvfp4_backend_release(m->be, dv);
     }
     return NVFP4_OK;
 }
@@ -650,7 +676,10 @@ nvfp4_status nvfp4m_model_load(nvfp4_model *m, nvfp4_error *err)
         L->post_attn_norm = take_vec(m, l, TR_POST_ATTN_NORM);
         L->post_mlp_norm = take_vec(m, l, TR_POST_MLP_NORM);
         L->window = hp->sliding && hp->sliding[l] ? (size_t)hp->window : 0;
-        TRY(load_attention(m, l, L, err));
+        if (m->arch->attn == ATTN_MLA)
+            TRY(nvfp4m_mla_load(m, l, L, err));
+        else
+            TRY(load_attention(m, l, L, err));
         L->moe = pl->moe;
         if (L->moe)
             TRY(load_moe(m, l, L, err));
@@ -711,6 +740,7 @@ void nvfp4m_model_unload(nvfp4_model *m)
             nvfp4_backend_release(m->be, L->k_norm);
             nvfp4_backend_release(m->be, L->post_attn_norm);
             nvfp4_backend_release(m->be, L->post_mlp_norm);
+            nvfp4m_mla_unload(m, L);
         }
         /* vectors loaded but not yet moved out of the plan (a failed open) */
         for (size_t i = 0; i < m->plan.n; i++)

@@ -99,6 +99,8 @@ static nvfp4_status build_moe(builder *bp, nvfp4_checkpoint *ck, const arch_desc
         !has_linear(ck, name))
         t = arch->moe_alt;
     TRY(LIN(t, TR_ROUTER, E, H, 1));
+    if (t[TR_ROUTER_BIAS])
+        TRY(VEC(t, TR_ROUTER_BIAS, E));
     b.pl->stacked = t[TR_EXP_GATE_UP_STACKED] &&
                     nvfp4m_name(name, sizeof(name), t[TR_EXP_GATE_UP_STACKED], b.l, 0) >= 0 &&
                     nvfp4_checkpoint_has(ck, name);
@@ -115,13 +117,36 @@ static nvfp4_status build_moe(builder *bp, nvfp4_checkpoint *ck, const arch_desc
         }
     }
     t = arch->names;
-    if (t[TR_SH_EXPERT_GATE]) {
+    if (t[TR_SH_GATE] && S > 0) { /* gated (Qwen2-MoE) or not (DeepSeek) */
         TRY(LIN(t, TR_SH_GATE, S, H, 0));
         TRY(LIN(t, TR_SH_UP, S, H, 0));
         TRY(LIN(t, TR_SH_DOWN, H, S, 0));
-        TRY(LIN(t, TR_SH_EXPERT_GATE, 1, H, 1));
+        if (t[TR_SH_EXPERT_GATE])
+            TRY(LIN(t, TR_SH_EXPERT_GATE, 1, H, 1));
     }
     return NVFP4_OK;
+}
+
+/* Multi-head latent attention's projections (DeepSeek): q through the
+ * q_lora_rank bottleneck or one q_proj, the latent kv_a with the rope key,
+ * the latent's norm, kv_b (k_nope and v rows of each head). */
+static nvfp4_status build_mla(builder *bp, const arch_desc *arch, const hparams *hp)
+{
+    builder b = *bp;
+    const char *const *t = arch->names;
+    int64_t H = hp->hidden, qd = hp->heads * (hp->nope_hd + hp->rope_hd);
+
+    if (hp->q_lora) {
+        TRY(LIN(t, TR_Q_A, hp->q_lora, H, 0));
+        TRY(VEC(t, TR_Q_A_NORM, hp->q_lora));
+        TRY(LIN(t, TR_Q_B, qd, hp->q_lora, 0));
+    } else {
+        TRY(LIN(t, TR_Q, qd, H, 0));
+    }
+    TRY(LIN(t, TR_KV_A, hp->kv_lora + hp->rope_hd, H, 0));
+    TRY(VEC(t, TR_KV_A_NORM, hp->kv_lora));
+    TRY(LIN(t, TR_KV_B, hp->heads * (hp->nope_hd + hp->v_hd), hp->kv_lora, 0));
+    return LIN(t, TR_O, H, hp->heads * hp->v_hd, 0);
 }
 
 nvfp4_status nvfp4m_plan_build(tensor_plan *p, nvfp4_checkpoint *ck, const arch_desc *arch,
@@ -160,14 +185,17 @@ nvfp4_status nvfp4m_plan_build(tensor_plan *p, nvfp4_checkpoint *ck, const arch_
             TRY(VEC(t, TR_POST_ATTN_NORM, H));
             TRY(VEC(t, TR_POST_MLP_NORM, H));
         }
-        if (t[TR_QKV]) {
+        if (arch->attn == ATTN_MLA) {
+            TRY(build_mla(&b, arch, hp));
+        } else if (t[TR_QKV]) {
             TRY(LIN(t, TR_QKV, qd + 2 * kd, H, 0));
         } else {
             TRY(LIN(t, TR_Q, qd, H, 0));
             TRY(LIN(t, TR_K, kd, H, 0));
             TRY(LIN(t, TR_V, kd, H, 0));
         }
-        TRY(LIN(t, TR_O, H, qd, 0));
+        if (arch->attn != ATTN_MLA)
+            TRY(LIN(t, TR_O, H, qd, 0));
         if (t[TR_Q_NORM]) {
             TRY(VEC(t, TR_Q_NORM, hd));
             TRY(VEC(t, TR_K_NORM, hd));

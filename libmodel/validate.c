@@ -81,9 +81,11 @@ nvfp4_status nvfp4m_check_counts(nvfp4_checkpoint *ck, const nvfp4_config *cfg,
     /* experts <= NVFP4M_DIM_MAX, nmoe <= layers <= count / 7. */
     if ((uint64_t)hp->experts > count / MIN_TENSORS_PER_EXPERT / (uint64_t)nmoe)
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, path,
-                               /* arch.c's order of the two names */
-                               nvfp4_config_has(cfg, "num_experts") ? "num_experts"
-                                                                    : "num_local_experts",
+                               /* arch.c's order of the three names */
+                               nvfp4_config_has(cfg, "num_experts")         ? "num_experts"
+                               : nvfp4_config_has(cfg, "num_local_experts") ? "num_local_experts"
+                               : nvfp4_config_has(cfg, "n_routed_experts")  ? "n_routed_experts"
+                                                                            : "num_experts",
                                -1,
                                "%lld experts in %lld MoE layer(s) need at least %d "
                                "tensors each; %s holds %" PRIu64 " tensors",

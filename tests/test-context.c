@@ -742,6 +742,48 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* The KV cache's bytes per token against the formula from config.json:
+ * multi-head latent attention (DeepSeek) caches one latent row a layer,
+ * kv_lora_rank + qk_rope_head_dim floats; grouped-query attention a K and a
+ * V row of num_key_value_heads x head_dim floats.  A pool given in bytes
+ * holds that many tokens, rounded down to blocks. */
+static const char *const kv_formula_models[] = {"deepseek_v3", "llama"};
+
+START_TEST(test_kv_token_bytes)
+{
+    const char *name = kv_formula_models[_i];
+    char rel[256];
+    json_t *cfg;
+    nvfp4_context_options co;
+    nvfp4_context *c;
+    nvfp4_error err;
+    nvfp4_model *m;
+    size_t want, L;
+
+    snprintf(rel, sizeof(rel), "models/%s/config.json", name);
+    cfg = tload_json(rel);
+    L = (size_t)json_integer_value(json_object_get(cfg, "num_hidden_layers"));
+    if (json_object_get(cfg, "kv_lora_rank"))
+        want = L * (size_t)(json_integer_value(json_object_get(cfg, "kv_lora_rank")) +
+                            json_integer_value(json_object_get(cfg, "qk_rope_head_dim"))) * 4;
+    else
+        want = L * 2 * (size_t)(json_integer_value(json_object_get(cfg, "num_key_value_heads")) *
+                                json_integer_value(json_object_get(cfg, "head_dim"))) * 4;
+    json_decref(cfg);
+    ck_assert_uint_gt(want, 0);
+    m = open_cpu(name, 1);
+    nvfp4_context_options_init(&co);
+    co.kv_bytes = 5 * NVFP4_KV_BLOCK * want + want; /* 5 blocks and a token */
+    c = nvfp4_context_create(m, &co, &err);
+    ck_assert_msg(c != NULL, "%s: %s", name, err.text);
+    ck_assert_uint_eq(nvfp4_context_kv_bytes_per_token(c), want);
+    ck_assert_uint_eq(nvfp4_context_kv_blocks(c), 5);
+    ck_assert_uint_eq(nvfp4_context_kv_bytes_per_token(NULL), 0);
+    nvfp4_context_free(c);
+    nvfp4_model_free(m);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("context");
@@ -756,6 +798,8 @@ int main(void)
     tcase_add_loop_test(tc, test_fork, 0, NOK);
     tcase_add_loop_test(tc, test_truncate, 0, NOK);
     tcase_add_test(tc, test_kv_full);
+    tcase_add_loop_test(tc, test_kv_token_bytes, 0,
+                        (int)(sizeof(kv_formula_models) / sizeof(kv_formula_models[0])));
     tcase_add_test(tc, test_bench_batch);
     tcase_add_test(tc, test_logits_tool);
     tcase_add_test(tc, test_kv_dtype);

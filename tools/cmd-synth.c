@@ -74,6 +74,41 @@ static const preset presets[] = {
      " \"vocab_size\": 151936, \"max_position_embeddings\": 40960, \"rms_norm_eps\": 1e-06,"
      " \"rope_theta\": 1000000.0, \"bos_token_id\": 151643, \"eos_token_id\": 151645,"
      " \"hidden_act\": \"silu\", \"tie_word_embeddings\": false, \"dtype\": \"bfloat16\"}"},
+    /* DeepSeek-V3 (671B; R1 and Kimi-K2 share the architecture): give --layers,
+     * the first 3 layers are dense, the MoE ones ~5.6 GB each */
+    {"deepseek-v3",
+     "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\","
+     " \"hidden_size\": 7168, \"intermediate_size\": 18432, \"moe_intermediate_size\": 2048,"
+     " \"n_routed_experts\": 256, \"n_shared_experts\": 1, \"num_experts_per_tok\": 8,"
+     " \"n_group\": 8, \"topk_group\": 4, \"norm_topk_prob\": true,"
+     " \"routed_scaling_factor\": 2.5, \"scoring_func\": \"sigmoid\","
+     " \"topk_method\": \"noaux_tc\", \"first_k_dense_replace\": 3, \"moe_layer_freq\": 1,"
+     " \"num_hidden_layers\": 61, \"num_attention_heads\": 128, \"num_key_value_heads\": 128,"
+     " \"q_lora_rank\": 1536, \"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64,"
+     " \"qk_nope_head_dim\": 128, \"v_head_dim\": 128, \"head_dim\": 64,"
+     " \"vocab_size\": 129280, \"max_position_embeddings\": 163840, \"rms_norm_eps\": 1e-06,"
+     " \"rope_theta\": 10000, \"rope_scaling\": {\"beta_fast\": 32, \"beta_slow\": 1,"
+     " \"factor\": 40, \"mscale\": 1.0, \"mscale_all_dim\": 1.0,"
+     " \"original_max_position_embeddings\": 4096, \"type\": \"yarn\"},"
+     " \"bos_token_id\": 0, \"eos_token_id\": 1, \"hidden_act\": \"silu\","
+     " \"tie_word_embeddings\": false, \"dtype\": \"bfloat16\"}"},
+    /* DeepSeek-V2-Lite (16B, 2.4B active): q_proj, softmax greedy routing */
+    {"deepseek-v2-lite",
+     "{\"architectures\": [\"DeepseekV2ForCausalLM\"], \"model_type\": \"deepseek_v2\","
+     " \"hidden_size\": 2048, \"intermediate_size\": 10944, \"moe_intermediate_size\": 1408,"
+     " \"n_routed_experts\": 64, \"n_shared_experts\": 2, \"num_experts_per_tok\": 6,"
+     " \"n_group\": 1, \"topk_group\": 1, \"topk_method\": \"greedy\","
+     " \"norm_topk_prob\": false, \"routed_scaling_factor\": 1.0,"
+     " \"scoring_func\": \"softmax\", \"first_k_dense_replace\": 1, \"moe_layer_freq\": 1,"
+     " \"num_hidden_layers\": 27, \"num_attention_heads\": 16, \"num_key_value_heads\": 16,"
+     " \"q_lora_rank\": null, \"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64,"
+     " \"qk_nope_head_dim\": 128, \"v_head_dim\": 128, \"head_dim\": 64,"
+     " \"vocab_size\": 102400, \"max_position_embeddings\": 163840, \"rms_norm_eps\": 1e-06,"
+     " \"rope_theta\": 10000, \"rope_scaling\": {\"beta_fast\": 32, \"beta_slow\": 1,"
+     " \"factor\": 40, \"mscale\": 0.707, \"mscale_all_dim\": 0.707,"
+     " \"original_max_position_embeddings\": 4096, \"type\": \"yarn\"},"
+     " \"bos_token_id\": 100000, \"eos_token_id\": 100001, \"hidden_act\": \"silu\","
+     " \"tie_word_embeddings\": false, \"dtype\": \"bfloat16\"}"},
 };
 #define NPRESETS (sizeof(presets) / sizeof(presets[0]))
 
@@ -188,8 +223,12 @@ static int add_linear(plan *p, const char *prefix, int64_t n, int64_t k, double 
 typedef struct {
     const char *arch;
     int64_t hidden, inter, layers, heads, kv, hd, vocab, experts, moe_inter;
-    int64_t shared_inter;         /* Qwen2-MoE shared expert */
-    int tie, qkv_bias, qk_norm, moe; /* moe: 0 dense, 1 mixtral, 2 qwen3-moe, 3 qwen2-moe */
+    int64_t shared_inter;         /* Qwen2-MoE shared expert; DeepSeek's shared experts */
+    int tie, qkv_bias, qk_norm, moe; /* moe: 0 dense, 1 mixtral, 2 qwen3-moe, 3 qwen2-moe,
+                                        4 deepseek-v3 or -v2 */
+    int ds_bias;                  /* DeepSeek-V3's e_score_correction_bias (not V2) */
+    /* DeepSeek's multi-head latent attention; its first dense layers */
+    int64_t q_lora, kv_lora, rope, nope, vd, first_dense;
 } shape_t;
 
 /* SRC names the configuration in messages: the --like file or the preset. */
@@ -228,11 +267,16 @@ static int read_shape(const char *src, json_t *cfg, shape_t *s)
         s->moe = 2;
     else if (!strcmp(s->arch, "Qwen2MoeForCausalLM"))
         s->moe = 3;
+    else if (!strcmp(s->arch, "DeepseekV3ForCausalLM") ||
+             !strcmp(s->arch, "DeepseekV2ForCausalLM"))
+        s->moe = 4;
     else if (s->moe == -1)
         s->moe = 0;
     else
         return cli_fail("%s: architecture %s is not one synth writes (Llama, Mistral, "
-                        "Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE)", src, s->arch);
+                        "Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3)", src,
+                        s->arch);
+    s->ds_bias = !strcmp(s->arch, "DeepseekV3ForCausalLM");
     s->qkv_bias = !strcmp(s->arch, "Qwen2ForCausalLM") || s->moe == 3;
     s->qk_norm = !strcmp(s->arch, "Qwen3ForCausalLM") || s->moe == 2;
     if (get_int(src, cfg, "hidden_size", -1, &s->hidden) ||
@@ -248,7 +292,30 @@ static int read_shape(const char *src, json_t *cfg, shape_t *s)
     if (s->moe == 1 && (get_int(src, cfg, "num_local_experts", -1, &s->experts) ||
                         get_int(src, cfg, "intermediate_size", -1, &s->moe_inter)))
         return CLI_INVALID;
-    if (s->moe >= 2) {
+    if (s->moe == 4) {
+        int64_t nshared = 0;
+        json_t *ql = json_object_get(cfg, "q_lora_rank"), *fd, *ns;
+        if (get_int(src, cfg, "n_routed_experts", -1, &s->experts) ||
+            get_int(src, cfg, "moe_intermediate_size", -1, &s->moe_inter) ||
+            get_int(src, cfg, "kv_lora_rank", -1, &s->kv_lora) ||
+            get_int(src, cfg, "qk_rope_head_dim", -1, &s->rope) ||
+            get_int(src, cfg, "qk_nope_head_dim", -1, &s->nope) ||
+            get_int(src, cfg, "v_head_dim", -1, &s->vd) ||
+            (ql && !json_is_null(ql) && get_int(src, cfg, "q_lora_rank", -1, &s->q_lora)))
+            return CLI_INVALID;
+        fd = json_object_get(cfg, "first_k_dense_replace");
+        if (fd && (!json_is_integer(fd) || json_integer_value(fd) < 0))
+            return cli_fail("%s: \"first_k_dense_replace\": expected an integer >= 0", src);
+        s->first_dense = fd ? json_integer_value(fd) : 0;
+        ns = json_object_get(cfg, "n_shared_experts");
+        if (ns && !json_is_null(ns) && get_int(src, cfg, "n_shared_experts", -1, &nshared))
+            return CLI_INVALID;
+        s->shared_inter = nshared * s->moe_inter;
+        /* (its attention projections are BF16: no multiple-of-32 rule) */
+        s->hd = 32;
+        s->kv = s->heads;
+    }
+    if (s->moe >= 2 && s->moe != 4) {
         int64_t step;
         /* transformers 5 spells num_experts num_local_experts */
         const char *ne = json_object_get(cfg, "num_experts") ? "num_experts" : "num_local_experts";
@@ -268,6 +335,93 @@ static int read_shape(const char *src, json_t *cfg, shape_t *s)
     return 0;
 }
 
+/* A BF16 Linear that Quark's deepseek_v3 template leaves unquantized
+ * (self_attn, the router): its weight, and its name in the exclusions. */
+static int add_excluded(plan *p, const char *prefix, int64_t n, int64_t k)
+{
+    if (add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 2, n, k, SIGMA, 0, "%s.weight", prefix))
+        return -1;
+    return json_array_append_new(p->exclude, json_string(prefix));
+}
+
+/* DeepSeek-V3's layers: multi-head latent attention (BF16), a dense MLP in
+ * the first first_k_dense_replace layers, then a router with its selection
+ * bias, the routed experts and the shared experts (NVFP4). */
+static int make_deepseek(plan *p, const shape_t *s)
+{
+    const int64_t H = s->hidden, nh = s->heads, qk = s->nope + s->rope;
+    const double wsd = SIGMA * sqrt((double)H);
+    char pre[256], base[192];
+
+    for (int64_t l = 0; l < s->layers; l++) {
+        const int moe = l >= s->first_dense;
+
+#define L_(fmt) "model.layers.%" PRId64 "." fmt
+#define PRE(fmt, ...) snprintf(pre, sizeof(pre), L_(fmt), l, ##__VA_ARGS__)
+        if (add(p, T_BF16_ONES, NVFP4_DTYPE_BF16, 1, H, 0, 0, 0, L_("input_layernorm.weight"),
+                l))
+            return -1;
+        if (s->q_lora) {
+            PRE("self_attn.q_a_proj");
+            if (add_excluded(p, pre, s->q_lora, H) ||
+                add(p, T_BF16_ONES, NVFP4_DTYPE_BF16, 1, s->q_lora, 0, 0, 0,
+                    L_("self_attn.q_a_layernorm.weight"), l))
+                return -1;
+            PRE("self_attn.q_b_proj");
+            if (add_excluded(p, pre, nh * qk, s->q_lora))
+                return -1;
+        } else {
+            PRE("self_attn.q_proj");
+            if (add_excluded(p, pre, nh * qk, H))
+                return -1;
+        }
+        PRE("self_attn.kv_a_proj_with_mqa");
+        if (add_excluded(p, pre, s->kv_lora + s->rope, H) ||
+            add(p, T_BF16_ONES, NVFP4_DTYPE_BF16, 1, s->kv_lora, 0, 0, 0,
+                L_("self_attn.kv_a_layernorm.weight"), l))
+            return -1;
+        PRE("self_attn.kv_b_proj");
+        if (add_excluded(p, pre, nh * (s->nope + s->vd), s->kv_lora))
+            return -1;
+        PRE("self_attn.o_proj");
+        if (add_excluded(p, pre, H, nh * s->vd) ||
+            add(p, T_BF16_ONES, NVFP4_DTYPE_BF16, 1, H, 0, 0, 0,
+                L_("post_attention_layernorm.weight"), l))
+            return -1;
+        if (moe) {
+            PRE("mlp.gate");
+            if (add_excluded(p, pre, s->experts, H) ||
+                (s->ds_bias && add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 1, s->experts, 0, SIGMA,
+                                   0, L_("mlp.gate.e_score_correction_bias"), l)))
+                return -1;
+        }
+        for (int64_t e = moe ? -1 : 0; e < (moe ? s->experts : 1); e++) {
+            /* a MoE layer: its shared experts (e = -1), then each routed one */
+            int64_t I = !moe ? s->inter : e < 0 ? s->shared_inter : s->moe_inter;
+            if (moe && e < 0 && !s->shared_inter)
+                continue;
+            if (!moe)
+                snprintf(base, sizeof(base), L_("mlp"), l);
+            else if (e < 0)
+                snprintf(base, sizeof(base), L_("mlp.shared_experts"), l);
+            else
+                snprintf(base, sizeof(base), L_("mlp.experts.%" PRId64), l, e);
+            snprintf(pre, sizeof(pre), "%s.down_proj", base);
+            if (add_linear(p, pre, H, I, ACT_AMAX * wsd * wsd))
+                return -1;
+            snprintf(pre, sizeof(pre), "%s.gate_proj", base);
+            if (add_linear(p, pre, I, H, ACT_AMAX))
+                return -1;
+            snprintf(pre, sizeof(pre), "%s.up_proj", base);
+            if (add_linear(p, pre, I, H, ACT_AMAX))
+                return -1;
+        }
+#undef PRE
+#undef L_
+    }
+    return 0;
+}
+
 static int make_plan(plan *p, const shape_t *s)
 {
     const int64_t H = s->hidden, q = s->heads * s->hd, kvd = s->kv * s->hd;
@@ -281,6 +435,10 @@ static int make_plan(plan *p, const shape_t *s)
     } while (0)
     A(add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 2, s->vocab, H, 1.0f, 0,
           "model.embed_tokens.weight"));
+    if (s->moe == 4) {
+        A(make_deepseek(p, s));
+        goto tail;
+    }
     for (int64_t l = 0; l < s->layers; l++) {
         const char *proj[3] = {"q_proj", "k_proj", "v_proj"};
         const int64_t out[3] = {q, kvd, kvd};
@@ -342,6 +500,7 @@ static int make_plan(plan *p, const shape_t *s)
             A(json_array_append_new(p->exclude, json_string(pre)));
         }
     }
+tail:
     A(add(p, T_BF16_ONES, NVFP4_DTYPE_BF16, 1, H, 0, 0, 0, "model.norm.weight"));
     if (!s->tie)
         A(add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 2, s->vocab, H, SIGMA, 0, "lm_head.weight"));
@@ -479,10 +638,11 @@ static void help(FILE *out)
             "random: float weights ~ N(0, 0.02^2) quantized by the project's own Quark\n"
             "quantizer.  For benchmarks at the shapes of real models; it has no tokenizer\n"
             "(run it with `nvfp4 bench`).  Same seed, same bytes.\n\n"
-            "  --preset NAME      llama3-8b, smollm2-135m or qwen3-30b-a3b\n"
+            "  --preset NAME      llama3-8b, smollm2-135m, qwen3-30b-a3b, deepseek-v3\n"
+            "                     (671B: give --layers) or deepseek-v2-lite\n"
             "  --like CONFIG      take the architecture from a Hugging Face config.json\n"
             "                     (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE,\n"
-            "                     Qwen3-MoE)\n"
+            "                     Qwen3-MoE, DeepSeek-V2, DeepSeek-V3)\n"
             "  -o, --out DIR      output directory (created; files in it are replaced)\n"
             "  --scheme S         w4a4 (default: NVFP4 weights and activations) or w4a16\n"
             "  --layers N         keep only the first N decoder layers (1 to 4096)\n"
@@ -561,7 +721,7 @@ static int run(int argc, char **argv)
                 cfg = json_loads(presets[i].json, 0, NULL);
         if (!cfg)
             return cli_usage(&cli_synth, "unknown preset '%s' (llama3-8b, smollm2-135m, "
-                             "qwen3-30b-a3b)", preset_name);
+                             "qwen3-30b-a3b, deepseek-v3, deepseek-v2-lite)", preset_name);
     } else if (!(cfg = json_load_file(like, 0, &jerr))) {
         return cli_fail("%s: %s (line %d)", like, jerr.text, jerr.line);
     } else if (!json_is_object(cfg)) {

@@ -381,7 +381,9 @@ NVFP4_API nvfp4_kv_cache_dtype nvfp4_context_kv_cache_dtype(const nvfp4_context 
 /**
  * Bytes of KV cache one token takes: K and V of every layer,
  * layers × 2 × kv_heads × head_dim × (4 for float32, 1 for FP8), with the
- * KV heads of this rank under tensor parallelism.
+ * KV heads of this rank under tensor parallelism; for multi-head latent
+ * attention (DeepSeek) the one latent row a layer,
+ * layers × (kv_lora_rank + qk_rope_head_dim) × 4.
  * @param ctx the context
  * @return the bytes; 0 when @p ctx is NULL
  */
