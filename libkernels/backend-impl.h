@@ -64,8 +64,9 @@ extern "C" {
 
 /* Bump on any incompatible change of the structs below.  4: get_caps,
  * supports, open(params), the weight format in the descriptor, MoE given
- * the registry's weights (struct nvfp4_kweight) instead of copied arrays. */
-#define NVFP4_BACKEND_ABI_VERSION 4u
+ * the registry's weights (struct nvfp4_kweight) instead of copied arrays.
+ * 5: glu (gated activations by kind) and scale at the end of the table. */
+#define NVFP4_BACKEND_ABI_VERSION 5u
 
 /* The fused geometry of a weight, computed by the registry. */
 typedef struct {
@@ -187,6 +188,12 @@ typedef struct nvfp4_backend_iface {
     nvfp4_status (*attention_paged)(void *ctx, const float *q, const float *k, const float *v,
                                     const nvfp4_kv_pages *kv, size_t m, size_t nh, size_t nkv,
                                     size_t hd, float scale, float *out, nvfp4_error *err);
+    /* ABI 5: KIND < NVFP4_GLU_COUNT; for NVFP4_GLU_SWIGLU_OAI alpha finite and
+     * limit finite > 0 (the registry checked) */
+    nvfp4_status (*glu)(void *ctx, nvfp4_glu_kind kind, const float *gu, size_t m,
+                        size_t inter, float alpha, float limit, float *out, nvfp4_error *err);
+    nvfp4_status (*scale)(void *ctx, const float *x, size_t n, float s, float *y,
+                          nvfp4_error *err);
 } nvfp4_backend_iface;
 
 /* One "key=value" of an open() PARAMS string: copies the next key and value

@@ -470,6 +470,52 @@ static nvfp4_status cpu_silu_mul(void *ctx, const float *gu, size_t m, size_t in
     return NVFP4_OK;
 }
 
+/* The gated activations in float32, as transformers computes them:
+ * GeGLU with torch's approximate="tanh" GELU, 0.5 x (1 + tanh(sqrt(2/pi)
+ * (x + 0.044715 x^3))); gpt-oss's clamped SwiGLU (GptOssExperts._apply_gate):
+ * gate clamped above at LIMIT, up to [-LIMIT, LIMIT], (up + 1) * gate *
+ * sigmoid(ALPHA * gate). */
+static nvfp4_status cpu_glu(void *ctx, nvfp4_glu_kind kind, const float *gu, size_t m,
+                            size_t inter, float alpha, float limit, float *out,
+                            nvfp4_error *err)
+{
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+
+    if (kind == NVFP4_GLU_SILU)
+        return cpu_silu_mul(ctx, gu, m, inter, out, err);
+#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
+    if (m * inter >= CPU_PAR_MIN)
+    for (size_t i = 0; i < m; i++) {
+        const float *g = gu + i * 2 * inter, *u = g + inter;
+        float *o = out + i * inter;
+        if (kind == NVFP4_GLU_GELU_TANH) {
+            for (size_t j = 0; j < inter; j++) {
+                float x = g[j], inner = beta * (x + kappa * (x * x * x));
+                o[j] = 0.5f * x * (1.0f + tanhf(inner)) * u[j];
+            }
+        } else {
+            for (size_t j = 0; j < inter; j++) {
+                float x = g[j] > limit ? limit : g[j];
+                float y = u[j] > limit ? limit : u[j] < -limit ? -limit : u[j];
+                float sg = 1.0f / (1.0f + expf(-(x * alpha)));
+                o[j] = (y + 1.0f) * (x * sg);
+            }
+        }
+    }
+    return NVFP4_OK;
+}
+
+static nvfp4_status cpu_scale(void *ctx, const float *x, size_t n, float s, float *y,
+                              nvfp4_error *err)
+{
+    (void)err;
+#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
+    if (n >= CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] * s;
+    return NVFP4_OK;
+}
+
 static void softmax_row(const float *x, size_t n, float *y)
 {
     float mx = -INFINITY, sum = 0.0f, inv;
@@ -717,6 +763,8 @@ static const nvfp4_backend_iface cpu_iface = {
     .argmax = cpu_argmax,
     .gate_add = cpu_gate_add,
     .attention_paged = cpu_attention_paged,
+    .glu = cpu_glu,
+    .scale = cpu_scale,
 };
 
 const nvfp4_backend_iface *nvfp4k_cpu_iface(void)

@@ -164,7 +164,7 @@ const char *nvfp4_op_name(nvfp4_op op)
         "linear_w4a4", "linear_w4a16", "linear_dense", "embed",   "rmsnorm",
         "rope",        "attention",    "silu_mul",     "softmax", "topk",
         "moe",         "add",          "logsoftmax",   "argmax",  "gate_add",
-        "attention_paged",
+        "attention_paged", "glu", "scale",
     };
     return (unsigned)op < NVFP4_OP_COUNT ? names[op] : "unknown";
 }
@@ -304,6 +304,8 @@ static int iface_has(const nvfp4_backend_iface *f, nvfp4_op op)
     case NVFP4_OP_ARGMAX: return f->argmax != NULL;
     case NVFP4_OP_GATE_ADD: return f->gate_add != NULL;
     case NVFP4_OP_ATTENTION_PAGED: return f->attention_paged != NULL;
+    case NVFP4_OP_GLU: return f->glu != NULL;
+    case NVFP4_OP_SCALE: return f->scale != NULL;
     default: return 0;
     }
 }
@@ -856,6 +858,46 @@ nvfp4_status nvfp4_k_silu_mul(nvfp4_backend *be, const float *gu, size_t m, size
     if (!be->iface->silu_mul)
         return unsupported(be, NVFP4_OP_SILU_MUL, err);
     return be->iface->silu_mul(be->ctx, gu, m, inter, out, err);
+}
+
+nvfp4_status nvfp4_k_glu(nvfp4_backend *be, nvfp4_glu_kind kind, const float *gu, size_t m,
+                         size_t inter, float alpha, float limit, float *out, nvfp4_error *err)
+{
+    CHECK_BE(be, err, "glu");
+    if ((unsigned)kind >= NVFP4_GLU_COUNT)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "glu", -1,
+                               "unknown activation kind %d (0..%d)", (int)kind,
+                               NVFP4_GLU_COUNT - 1);
+    if (kind == NVFP4_GLU_SWIGLU_OAI && !(isfinite(alpha) && isfinite(limit) && limit > 0.0f))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "glu", -1,
+                               "clamped SwiGLU needs a finite alpha and a finite limit > 0, "
+                               "found alpha %g, limit %g", (double)alpha, (double)limit);
+    if (m == 0)
+        return NVFP4_OK;
+    NEED(gu, "glu", err);
+    NEED(out, "glu", err);
+    if (inter == 0 || !count_ok(m, inter, 2))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "glu", -1,
+                               "invalid size inter = %zu", inter);
+    if (!be->iface->glu)
+        return unsupported(be, NVFP4_OP_GLU, err);
+    return be->iface->glu(be->ctx, kind, gu, m, inter, alpha, limit, out, err);
+}
+
+nvfp4_status nvfp4_k_scale(nvfp4_backend *be, const float *x, size_t n, float s, float *y,
+                           nvfp4_error *err)
+{
+    CHECK_BE(be, err, "scale");
+    if (!isfinite(s))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "scale", -1,
+                               "the factor must be finite, found %g", (double)s);
+    if (n == 0)
+        return NVFP4_OK;
+    NEED(x, "scale", err);
+    NEED(y, "scale", err);
+    if (!be->iface->scale)
+        return unsupported(be, NVFP4_OP_SCALE, err);
+    return be->iface->scale(be->ctx, x, n, s, y, err);
 }
 
 static nvfp4_status check_rows(const char *op, const void *x, const void *y, size_t m,

@@ -468,6 +468,73 @@ static void close_all(const float *got, const double *ref, size_t n, const doubl
                       what, i, got[i], ref[i], tol[i]);
 }
 
+/* nvfp4_k_glu's formulas in float64 (gelu_tanh(g) * u; gpt-oss's clamped
+ * SwiGLU) and a bound on the float32 error (TOL): the float32 results are a
+ * few roundings of each product, plus the cancellation of 1 + tanh (an
+ * error of tanh's argument times its derivative, at most |inner|) and of
+ * up + 1. */
+static double glu_ref(int kind, double g, double up, double alpha, double limit, double *tol)
+{
+    const double u = ldexp(1.0, -24);
+
+    if (kind == NVFP4_GLU_GELU_TANH) {
+        double inner = sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g);
+        *tol = 16 * u * fabs(g) * fabs(up) * (1 + fabs(inner)) + 1e-30;
+        return 0.5 * g * (1 + tanh(inner)) * up;
+    }
+    g = g > limit ? limit : g;
+    up = up > limit ? limit : up < -limit ? -limit : up;
+    {
+        double gl = g / (1 + exp(-alpha * g));
+        *tol = 16 * u * (fabs(up) + 1) * (fabs(gl) + fabs(g * alpha * g) * 0.25) + 1e-30;
+        return (up + 1) * gl;
+    }
+}
+
+/* glu (GeGLU, clamped SwiGLU) and scale on the device against float64 (the
+ * bounds of glu_ref: a few roundings of each product, the cancellations of
+ * 1 + tanh and up + 1), inputs beyond the clamp on both sides. */
+START_TEST(test_glu_scale)
+{
+    enum { M = 7, I = 301 };
+    const float alpha = 1.702f, limit = 2.5f;
+    nvfp4_backend *be = open_gpu();
+    nvfp4_error err;
+    float *gu = malloc(M * 2 * I * 4), *o = malloc(M * 2 * I * 4);
+    float *dgu, *dout;
+
+    for (size_t i = 0; i < M * 2 * I; i++)
+        gu[i] = frand(-6, 6);
+    dgu = dput(be, gu, M * 2 * I * 4);
+    dout = dput(be, NULL, M * 2 * I * 4);
+    for (int kind = NVFP4_GLU_GELU_TANH; kind <= NVFP4_GLU_SWIGLU_OAI; kind++) {
+        ck_assert_int_eq(nvfp4_k_glu(be, (nvfp4_glu_kind)kind, dgu, M, I, alpha, limit, dout,
+                                     &err),
+                         NVFP4_OK);
+        dget(be, o, dout, M * I * 4);
+        for (size_t r = 0; r < M; r++)
+            for (size_t j = 0; j < I; j++) {
+                double tol, want = glu_ref(kind, gu[r * 2 * I + j], gu[r * 2 * I + I + j],
+                                           alpha, limit, &tol);
+                ck_assert_msg(fabs(o[r * I + j] - want) <= tol,
+                              "glu kind %d [%zu][%zu] = %.9g, reference %.9g (tol %g)", kind,
+                              r, j, o[r * I + j], want, tol);
+            }
+    }
+    /* scale in place: one float32 product each, exact */
+    ck_assert_int_eq(nvfp4_k_scale(be, dgu, M * 2 * I, 45.254833f, dgu, &err), NVFP4_OK);
+    dget(be, o, dgu, M * 2 * I * 4);
+    for (size_t i = 0; i < M * 2 * I; i++)
+        ck_assert_msg(o[i] == gu[i] * 45.254833f, "scale[%zu] = %a, expected %a", i, o[i],
+                      gu[i] * 45.254833f);
+    nvfp4_backend_release(be, dgu);
+    nvfp4_backend_release(be, dout);
+    nvfp4_backend_free(be);
+    free(gu);
+    free(o);
+}
+END_TEST
+
 /* rmsnorm, silu_mul, softmax, logsoftmax, add, argmax against float64.
  * Elementwise results (add, silu*up) are one or a few float32 roundings:
  * 4 u relative.  Reductions over d terms: gamma_d relative to the sum of
@@ -1154,6 +1221,7 @@ int main(void)
     tcase_add_test(tc, test_linear_dense);
     tcase_add_test(tc, test_embed);
     tcase_add_test(tc, test_rowwise);
+    tcase_add_test(tc, test_glu_scale);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
     tcase_add_test(tc, test_attention_paged);

@@ -1235,6 +1235,89 @@ START_TEST(test_attention_paged)
 }
 END_TEST
 
+/* nvfp4_k_glu's formulas in float64 (gelu_tanh(g) * u; gpt-oss's clamped
+ * SwiGLU) and a bound on the float32 error (TOL): the float32 results are a
+ * few roundings of each product, plus the cancellation of 1 + tanh (an
+ * error of tanh's argument times its derivative, at most |inner|) and of
+ * up + 1. */
+static double glu_ref(int kind, double g, double up, double alpha, double limit, double *tol)
+{
+    const double u = ldexp(1.0, -24);
+
+    if (kind == NVFP4_GLU_GELU_TANH) {
+        double inner = sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g);
+        *tol = 16 * u * fabs(g) * fabs(up) * (1 + fabs(inner)) + 1e-30;
+        return 0.5 * g * (1 + tanh(inner)) * up;
+    }
+    g = g > limit ? limit : g;
+    up = up > limit ? limit : up < -limit ? -limit : up;
+    {
+        double gl = g / (1 + exp(-alpha * g));
+        *tol = 16 * u * (fabs(up) + 1) * (fabs(gl) + fabs(g * alpha * g) * 0.25) + 1e-30;
+        return (up + 1) * gl;
+    }
+}
+
+/* glu (GeGLU, clamped SwiGLU) and scale against float64: inputs beyond the
+ * clamp on both sides, zeros of up + 1, and the argument checks. */
+START_TEST(test_glu_scale)
+{
+    nvfp4_error err;
+    nvfp4_backend *be = open_cpu();
+    enum { M = 4, I = 53 };
+    const float alpha = 1.702f, limit = 2.5f;
+    float gu[M * 2 * I], o[M * I], y[M * 2 * I];
+
+    for (int i = 0; i < M * 2 * I; i++)
+        gu[i] = frand(-6, 6);
+    gu[I] = -1.0f; /* up + 1 == 0 */
+    gu[1] = limit;
+    for (int kind = NVFP4_GLU_GELU_TANH; kind <= NVFP4_GLU_SWIGLU_OAI; kind++) {
+        ck_assert_int_eq(nvfp4_k_glu(be, (nvfp4_glu_kind)kind, gu, M, I, alpha, limit, o, &err),
+                         NVFP4_OK);
+        for (int r = 0; r < M; r++)
+            for (int j = 0; j < I; j++) {
+                double tol, want = glu_ref(kind, gu[r * 2 * I + j], gu[r * 2 * I + I + j],
+                                           alpha, limit, &tol);
+                ck_assert_msg(fabs(o[r * I + j] - want) <= tol,
+                              "glu kind %d [%d][%d] = %.9g, reference %.9g (tol %g)", kind, r,
+                              j, o[r * I + j], want, tol);
+            }
+    }
+    /* SiLU through glu is silu_mul */
+    ck_assert_int_eq(nvfp4_k_glu(be, NVFP4_GLU_SILU, gu, M, I, 0, 0, o, &err), NVFP4_OK);
+    ck_assert_int_eq(nvfp4_k_silu_mul(be, gu, M, I, y, &err), NVFP4_OK);
+    ck_assert(memcmp(o, y, sizeof(float) * M * I) == 0);
+    /* scale: one float32 product each, in place */
+    memcpy(y, gu, sizeof(gu));
+    ck_assert_int_eq(nvfp4_k_scale(be, y, M * 2 * I, 45.254833f, y, &err), NVFP4_OK);
+    for (int i = 0; i < M * 2 * I; i++)
+        ck_assert(y[i] == gu[i] * 45.254833f);
+    /* bad arguments */
+    ck_assert_int_eq(nvfp4_k_glu(be, NVFP4_GLU_COUNT, gu, M, I, alpha, limit, o, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_msg(strstr(err.text, "unknown activation kind"), "%s", err.text);
+    ck_assert_int_eq(nvfp4_k_glu(be, NVFP4_GLU_SWIGLU_OAI, gu, M, I, alpha, 0.0f, o, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_msg(strstr(err.text, "limit"), "%s", err.text);
+    ck_assert_int_eq(nvfp4_k_glu(be, NVFP4_GLU_SWIGLU_OAI, gu, M, I, NAN, limit, o, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_int_eq(nvfp4_k_glu(be, NVFP4_GLU_GELU_TANH, gu, M, 0, 0, 0, o, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_int_eq(nvfp4_k_glu(be, NVFP4_GLU_GELU_TANH, NULL, M, I, 0, 0, o, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_int_eq(nvfp4_k_scale(be, gu, 4, INFINITY, y, &err), NVFP4_ERR_INVALID);
+    ck_assert_msg(strstr(err.text, "finite"), "%s", err.text);
+    ck_assert_int_eq(nvfp4_k_scale(be, NULL, 4, 2.0f, y, &err), NVFP4_ERR_INVALID);
+    ck_assert_int_eq(nvfp4_k_scale(be, NULL, 0, 2.0f, NULL, &err), NVFP4_OK);
+    ck_assert(nvfp4_backend_supports(be, NVFP4_OP_GLU));
+    ck_assert(nvfp4_backend_supports(be, NVFP4_OP_SCALE));
+    ck_assert_str_eq(nvfp4_op_name(NVFP4_OP_GLU), "glu");
+    ck_assert_str_eq(nvfp4_op_name(NVFP4_OP_SCALE), "scale");
+    nvfp4_backend_free(be);
+}
+END_TEST
+
 START_TEST(test_rowops)
 {
     nvfp4_error err;
@@ -1471,6 +1554,7 @@ int main(void)
     tcase_add_test(tc, test_attention_paged);
     tcase_add_test(tc, test_batch_invariance);
     tcase_add_test(tc, test_rowops);
+    tcase_add_test(tc, test_glu_scale);
     tcase_add_test(tc, test_topk);
     tcase_add_test(tc, test_moe);
     suite_add_tcase(s, tc);

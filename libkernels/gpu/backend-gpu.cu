@@ -794,6 +794,24 @@ static nvfp4_status g_gate_add(void *c, const float *x, const float *gate, size_
     return gerr(gk_gate_add(x, gate, (int64_t)m, (int64_t)n, y, ctx->stream), "gate_add", err);
 }
 
+static nvfp4_status g_glu(void *c, nvfp4_glu_kind kind, const float *gu, size_t m,
+                          size_t inter, float alpha, float limit, float *out, nvfp4_error *err)
+{
+    gctx *ctx = (gctx *)c;
+    (void)gpu_set_device(ctx->device);
+    return gerr(gk_glu((int)kind, gu, (int64_t)m, (int64_t)inter, alpha, limit, out,
+                       ctx->stream),
+                "glu", err);
+}
+
+static nvfp4_status g_scale(void *c, const float *x, size_t n, float s, float *y,
+                            nvfp4_error *err)
+{
+    gctx *ctx = (gctx *)c;
+    (void)gpu_set_device(ctx->device);
+    return gerr(gk_scale(x, (int64_t)n, s, y, ctx->stream), "scale", err);
+}
+
 static nvfp4_status g_argmax(void *c, const float *x, size_t m, size_t n, int32_t *out,
                              nvfp4_error *err)
 {
@@ -966,6 +984,8 @@ static const nvfp4_backend_iface g_iface = {
     g_argmax,
     g_gate_add,
     g_attention_paged,
+    g_glu,
+    g_scale,
 };
 
 extern "C" NVFP4_API const nvfp4_backend_iface *nvfp4_backend_entry(uint32_t abi_version)

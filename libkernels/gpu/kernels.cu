@@ -1101,6 +1101,58 @@ extern "C" gpu_error_t gk_silu_mul(const float *gu, int64_t m, int64_t inter, fl
     return launched();
 }
 
+/* The gated activations of nvfp4_k_glu() other than SiLU, the CPU's float32
+ * formulas with every product and quotient rounded on its own (no FMA
+ * contraction): GeGLU (KIND 1) 0.5 x (1 + tanh(beta (x + kappa x^3))) u;
+ * gpt-oss's clamped SwiGLU (KIND 2) (clamp(u) + 1) (g' sigmoid(alpha g')),
+ * g' = min(g, limit). */
+__global__ void glu_kernel(int kind, const float *__restrict__ gu, int64_t m, int64_t inter,
+                           float alpha, float limit, float *__restrict__ out)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const float beta = 0.7978845608028654f, kappa = 0.044715f;
+    float g, u;
+
+    if (t >= m * inter)
+        return;
+    g = gu[(t / inter) * 2 * inter + t % inter];
+    u = gu[(t / inter) * 2 * inter + inter + t % inter];
+    if (kind == 1) {
+        const float x3 = gpu_mul_rn(gpu_mul_rn(g, g), g);
+        const float inner = gpu_mul_rn(beta, g + gpu_mul_rn(kappa, x3));
+        out[t] = gpu_mul_rn(gpu_mul_rn(gpu_mul_rn(0.5f, g), 1.0f + tanhf(inner)), u);
+    } else {
+        const float x = g > limit ? limit : g;
+        const float y = u > limit ? limit : u < -limit ? -limit : u;
+        const float sg = gpu_div_rn(1.0f, 1.0f + expf(-gpu_mul_rn(x, alpha)));
+        out[t] = gpu_mul_rn(y + 1.0f, gpu_mul_rn(x, sg));
+    }
+}
+
+extern "C" gpu_error_t gk_glu(int kind, const float *gu, int64_t m, int64_t inter,
+                              float alpha, float limit, float *out, gpu_stream_t s)
+{
+    if (kind == 0)
+        return gk_silu_mul(gu, m, inter, out, s);
+    glu_kernel<<<grid_for(m * inter, GK_THREADS), GK_THREADS, 0, s>>>(kind, gu, m, inter,
+                                                                      alpha, limit, out);
+    return launched();
+}
+
+__global__ void scale_kernel(const float *x, int64_t n, float sc, float *y)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n)
+        y[t] = gpu_mul_rn(x[t], sc);
+}
+
+extern "C" gpu_error_t gk_scale(const float *x, int64_t n, float sc, float *y,
+                                gpu_stream_t s)
+{
+    scale_kernel<<<grid_for(n, GK_THREADS), GK_THREADS, 0, s>>>(x, n, sc, y);
+    return launched();
+}
+
 /* Softmax (LOG = 0) or log-softmax (LOG = 1) of one row per block, with the
  * row maximum subtracted first. */
 __global__ void softmax_kernel(const float *x, int64_t n, float *y, int log)

@@ -114,6 +114,11 @@ gpu_error_t gk_silu_mul(const float *gu, int64_t m, int64_t inter, float *out,
                         gpu_stream_t s);
 gpu_error_t gk_softmax(const float *x, int64_t m, int64_t n, float *y, int log,
                        gpu_stream_t s);
+/* nvfp4_k_glu (KIND: nvfp4_glu_kind) and nvfp4_k_scale. */
+gpu_error_t gk_glu(int kind, const float *gu, int64_t m, int64_t inter, float alpha,
+                   float limit, float *out, gpu_stream_t s);
+gpu_error_t gk_scale(const float *x, int64_t n, float sc, float *y, gpu_stream_t s);
+
 /* Largest expert count of the router kernel (probabilities in shared memory). */
 #define GK_TOPK_MAX_E 8192
 gpu_error_t gk_topk(const float *logits, int64_t m, int64_t e, int64_t k, int renorm,
