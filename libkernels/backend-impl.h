@@ -65,7 +65,8 @@ extern "C" {
 /* Bump on any incompatible change of the structs below.  4: get_caps,
  * supports, open(params), the weight format in the descriptor, MoE given
  * the registry's weights (struct nvfp4_kweight) instead of copied arrays.
- * 5: glu (gated activations by kind) and scale at the end of the table. */
+ * 5: glu (gated activations by kind) and scale at the end of the table,
+ * moe given the activation kind. */
 #define NVFP4_BACKEND_ABI_VERSION 5u
 
 /* The fused geometry of a weight, computed by the registry. */
@@ -168,10 +169,13 @@ typedef struct nvfp4_backend_iface {
                             nvfp4_error *err);
     nvfp4_status (*topk)(void *ctx, const float *logits, size_t m, size_t e, size_t k,
                          int renorm, int32_t *idx, float *weights, nvfp4_error *err);
-    /* w13/w2: the caller's arrays, one weight per expert (impl, desc). */
+    /* w13/w2: the caller's arrays, one weight per expert (impl, desc).
+     * ABI 5: the activation between them, as glu() takes it (the registry
+     * checked KIND, ALPHA and LIMIT). */
     nvfp4_status (*moe)(void *ctx, nvfp4_kweight *const *w13, nvfp4_kweight *const *w2,
                         size_t experts, const float *x, size_t m, const int32_t *idx,
-                        const float *weights, size_t k, float *y, nvfp4_error *err);
+                        const float *weights, size_t k, nvfp4_glu_kind kind, float alpha,
+                        float limit, float *y, nvfp4_error *err);
     nvfp4_status (*add)(void *ctx, const float *a, const float *b, size_t n, float *y,
                         nvfp4_error *err);
     nvfp4_status (*logsoftmax)(void *ctx, const float *x, size_t m, size_t n, float *y,

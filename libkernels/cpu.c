@@ -402,10 +402,14 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
             if (sc[p] > mx)
                 mx = sc[p];
         }
+        if (kv->sinks && kv->sinks[h] > mx) /* transformers: cat, minus the max, softmax */
+            mx = kv->sinks[h];
         for (size_t p = first; p < len; p++) {
             sc[p] = expf(sc[p] - mx);
             sum += sc[p];
         }
+        if (kv->sinks) /* gpt-oss: the head's sink, one more logit with no value */
+            sum += expf(kv->sinks[h] - mx);
         inv = 1.0f / sum;
         (wide ? pwsum_avx512 : pwsum_scalar)(o, sc, inv, kv->v_pool, tab, bs, kvw, kvh * hd,
                                              first, len, hd);
@@ -441,6 +445,7 @@ static nvfp4_status cpu_attention(void *ctx, const float *q, const float *k, con
         rows[i] = (int32_t)(pos0 + i);
         rows[m + i] = 0;
     }
+    memset(&kv, 0, sizeof(kv)); /* no window, no sinks */
     kv.k_pool = k_cache;
     kv.v_pool = v_cache;
     kv.nblocks = 1;
@@ -651,11 +656,12 @@ static nvfp4_status cpu_gate_add(void *ctx, const float *x, const float *gate, s
 }
 
 /* Mixture of experts (§6): tokens grouped by expert, each expert one batched
- * w13 product, SiLU(gate) * up, one w2 product; each token's outputs are
+ * w13 product, SiLU(gate) * up (or KIND's activation), one w2 product; each token's outputs are
  * summed in ascending expert order, whatever the thread count. */
 static nvfp4_status cpu_moe(void *vctx, nvfp4_kweight *const *kw13, nvfp4_kweight *const *kw2,
                             size_t experts, const float *x, size_t m, const int32_t *idx,
-                            const float *weights, size_t k, float *y, nvfp4_error *err)
+                            const float *weights, size_t k, nvfp4_glu_kind kind, float alpha,
+                            float limit, float *y, nvfp4_error *err)
 {
     cpu_ctx *ctx = vctx;
     const size_t hidden = (size_t)kw13[0]->desc.k, inter = (size_t)kw2[0]->desc.k;
@@ -717,7 +723,7 @@ static nvfp4_status cpu_moe(void *vctx, nvfp4_kweight *const *kw13, nvfp4_kweigh
         if ((st = nvfp4k_cpu_linear(vctx, kw13[e]->impl, &kw13[e]->desc, xe, cnt, gu, err)) !=
             NVFP4_OK)
             break;
-        cpu_silu_mul(vctx, gu, cnt, inter, h, err);
+        cpu_glu(vctx, kind, gu, cnt, inter, alpha, limit, h, err);
         if ((st = nvfp4k_cpu_linear(vctx, kw2[e]->impl, &kw2[e]->desc, h, cnt, o, err)) !=
             NVFP4_OK)
             break;

@@ -1015,10 +1015,28 @@ nvfp4_status nvfp4_k_moe(nvfp4_backend *be, nvfp4_kweight *const *w13,
                          const int32_t *idx, const float *weights, size_t k, float *y,
                          nvfp4_error *err)
 {
+    return nvfp4_k_moe_glu(be, w13, w2, experts, x, m, idx, weights, k, NVFP4_GLU_SILU, 0.0f,
+                           0.0f, y, err);
+}
+
+nvfp4_status nvfp4_k_moe_glu(nvfp4_backend *be, nvfp4_kweight *const *w13,
+                             nvfp4_kweight *const *w2, size_t experts, const float *x,
+                             size_t m, const int32_t *idx, const float *weights, size_t k,
+                             nvfp4_glu_kind kind, float alpha, float limit, float *y,
+                             nvfp4_error *err)
+{
     nvfp4_status st;
     int64_t hidden, inter;
 
     CHECK_BE(be, err, "moe");
+    if ((unsigned)kind >= NVFP4_GLU_COUNT)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "moe", -1,
+                               "unknown activation kind %d (0..%d)", (int)kind,
+                               NVFP4_GLU_COUNT - 1);
+    if (kind == NVFP4_GLU_SWIGLU_OAI && !(isfinite(alpha) && isfinite(limit) && limit > 0.0f))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "moe", -1,
+                               "clamped SwiGLU needs a finite alpha and a finite limit > 0, "
+                               "found alpha %g, limit %g", (double)alpha, (double)limit);
     if (m == 0)
         return NVFP4_OK;
     NEED(w13, "moe", err);
@@ -1059,5 +1077,6 @@ nvfp4_status nvfp4_k_moe(nvfp4_backend *be, nvfp4_kweight *const *w13,
                                    (long)idx[i], i / k, i % k, experts - 1);
     if (!w13[0]->runs_moe)
         return unsupported_w(be, NVFP4_OP_MOE, w13[0], err);
-    return be->iface->moe(be->ctx, w13, w2, experts, x, m, idx, weights, k, y, err);
+    return be->iface->moe(be->ctx, w13, w2, experts, x, m, idx, weights, k, kind, alpha, limit,
+                          y, err);
 }

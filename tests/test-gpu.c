@@ -825,7 +825,8 @@ START_TEST(test_attention_paged)
     nvfp4_backend *be = open_gpu(), *cpu;
     nvfp4_error err;
     nvfp4_kv_pages kv, hk;
-    float *dkp, *dvp, *dq, *dk, *dv, *dout;
+    const float sinks[NH] = {-2.0f, 0.0f, 1.5f, 4.0f};
+    float *dkp, *dvp, *dq, *dk, *dv, *dout, *dsinks;
     int32_t *dtab, *dpos, *dseq;
 
     cpu = nvfp4_backend_open("cpu", &err);
@@ -848,16 +849,23 @@ START_TEST(test_attention_paged)
     dout = dput(be, NULL, 21 * NH * HD * 4);
     memcpy(kc, kp, pool * 4);
     memcpy(vc, vp, pool * 4);
-    for (int step = 0; step < 2; step++) {
-        const size_t m = step ? 21 : 3;
-        const int32_t *pos = step ? pos2 : pos1, *seq = step ? seq2 : seq1;
+    dsinks = dput(be, sinks, sizeof(sinks));
+    /* steps 2 and 3: both paths again with gpt-oss's attention sinks (the
+     * merge adds the sink once; the one-pass path starts from it) */
+    for (int step = 0; step < 4; step++) {
+        const size_t m = step & 1 ? 21 : 3;
+        const int32_t *pos = step & 1 ? pos2 : pos1, *seq = step & 1 ? seq2 : seq1;
         memset(&kv, 0, sizeof(kv));
         kv.nblocks = NB;
         kv.block = BS;
         kv.ntables = 3;
         kv.max_blocks = MAXB;
-        kv.max_len = step ? 301 : 300;
+        kv.max_len = step & 1 ? 301 : 300;
         hk = kv;
+        if (step >= 2) {
+            hk.sinks = sinks;
+            kv.sinks = dsinks;
+        }
         hk.k_pool = kc;
         hk.v_pool = vc;
         hk.tables = tab;
@@ -909,6 +917,7 @@ START_TEST(test_attention_paged)
                 ck_assert(fabs(got[20 * NH * HD + c] - want[20 * NH * HD + c]) <= 1e-5);
             }
             ck_assert_int_eq(nvfp4_backend_sync(be, &err), NVFP4_OK); /* reported once */
+            nvfp4_backend_upload(be, dtab, tab, sizeof(tab), &err); /* for steps 2, 3 */
         }
         nvfp4_backend_release(be, dq);
         nvfp4_backend_release(be, dk);
@@ -917,6 +926,7 @@ START_TEST(test_attention_paged)
         nvfp4_backend_release(be, dseq);
     }
     ck_assert(nvfp4_backend_supports(be, NVFP4_OP_ATTENTION_PAGED));
+    nvfp4_backend_release(be, dsinks);
     nvfp4_backend_release(be, dkp);
     nvfp4_backend_release(be, dvp);
     nvfp4_backend_release(be, dtab);
@@ -1034,36 +1044,48 @@ START_TEST(test_moe)
         dy = dput(be, NULL, (size_t)M * H * 4);
         dw = dput(be, rw, (size_t)M * K * 4);
         di = dput(be, idx, (size_t)M * K * 4);
-        ck_assert_msg(nvfp4_k_moe(be, k13, k2, E, dx, (size_t)M, di, dw, K, dy, &err) ==
-                          NVFP4_OK,
-                      "%s", err.text);
-        ck_assert_int_eq(nvfp4_backend_sync(be, &err), NVFP4_OK);
-        dget(be, y, dy, (size_t)M * H * 4);
-        for (int t = 0; t < M; t++)
-            for (int h = 0; h < H; h++) {
-                double ref = 0, mag = 0;
-                for (int j = 0; j < K; j++) {
-                    const int e = idx[t * K + j];
-                    double a[I], o = 0, om = 0;
-                    for (int i = 0; i < I; i++) {
-                        double g = 0, u = 0;
-                        for (int c = 0; c < H; c++) {
-                            g += (double)syn_w(&w13[e].lin, i, c) * x[t * H + c];
-                            u += (double)syn_w(&w13[e].lin, I + i, c) * x[t * H + c];
+        /* kind 1: gpt-oss's clamped SwiGLU, a limit that clamps many gates and ups */
+        for (int kind = 0; kind < 2; kind++) {
+            const double alpha = 1.702f, limit = 0.05f;
+            ck_assert_msg((kind ? nvfp4_k_moe_glu(be, k13, k2, E, dx, (size_t)M, di, dw, K,
+                                                  NVFP4_GLU_SWIGLU_OAI, 1.702f, 0.05f, dy, &err)
+                                : nvfp4_k_moe(be, k13, k2, E, dx, (size_t)M, di, dw, K, dy,
+                                              &err)) == NVFP4_OK,
+                          "%s", err.text);
+            ck_assert_int_eq(nvfp4_backend_sync(be, &err), NVFP4_OK);
+            dget(be, y, dy, (size_t)M * H * 4);
+            for (int t = 0; t < M; t++)
+                for (int h = 0; h < H; h++) {
+                    double ref = 0, mag = 0;
+                    for (int j = 0; j < K; j++) {
+                        const int e = idx[t * K + j];
+                        double a[I], o = 0, om = 0;
+                        for (int i = 0; i < I; i++) {
+                            double g = 0, u = 0;
+                            for (int c = 0; c < H; c++) {
+                                g += (double)syn_w(&w13[e].lin, i, c) * x[t * H + c];
+                                u += (double)syn_w(&w13[e].lin, I + i, c) * x[t * H + c];
+                            }
+                            if (kind == 0) {
+                                a[i] = g / (1 + exp(-g)) * u;
+                            } else {
+                                g = g > limit ? limit : g;
+                                u = u > limit ? limit : u < -limit ? -limit : u;
+                                a[i] = (u + 1) * (g / (1 + exp(-alpha * g)));
+                            }
                         }
-                        a[i] = g / (1 + exp(-g)) * u;
+                        for (int i = 0; i < I; i++) {
+                            o += syn_w(&w2[e].lin, h, i) * a[i];
+                            om += fabs(syn_w(&w2[e].lin, h, i) * a[i]);
+                        }
+                        ref += rw[t * K + j] * o;
+                        mag += rw[t * K + j] * om;
                     }
-                    for (int i = 0; i < I; i++) {
-                        o += syn_w(&w2[e].lin, h, i) * a[i];
-                        om += fabs(syn_w(&w2[e].lin, h, i) * a[i]);
-                    }
-                    ref += rw[t * K + j] * o;
-                    mag += rw[t * K + j] * om;
+                    ck_assert_msg(fabs(y[t * H + h] - ref) <= 1e-5 * mag + 1e-30,
+                                  "moe kind %d m=%d y[%d][%d] = %.9g, reference %.9g (mag %g)",
+                                  kind, M, t, h, y[t * H + h], ref, mag);
                 }
-                ck_assert_msg(fabs(y[t * H + h] - ref) <= 1e-5 * mag + 1e-30,
-                              "moe m=%d y[%d][%d] = %.9g, reference %.9g (mag %g)", M, t, h,
-                              y[t * H + h], ref, mag);
-            }
+        }
         nvfp4_backend_release(be, dx);
         nvfp4_backend_release(be, dy);
         nvfp4_backend_release(be, dw);

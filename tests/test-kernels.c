@@ -1194,6 +1194,43 @@ static void attention_paged_case(const char *isa)
         ck_assert(memcmp(vp + ((size_t)t[pos[i] / BS] * BS + pos[i] % BS) * ROW, v + i * ROW,
                          ROW * 4) == 0);
     }
+    /* attention sinks (gpt-oss): one logit per head joins each softmax with
+     * no value; against float64 (the bound of test_attention plus the sink's
+     * own exp); head 3's sink dwarfs every score, so its outputs are ~0 */
+    {
+        const float sinks[NH] = {-1.0f, 0.5f, 3.0f, 20.0f};
+        kv.sinks = sinks;
+        ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale, out,
+                                                 &err),
+                         NVFP4_OK);
+        kv.sinks = NULL;
+        for (int i = 0; i < M; i++)
+            for (int h = 0; h < NH; h++) {
+                const float *kk = seq[i] ? kb : ka, *vv = seq[i] ? vb : va;
+                const int g = h / (NH / NKV), len = pos[i] + 1;
+                double sc[16], mx = sinks[h], sum = 0;
+                for (int p = 0; p < len; p++) {
+                    double d = 0;
+                    for (int j = 0; j < HD; j++)
+                        d += (double)q[(i * NH + h) * HD + j] * kk[(p * NKV + g) * HD + j];
+                    sc[p] = d * scale;
+                    mx = fmax(mx, sc[p]);
+                }
+                for (int p = 0; p < len; p++)
+                    sum += (sc[p] = exp(sc[p] - mx));
+                sum += exp(sinks[h] - mx);
+                for (int j = 0; j < HD; j++) {
+                    double o = 0;
+                    for (int p = 0; p < len; p++)
+                        o += sc[p] / sum * vv[(p * NKV + g) * HD + j];
+                    ck_assert_msg(fabs(out[(i * NH + h) * HD + j] - o) <= 3e-5,
+                                  "%s sinks: row %d head %d dim %d: %.9g vs %.9g", isa, i, h,
+                                  j, out[(i * NH + h) * HD + j], o);
+                    if (h == 3)
+                        ck_assert(fabs(o) < 1e-6);
+                }
+            }
+    }
     /* refusals, each naming what is wrong */
     pos[0] = A0 + AM;
     ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale, out, &err),
@@ -1478,39 +1515,69 @@ START_TEST(test_moe)
     nvfp4_backend_set_threads(be, 2);
     ck_assert_int_eq(nvfp4_k_moe(be, w13, w2, E, x, M, idx, wt, K, y2, &err), NVFP4_OK);
     ck_assert(memcmp(y, y2, sizeof(y)) == 0);
-    for (int t = 0; t < M; t++) {
-        double acc[H] = {0}, mag[H] = {0};
-        for (int j = 0; j < K; j++) {
-            int e = idx[t * K + j];
-            double h[I], hm[I];
-            for (int r = 0; r < I; r++) {
-                double gg = 0, uu = 0, gm = 0, um = 0;
-                for (int c = 0; c < H; c++) {
-                    gg += (double)x[t * H + c] * syn_w(&g[e].lin, r, c);
-                    uu += (double)x[t * H + c] * syn_w(&u[e].lin, r, c);
-                    gm += fabs((double)x[t * H + c] * syn_w(&g[e].lin, r, c));
-                    um += fabs((double)x[t * H + c] * syn_w(&u[e].lin, r, c));
-                }
-                h[r] = gg / (1 + exp(-gg)) * uu;
-                /* error of silu(g)*u from the float32 g and u, and its rounding */
-                hm[r] = (fabs(uu) * gm * 1.2 + fabs(gg) * um) * gamma_n(H) + 4e-7 * fabs(h[r]);
+    /* kind 0: SiLU (nvfp4_k_moe); kind 1: gpt-oss's clamped SwiGLU with a
+     * limit small enough that many gates and ups are clamped */
+    for (int kind = 0; kind < 2; kind++) {
+        for (int t = 0; t < M; t++) {
+            const double alpha = 1.702f, limit = 0.05f;
+            double acc[H] = {0}, mag[H] = {0};
+            if (kind == 1 && t == 0) {
+                ck_assert_int_eq(nvfp4_k_moe_glu(be, w13, w2, E, x, M, idx, wt, K,
+                                                 NVFP4_GLU_SWIGLU_OAI, 1.702f, 0.05f, y, &err),
+                                 NVFP4_OK);
+                nvfp4_backend_set_threads(be, 1);
+                ck_assert_int_eq(nvfp4_k_moe_glu(be, w13, w2, E, x, M, idx, wt, K,
+                                                 NVFP4_GLU_SWIGLU_OAI, 1.702f, 0.05f, y2, &err),
+                                 NVFP4_OK);
+                ck_assert(memcmp(y, y2, sizeof(y)) == 0);
             }
-            for (int r = 0; r < H; r++) {
-                double o = 0, om = 0;
-                for (int c = 0; c < I; c++) {
-                    o += h[c] * syn_w(&d[e].lin, r, c);
-                    om += fabs(h[c] * syn_w(&d[e].lin, r, c)) * gamma_n(I) +
-                          hm[c] * fabs(syn_w(&d[e].lin, r, c));
+            for (int j = 0; j < K; j++) {
+                int e = idx[t * K + j];
+                double h[I], hm[I];
+                for (int r = 0; r < I; r++) {
+                    double gg = 0, uu = 0, gm = 0, um = 0;
+                    for (int c = 0; c < H; c++) {
+                        gg += (double)x[t * H + c] * syn_w(&g[e].lin, r, c);
+                        uu += (double)x[t * H + c] * syn_w(&u[e].lin, r, c);
+                        gm += fabs((double)x[t * H + c] * syn_w(&g[e].lin, r, c));
+                        um += fabs((double)x[t * H + c] * syn_w(&u[e].lin, r, c));
+                    }
+                    if (kind == 0) {
+                        h[r] = gg / (1 + exp(-gg)) * uu;
+                        /* error of silu(g)*u from the float32 g and u, and its rounding */
+                        hm[r] = (fabs(uu) * gm * 1.2 + fabs(gg) * um) * gamma_n(H) +
+                                4e-7 * fabs(h[r]);
+                    } else {
+                        double cg = gg > limit ? limit : gg;
+                        double cu = uu > limit ? limit : uu < -limit ? -limit : uu;
+                        h[r] = (cu + 1) * (cg / (1 + exp(-alpha * cg)));
+                        /* the same bound with (u + 1) and the slope alpha */
+                        hm[r] = ((fabs(cu) + 1) * gm * (1.2 + alpha * fabs(cg)) + fabs(cg) * um) *
+                                    gamma_n(H) +
+                                8e-7 * (fabs(cu) + 1) * fabs(cg);
+                    }
                 }
-                acc[r] += wt[t * K + j] * o;
-                mag[r] += wt[t * K + j] * om + fabs(wt[t * K + j] * o) * 1e-7;
+                for (int r = 0; r < H; r++) {
+                    double o = 0, om = 0;
+                    for (int c = 0; c < I; c++) {
+                        o += h[c] * syn_w(&d[e].lin, r, c);
+                        om += fabs(h[c] * syn_w(&d[e].lin, r, c)) * gamma_n(I) +
+                              hm[c] * fabs(syn_w(&d[e].lin, r, c));
+                    }
+                    acc[r] += wt[t * K + j] * o;
+                    mag[r] += wt[t * K + j] * om + fabs(wt[t * K + j] * o) * 1e-7;
+                }
             }
+            for (int r = 0; r < H; r++)
+                ck_assert_msg(fabs(y[t * H + r] - acc[r]) <= mag[r] + 1e-30,
+                              "kind %d token %d dim %d: %.9g vs %.9g (allowed %.3g)", kind, t, r,
+                              y[t * H + r], acc[r], mag[r]);
         }
-        for (int r = 0; r < H; r++)
-            ck_assert_msg(fabs(y[t * H + r] - acc[r]) <= mag[r] + 1e-30,
-                          "token %d dim %d: %.9g vs %.9g (allowed %.3g)", t, r, y[t * H + r],
-                          acc[r], mag[r]);
     }
+    ck_assert_int_eq(nvfp4_k_moe_glu(be, w13, w2, E, x, M, idx, wt, K, NVFP4_GLU_SWIGLU_OAI,
+                                     1.702f, -1.0f, y, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_msg(strstr(err.text, "limit"), "%s", err.text);
     idx[3] = 3;
     ck_assert_int_eq(nvfp4_k_moe(be, w13, w2, E, x, M, idx, wt, K, y, &err), NVFP4_ERR_INVALID);
     ck_assert_msg(strstr(err.text, "expert index 3 (token 1, slot 1) is outside 0..2"), "%s",

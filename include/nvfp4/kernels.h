@@ -469,6 +469,9 @@ typedef struct {
     size_t window;              /**< host value: sliding window, a row at position p
                                      attends to positions p - window + 1 .. p only;
                                      0 for none (every earlier position) */
+    const float *sinks;         /**< [nh] attention sinks (gpt-oss), one logit per query
+                                     head that joins each softmax's denominator (and
+                                     its maximum) and weighs no value; NULL for none */
 } nvfp4_kv_pages;
 
 /**
@@ -611,6 +614,33 @@ NVFP4_API nvfp4_status nvfp4_k_moe(nvfp4_backend *be, nvfp4_kweight *const *w13,
                                    const float *x, size_t m, const int32_t *idx,
                                    const float *weights, size_t k, float *y,
                                    nvfp4_error *err);
+/**
+ * Mixture of experts with another gated activation: nvfp4_k_moe() with
+ * act(gate, up) of nvfp4_k_glu() in place of silu(gate) × up (gpt-oss:
+ * ::NVFP4_GLU_SWIGLU_OAI; the experts' biases, when uploaded with them,
+ * are added by their products).  ::NVFP4_GLU_SILU is nvfp4_k_moe().
+ * @param be the backend
+ * @param w13 [experts] gate/up weights (gate rows first)
+ * @param w2 [experts] down weights
+ * @param experts number of experts, >= k
+ * @param x [m, hidden] inputs
+ * @param m rows (tokens)
+ * @param idx [m, k] experts per token
+ * @param weights [m, k] their weights
+ * @param k experts per token, > 0
+ * @param kind the activation
+ * @param alpha ::NVFP4_GLU_SWIGLU_OAI's sigmoid slope; else ignored
+ * @param limit ::NVFP4_GLU_SWIGLU_OAI's clamp, finite and > 0; else ignored
+ * @param y [m, hidden] outputs, overwritten
+ * @param err filled on failure, or NULL
+ * @return as nvfp4_k_moe(); ::NVFP4_ERR_INVALID also for a bad kind,
+ *         alpha or limit
+ */
+NVFP4_API nvfp4_status nvfp4_k_moe_glu(nvfp4_backend *be, nvfp4_kweight *const *w13,
+                                       nvfp4_kweight *const *w2, size_t experts,
+                                       const float *x, size_t m, const int32_t *idx,
+                                       const float *weights, size_t k, nvfp4_glu_kind kind,
+                                       float alpha, float limit, float *y, nvfp4_error *err);
 /**
  * Elementwise sum: y = a + b.
  * @param be the backend

@@ -723,7 +723,8 @@ static nvfp4_status g_attention_paged(void *c, const float *q, const float *k, c
     return gerr(gk_attention_paged(q, k, v, kv->k_pool, kv->v_pool, (int64_t)kv->nblocks,
                                    (int64_t)kv->block, kv->tables, (int64_t)kv->ntables,
                                    (int64_t)kv->max_blocks, kv->pos, kv->seq,
-                                   (int64_t)kv->max_len, (int64_t)kv->window, (int64_t)m,
+                                   (int64_t)kv->max_len, (int64_t)kv->window, kv->sinks,
+                                   (int64_t)m,
                                    (int64_t)nh,
                                    (int64_t)nkv, (int64_t)hd, scale, out, scr, ctx->flag,
                                    ctx->stream),
@@ -857,7 +858,8 @@ static int moe_set_is(const struct moe_set *set, nvfp4_kweight *const *w13,
 
 static nvfp4_status g_moe(void *c, nvfp4_kweight *const *w13, nvfp4_kweight *const *w2,
                           size_t experts, const float *x, size_t m, const int32_t *idx,
-                          const float *weights, size_t k, float *y, nvfp4_error *err)
+                          const float *weights, size_t k, nvfp4_glu_kind kind, float alpha,
+                          float limit, float *y, nvfp4_error *err)
 {
     gctx *ctx = (gctx *)c;
     const gk_weight *a0 = expert_w(w13, 0), *b0 = expert_w(w2, 0);
@@ -947,7 +949,7 @@ static nvfp4_status g_moe(void *c, nvfp4_kweight *const *w13, nvfp4_kweight *con
     }
     e = gk_moe(&ctx->dev, set->dev, set->dev + experts, a0->format, b0->format, vec13, vec2,
                qdq13, qdq2, (int64_t)experts, x, (int64_t)m, idx, weights, (int64_t)k, hidden,
-               inter, y, scr, ctx->flag, ctx->stream);
+               inter, (int)kind, alpha, limit, y, scr, ctx->flag, ctx->stream);
     return gerr(e, "moe", err);
 }
 
