@@ -477,7 +477,8 @@ static nvfp4_status cpu_silu_mul(void *ctx, const float *gu, size_t m, size_t in
 
 /* The gated activations in float32, as transformers computes them:
  * GeGLU with torch's approximate="tanh" GELU, 0.5 x (1 + tanh(sqrt(2/pi)
- * (x + 0.044715 x^3))); gpt-oss's clamped SwiGLU (GptOssExperts._apply_gate):
+ * (x + 0.044715 x^3))); gpt-oss's clamped SwiGLU (GptOssExperts._apply_gate,
+ * gate and up interleaved as its gate_up_proj stores them):
  * gate clamped above at LIMIT, up to [-LIMIT, LIMIT], (up + 1) * gate *
  * sigmoid(ALPHA * gate). */
 static nvfp4_status cpu_glu(void *ctx, nvfp4_glu_kind kind, const float *gu, size_t m,
@@ -498,10 +499,11 @@ static nvfp4_status cpu_glu(void *ctx, nvfp4_glu_kind kind, const float *gu, siz
                 float x = g[j], inner = beta * (x + kappa * (x * x * x));
                 o[j] = 0.5f * x * (1.0f + tanhf(inner)) * u[j];
             }
-        } else {
+        } else { /* gate and up interleaved */
             for (size_t j = 0; j < inter; j++) {
-                float x = g[j] > limit ? limit : g[j];
-                float y = u[j] > limit ? limit : u[j] < -limit ? -limit : u[j];
+                float gj = g[2 * j], uj = g[2 * j + 1];
+                float x = gj > limit ? limit : gj;
+                float y = uj > limit ? limit : uj < -limit ? -limit : uj;
                 float sg = 1.0f / (1.0f + expf(-(x * alpha)));
                 o[j] = (y + 1.0f) * (x * sg);
             }

@@ -514,8 +514,11 @@ START_TEST(test_glu_scale)
         dget(be, o, dout, M * I * 4);
         for (size_t r = 0; r < M; r++)
             for (size_t j = 0; j < I; j++) {
-                double tol, want = glu_ref(kind, gu[r * 2 * I + j], gu[r * 2 * I + I + j],
-                                           alpha, limit, &tol);
+                /* the clamped SwiGLU takes gate and up interleaved */
+                size_t gi = kind == NVFP4_GLU_SWIGLU_OAI ? 2 * j : j;
+                size_t ui = kind == NVFP4_GLU_SWIGLU_OAI ? 2 * j + 1 : I + j;
+                double tol, want = glu_ref(kind, gu[r * 2 * I + gi], gu[r * 2 * I + ui], alpha,
+                                           limit, &tol);
                 ck_assert_msg(fabs(o[r * I + j] - want) <= tol,
                               "glu kind %d [%zu][%zu] = %.9g, reference %.9g (tol %g)", kind,
                               r, j, o[r * I + j], want, tol);
@@ -1063,8 +1066,10 @@ START_TEST(test_moe)
                         for (int i = 0; i < I; i++) {
                             double g = 0, u = 0;
                             for (int c = 0; c < H; c++) {
-                                g += (double)syn_w(&w13[e].lin, i, c) * x[t * H + c];
-                                u += (double)syn_w(&w13[e].lin, I + i, c) * x[t * H + c];
+                                /* the clamped SwiGLU's rows interleave gate and up */
+                                const int gr = kind ? 2 * i : i, ur = kind ? 2 * i + 1 : I + i;
+                                g += (double)syn_w(&w13[e].lin, gr, c) * x[t * H + c];
+                                u += (double)syn_w(&w13[e].lin, ur, c) * x[t * H + c];
                             }
                             if (kind == 0) {
                                 a[i] = g / (1 + exp(-g)) * u;

@@ -1307,15 +1307,18 @@ START_TEST(test_glu_scale)
 
     for (int i = 0; i < M * 2 * I; i++)
         gu[i] = frand(-6, 6);
-    gu[I] = -1.0f; /* up + 1 == 0 */
-    gu[1] = limit;
+    gu[1] = -1.0f; /* up + 1 == 0 (interleaved) */
+    gu[2] = limit;
     for (int kind = NVFP4_GLU_GELU_TANH; kind <= NVFP4_GLU_SWIGLU_OAI; kind++) {
         ck_assert_int_eq(nvfp4_k_glu(be, (nvfp4_glu_kind)kind, gu, M, I, alpha, limit, o, &err),
                          NVFP4_OK);
         for (int r = 0; r < M; r++)
             for (int j = 0; j < I; j++) {
-                double tol, want = glu_ref(kind, gu[r * 2 * I + j], gu[r * 2 * I + I + j],
-                                           alpha, limit, &tol);
+                /* the clamped SwiGLU takes gate and up interleaved */
+                int gi = kind == NVFP4_GLU_SWIGLU_OAI ? 2 * j : j;
+                int ui = kind == NVFP4_GLU_SWIGLU_OAI ? 2 * j + 1 : I + j;
+                double tol, want = glu_ref(kind, gu[r * 2 * I + gi], gu[r * 2 * I + ui], alpha,
+                                           limit, &tol);
                 ck_assert_msg(fabs(o[r * I + j] - want) <= tol,
                               "glu kind %d [%d][%d] = %.9g, reference %.9g (tol %g)", kind, r,
                               j, o[r * I + j], want, tol);
@@ -1485,6 +1488,12 @@ START_TEST(test_topk)
 }
 END_TEST
 
+/* Row Q of the fused gate/up weight [G rows | U rows] (I rows each). */
+static double fused_w(const nvfp4_linear *g, const nvfp4_linear *u, int i, int q, int c)
+{
+    return q < i ? syn_w(g, q, c) : syn_w(u, q - i, c);
+}
+
 START_TEST(test_moe)
 {
     nvfp4_error err;
@@ -1537,10 +1546,13 @@ START_TEST(test_moe)
                 for (int r = 0; r < I; r++) {
                     double gg = 0, uu = 0, gm = 0, um = 0;
                     for (int c = 0; c < H; c++) {
-                        gg += (double)x[t * H + c] * syn_w(&g[e].lin, r, c);
-                        uu += (double)x[t * H + c] * syn_w(&u[e].lin, r, c);
-                        gm += fabs((double)x[t * H + c] * syn_w(&g[e].lin, r, c));
-                        um += fabs((double)x[t * H + c] * syn_w(&u[e].lin, r, c));
+                        const int gr = kind ? 2 * r : r, ur = kind ? 2 * r + 1 : I + r;
+                        const double wg = fused_w(&g[e].lin, &u[e].lin, I, gr, c);
+                        const double wu = fused_w(&g[e].lin, &u[e].lin, I, ur, c);
+                        gg += (double)x[t * H + c] * wg;
+                        uu += (double)x[t * H + c] * wu;
+                        gm += fabs((double)x[t * H + c] * wg);
+                        um += fabs((double)x[t * H + c] * wu);
                     }
                     if (kind == 0) {
                         h[r] = gg / (1 + exp(-gg)) * uu;

@@ -105,7 +105,7 @@ typedef enum {
     NVFP4_OP_ARGMAX,           /**< nvfp4_k_argmax() */
     NVFP4_OP_GATE_ADD,         /**< nvfp4_k_gate_add(): y += sigmoid(gate) * x (Qwen2-MoE) */
     NVFP4_OP_ATTENTION_PAGED,  /**< nvfp4_k_attention_paged(): per-sequence block tables */
-    NVFP4_OP_GLU,              /**< nvfp4_k_glu(): gated activations (SiLU, tanh GELU, gpt-oss's clamped SwiGLU) */
+    NVFP4_OP_GLU,              /**< nvfp4_k_glu(): gated activations (nvfp4_glu_kind) */
     NVFP4_OP_SCALE,            /**< nvfp4_k_scale(): y = s * x (Gemma's embedding scale) */
     NVFP4_OP_COUNT             /**< number of operations (not an operation) */
 } nvfp4_op;
@@ -523,17 +523,21 @@ typedef enum {
     NVFP4_GLU_SILU = 0,   /**< silu(g) × u, silu(g) = g / (1 + expf(-g)) (Llama, Qwen, ...) */
     NVFP4_GLU_GELU_TANH,  /**< gelu_tanh(g) × u, torch's approximate="tanh" in float32 (Gemma) */
     NVFP4_GLU_SWIGLU_OAI, /**< gpt-oss: g' = min(g, limit), u' = clamp(u, -limit, limit),
-                               (u' + 1) × g' × sigmoid(alpha × g') */
+                               (u' + 1) × g' × sigmoid(alpha × g'); gate and up
+                               INTERLEAVED (g = gu[i, 2j], u = gu[i, 2j + 1]), as
+                               gpt-oss stores gate_up_proj and vLLM runs it */
     NVFP4_GLU_COUNT       /**< number of kinds (not a kind) */
 } nvfp4_glu_kind;
 
 /**
  * Gated activation: out[i, j] = act(gu[i, j], gu[i, inter + j]) for the
- * kind's formula, in float32 as transformers computes it
- * (::NVFP4_GLU_SILU is nvfp4_k_silu_mul()).
+ * kind's formula (::NVFP4_GLU_SWIGLU_OAI: act(gu[i, 2j], gu[i, 2j + 1])),
+ * in float32 as transformers computes it (::NVFP4_GLU_SILU is
+ * nvfp4_k_silu_mul()).
  * @param be the backend
  * @param kind which activation
  * @param gu [m, 2 × inter]: the gate half, then the up half, of each row
+ *        (::NVFP4_GLU_SWIGLU_OAI: gate and up interleaved)
  * @param m rows
  * @param inter output row length, > 0
  * @param alpha ::NVFP4_GLU_SWIGLU_OAI's sigmoid slope (gpt-oss: 1.702); else ignored
@@ -617,8 +621,9 @@ NVFP4_API nvfp4_status nvfp4_k_moe(nvfp4_backend *be, nvfp4_kweight *const *w13,
 /**
  * Mixture of experts with another gated activation: nvfp4_k_moe() with
  * act(gate, up) of nvfp4_k_glu() in place of silu(gate) × up (gpt-oss:
- * ::NVFP4_GLU_SWIGLU_OAI; the experts' biases, when uploaded with them,
- * are added by their products).  ::NVFP4_GLU_SILU is nvfp4_k_moe().
+ * ::NVFP4_GLU_SWIGLU_OAI, whose w13 rows interleave gate and up as
+ * gpt-oss's gate_up_proj does; the experts' biases, when uploaded with
+ * them, are added by their products).  ::NVFP4_GLU_SILU is nvfp4_k_moe().
  * @param be the backend
  * @param w13 [experts] gate/up weights (gate rows first)
  * @param w2 [experts] down weights

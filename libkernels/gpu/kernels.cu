@@ -1105,7 +1105,19 @@ extern "C" gpu_error_t gk_silu_mul(const float *gu, int64_t m, int64_t inter, fl
  * formulas with every product and quotient rounded on its own (no FMA
  * contraction): GeGLU (KIND 1) 0.5 x (1 + tanh(beta (x + kappa x^3))) u;
  * gpt-oss's clamped SwiGLU (KIND 2) (clamp(u) + 1) (g' sigmoid(alpha g')),
- * g' = min(g, limit). */
+ * g' = min(g, limit), gate and up interleaved. */
+/* Where gate and up of output C sit in a row of 2 INTER: halves, or
+ * interleaved for the clamped SwiGLU (gpt-oss's gate_up_proj). */
+GPU_DEV int64_t glu_gate_at(int kind, int64_t c)
+{
+    return kind == 2 ? 2 * c : c;
+}
+
+GPU_DEV int64_t glu_up_at(int kind, int64_t c, int64_t inter)
+{
+    return kind == 2 ? 2 * c + 1 : inter + c;
+}
+
 GPU_DEV float glu_value(int kind, float g, float u, float alpha, float limit)
 {
     const float beta = 0.7978845608028654f, kappa = 0.044715f;
@@ -1129,8 +1141,9 @@ __global__ void glu_kernel(int kind, const float *__restrict__ gu, int64_t m, in
 
     if (t >= m * inter)
         return;
-    out[t] = glu_value(kind, gu[(t / inter) * 2 * inter + t % inter],
-                       gu[(t / inter) * 2 * inter + inter + t % inter], alpha, limit);
+    out[t] = glu_value(kind, gu[(t / inter) * 2 * inter + glu_gate_at(kind, t % inter)],
+                       gu[(t / inter) * 2 * inter + glu_up_at(kind, t % inter, inter)], alpha,
+                       limit);
 }
 
 extern "C" gpu_error_t gk_glu(int kind, const float *gu, int64_t m, int64_t inter,
@@ -1885,8 +1898,8 @@ __global__ void moe_silu_kernel(const int32_t *__restrict__ idx, int64_t pairs,
     c = t % inter;
     if (idx[p] < 0 || idx[p] >= experts)
         return;
-    g = gu[p * 2 * inter + c];
-    u = gu[p * 2 * inter + inter + c];
+    g = gu[p * 2 * inter + glu_gate_at(kind, c)];
+    u = gu[p * 2 * inter + glu_up_at(kind, c, inter)];
     act[t] = kind == 0 ? g / (1.0f + expf(-g)) * u : glu_value(kind, g, u, alpha, limit);
 }
 
