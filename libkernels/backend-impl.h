@@ -67,7 +67,9 @@ extern "C" {
  * the registry's weights (struct nvfp4_kweight) instead of copied arrays.
  * 5: attention_paged's nvfp4_kv_pages carries the element type of the pools
  * (float32 or FP8 E4M3 bytes, which the backend encodes on store and
- * decodes on read) and the K/V scales. */
+ * decodes on read), the K/V scales and the attention sinks; glu (gated
+ * activations by kind) and scale at the end of the table, moe given the
+ * activation kind. */
 #define NVFP4_BACKEND_ABI_VERSION 5u
 
 /* The fused geometry of a weight, computed by the registry. */
@@ -170,10 +172,13 @@ typedef struct nvfp4_backend_iface {
                             nvfp4_error *err);
     nvfp4_status (*topk)(void *ctx, const float *logits, size_t m, size_t e, size_t k,
                          int renorm, int32_t *idx, float *weights, nvfp4_error *err);
-    /* w13/w2: the caller's arrays, one weight per expert (impl, desc). */
+    /* w13/w2: the caller's arrays, one weight per expert (impl, desc).
+     * ABI 5: the activation between them, as glu() takes it (the registry
+     * checked KIND, ALPHA and LIMIT). */
     nvfp4_status (*moe)(void *ctx, nvfp4_kweight *const *w13, nvfp4_kweight *const *w2,
                         size_t experts, const float *x, size_t m, const int32_t *idx,
-                        const float *weights, size_t k, float *y, nvfp4_error *err);
+                        const float *weights, size_t k, nvfp4_glu_kind kind, float alpha,
+                        float limit, float *y, nvfp4_error *err);
     nvfp4_status (*add)(void *ctx, const float *a, const float *b, size_t n, float *y,
                         nvfp4_error *err);
     nvfp4_status (*logsoftmax)(void *ctx, const float *x, size_t m, size_t n, float *y,
@@ -191,6 +196,12 @@ typedef struct nvfp4_backend_iface {
     nvfp4_status (*attention_paged)(void *ctx, const float *q, const float *k, const float *v,
                                     const nvfp4_kv_pages *kv, size_t m, size_t nh, size_t nkv,
                                     size_t hd, float scale, float *out, nvfp4_error *err);
+    /* ABI 5: KIND < NVFP4_GLU_COUNT; for NVFP4_GLU_SWIGLU_OAI alpha finite and
+     * limit finite > 0 (the registry checked) */
+    nvfp4_status (*glu)(void *ctx, nvfp4_glu_kind kind, const float *gu, size_t m,
+                        size_t inter, float alpha, float limit, float *out, nvfp4_error *err);
+    nvfp4_status (*scale)(void *ctx, const float *x, size_t n, float s, float *y,
+                          nvfp4_error *err);
 } nvfp4_backend_iface;
 
 /* One "key=value" of an open() PARAMS string: copies the next key and value

@@ -357,7 +357,8 @@ pwsum_avx512(float *out, const float *w, float inv, const float *pool, const int
  * SC holds len scores. */
 static void attend_head(const float *qi, float *o, const float *kpool, const float *vpool,
                         const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first,
-                        size_t len, size_t hd, float scale, float *sc, int wide)
+                        size_t len, size_t hd, float scale, const float *sink, float *sc,
+                        int wide)
 {
     float mx = -INFINITY, sum = 0.0f, inv;
 
@@ -367,10 +368,14 @@ static void attend_head(const float *qi, float *o, const float *kpool, const flo
         if (sc[p] > mx)
             mx = sc[p];
     }
+    if (sink && *sink > mx) /* transformers: cat, minus the max, softmax */
+        mx = *sink;
     for (size_t p = first; p < len; p++) {
         sc[p] = expf(sc[p] - mx);
         sum += sc[p];
     }
+    if (sink) /* gpt-oss: the head's sink, one more logit with no value */
+        sum += expf(*sink - mx);
     inv = 1.0f / sum;
     (wide ? pwsum_avx512 : pwsum_scalar)(o, sc, inv, vpool, tab, bs, kvw, off, first, len, hd);
 }
@@ -475,7 +480,8 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
                 size_t h = kvh * group + g;
                 /* the gathered rows: one block of maxlen positions, row p at p */
                 attend_head(q + (i * nh + h) * hd, out + (i * nh + h) * hd, kr, vr, &zero,
-                            maxlen, hd, 0, first, len, hd, scale, sc, wide);
+                            maxlen, hd, 0, first, len, hd, scale,
+                            kv->sinks ? kv->sinks + h : NULL, sc, wide);
             }
         }
         free(scores);
@@ -494,7 +500,7 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
         sc += (size_t)omp_get_thread_num() * maxlen;
 #endif
         attend_head(q + it * hd, out + it * hd, kv->k_pool, kv->v_pool, tab, bs, kvw, kvh * hd,
-                    first, len, hd, scale, sc, wide);
+                    first, len, hd, scale, kv->sinks ? kv->sinks + h : NULL, sc, wide);
     }
     free(scores);
     return NVFP4_OK;
@@ -527,7 +533,7 @@ static nvfp4_status cpu_attention(void *ctx, const float *q, const float *k, con
         rows[i] = (int32_t)(pos0 + i);
         rows[m + i] = 0;
     }
-    memset(&kv, 0, sizeof(kv)); /* float32 pools (NVFP4_KV_ELEM_F32), no window */
+    memset(&kv, 0, sizeof(kv)); /* float32 pools (NVFP4_KV_ELEM_F32), no window, no sinks */
     kv.k_pool = k_cache;
     kv.v_pool = v_cache;
     kv.nblocks = 1;
@@ -554,6 +560,54 @@ static nvfp4_status cpu_silu_mul(void *ctx, const float *gu, size_t m, size_t in
         for (size_t j = 0; j < inter; j++)
             out[i * inter + j] = g[j] / (1.0f + expf(-g[j])) * u[j];
     }
+    return NVFP4_OK;
+}
+
+/* The gated activations in float32, as transformers computes them:
+ * GeGLU with torch's approximate="tanh" GELU, 0.5 x (1 + tanh(sqrt(2/pi)
+ * (x + 0.044715 x^3))); gpt-oss's clamped SwiGLU (GptOssExperts._apply_gate,
+ * gate and up interleaved as its gate_up_proj stores them):
+ * gate clamped above at LIMIT, up to [-LIMIT, LIMIT], (up + 1) * gate *
+ * sigmoid(ALPHA * gate). */
+static nvfp4_status cpu_glu(void *ctx, nvfp4_glu_kind kind, const float *gu, size_t m,
+                            size_t inter, float alpha, float limit, float *out,
+                            nvfp4_error *err)
+{
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+
+    if (kind == NVFP4_GLU_SILU)
+        return cpu_silu_mul(ctx, gu, m, inter, out, err);
+#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
+    if (m * inter >= CPU_PAR_MIN)
+    for (size_t i = 0; i < m; i++) {
+        const float *g = gu + i * 2 * inter, *u = g + inter;
+        float *o = out + i * inter;
+        if (kind == NVFP4_GLU_GELU_TANH) {
+            for (size_t j = 0; j < inter; j++) {
+                float x = g[j], inner = beta * (x + kappa * (x * x * x));
+                o[j] = 0.5f * x * (1.0f + tanhf(inner)) * u[j];
+            }
+        } else { /* gate and up interleaved */
+            for (size_t j = 0; j < inter; j++) {
+                float gj = g[2 * j], uj = g[2 * j + 1];
+                float x = gj > limit ? limit : gj;
+                float y = uj > limit ? limit : uj < -limit ? -limit : uj;
+                float sg = 1.0f / (1.0f + expf(-(x * alpha)));
+                o[j] = (y + 1.0f) * (x * sg);
+            }
+        }
+    }
+    return NVFP4_OK;
+}
+
+static nvfp4_status cpu_scale(void *ctx, const float *x, size_t n, float s, float *y,
+                              nvfp4_error *err)
+{
+    (void)err;
+#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
+    if (n >= CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] * s;
     return NVFP4_OK;
 }
 
@@ -692,11 +746,12 @@ static nvfp4_status cpu_gate_add(void *ctx, const float *x, const float *gate, s
 }
 
 /* Mixture of experts (§6): tokens grouped by expert, each expert one batched
- * w13 product, SiLU(gate) * up, one w2 product; each token's outputs are
+ * w13 product, SiLU(gate) * up (or KIND's activation), one w2 product; each token's outputs are
  * summed in ascending expert order, whatever the thread count. */
 static nvfp4_status cpu_moe(void *vctx, nvfp4_kweight *const *kw13, nvfp4_kweight *const *kw2,
                             size_t experts, const float *x, size_t m, const int32_t *idx,
-                            const float *weights, size_t k, float *y, nvfp4_error *err)
+                            const float *weights, size_t k, nvfp4_glu_kind kind, float alpha,
+                            float limit, float *y, nvfp4_error *err)
 {
     cpu_ctx *ctx = vctx;
     const size_t hidden = (size_t)kw13[0]->desc.k, inter = (size_t)kw2[0]->desc.k;
@@ -758,7 +813,7 @@ static nvfp4_status cpu_moe(void *vctx, nvfp4_kweight *const *kw13, nvfp4_kweigh
         if ((st = nvfp4k_cpu_linear(vctx, kw13[e]->impl, &kw13[e]->desc, xe, cnt, gu, err)) !=
             NVFP4_OK)
             break;
-        cpu_silu_mul(vctx, gu, cnt, inter, h, err);
+        cpu_glu(vctx, kind, gu, cnt, inter, alpha, limit, h, err);
         if ((st = nvfp4k_cpu_linear(vctx, kw2[e]->impl, &kw2[e]->desc, h, cnt, o, err)) !=
             NVFP4_OK)
             break;
@@ -804,6 +859,8 @@ static const nvfp4_backend_iface cpu_iface = {
     .argmax = cpu_argmax,
     .gate_add = cpu_gate_add,
     .attention_paged = cpu_attention_paged,
+    .glu = cpu_glu,
+    .scale = cpu_scale,
 };
 
 const nvfp4_backend_iface *nvfp4k_cpu_iface(void)

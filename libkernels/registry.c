@@ -171,7 +171,7 @@ const char *nvfp4_op_name(nvfp4_op op)
         "linear_w4a4", "linear_w4a16", "linear_dense", "embed",   "rmsnorm",
         "rope",        "attention",    "silu_mul",     "softmax", "topk",
         "moe",         "add",          "logsoftmax",   "argmax",  "gate_add",
-        "attention_paged",
+        "attention_paged", "glu", "scale",
     };
     return (unsigned)op < NVFP4_OP_COUNT ? names[op] : "unknown";
 }
@@ -311,6 +311,8 @@ static int iface_has(const nvfp4_backend_iface *f, nvfp4_op op)
     case NVFP4_OP_ARGMAX: return f->argmax != NULL;
     case NVFP4_OP_GATE_ADD: return f->gate_add != NULL;
     case NVFP4_OP_ATTENTION_PAGED: return f->attention_paged != NULL;
+    case NVFP4_OP_GLU: return f->glu != NULL;
+    case NVFP4_OP_SCALE: return f->scale != NULL;
     default: return 0;
     }
 }
@@ -877,6 +879,46 @@ nvfp4_status nvfp4_k_silu_mul(nvfp4_backend *be, const float *gu, size_t m, size
     return be->iface->silu_mul(be->ctx, gu, m, inter, out, err);
 }
 
+nvfp4_status nvfp4_k_glu(nvfp4_backend *be, nvfp4_glu_kind kind, const float *gu, size_t m,
+                         size_t inter, float alpha, float limit, float *out, nvfp4_error *err)
+{
+    CHECK_BE(be, err, "glu");
+    if ((unsigned)kind >= NVFP4_GLU_COUNT)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "glu", -1,
+                               "unknown activation kind %d (0..%d)", (int)kind,
+                               NVFP4_GLU_COUNT - 1);
+    if (kind == NVFP4_GLU_SWIGLU_OAI && !(isfinite(alpha) && isfinite(limit) && limit > 0.0f))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "glu", -1,
+                               "clamped SwiGLU needs a finite alpha and a finite limit > 0, "
+                               "found alpha %g, limit %g", (double)alpha, (double)limit);
+    if (m == 0)
+        return NVFP4_OK;
+    NEED(gu, "glu", err);
+    NEED(out, "glu", err);
+    if (inter == 0 || !count_ok(m, inter, 2))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "glu", -1,
+                               "invalid size inter = %zu", inter);
+    if (!be->iface->glu)
+        return unsupported(be, NVFP4_OP_GLU, err);
+    return be->iface->glu(be->ctx, kind, gu, m, inter, alpha, limit, out, err);
+}
+
+nvfp4_status nvfp4_k_scale(nvfp4_backend *be, const float *x, size_t n, float s, float *y,
+                           nvfp4_error *err)
+{
+    CHECK_BE(be, err, "scale");
+    if (!isfinite(s))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "scale", -1,
+                               "the factor must be finite, found %g", (double)s);
+    if (n == 0)
+        return NVFP4_OK;
+    NEED(x, "scale", err);
+    NEED(y, "scale", err);
+    if (!be->iface->scale)
+        return unsupported(be, NVFP4_OP_SCALE, err);
+    return be->iface->scale(be->ctx, x, n, s, y, err);
+}
+
 static nvfp4_status check_rows(const char *op, const void *x, const void *y, size_t m,
                                size_t n, nvfp4_error *err)
 {
@@ -992,10 +1034,28 @@ nvfp4_status nvfp4_k_moe(nvfp4_backend *be, nvfp4_kweight *const *w13,
                          const int32_t *idx, const float *weights, size_t k, float *y,
                          nvfp4_error *err)
 {
+    return nvfp4_k_moe_glu(be, w13, w2, experts, x, m, idx, weights, k, NVFP4_GLU_SILU, 0.0f,
+                           0.0f, y, err);
+}
+
+nvfp4_status nvfp4_k_moe_glu(nvfp4_backend *be, nvfp4_kweight *const *w13,
+                             nvfp4_kweight *const *w2, size_t experts, const float *x,
+                             size_t m, const int32_t *idx, const float *weights, size_t k,
+                             nvfp4_glu_kind kind, float alpha, float limit, float *y,
+                             nvfp4_error *err)
+{
     nvfp4_status st;
     int64_t hidden, inter;
 
     CHECK_BE(be, err, "moe");
+    if ((unsigned)kind >= NVFP4_GLU_COUNT)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "moe", -1,
+                               "unknown activation kind %d (0..%d)", (int)kind,
+                               NVFP4_GLU_COUNT - 1);
+    if (kind == NVFP4_GLU_SWIGLU_OAI && !(isfinite(alpha) && isfinite(limit) && limit > 0.0f))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "moe", -1,
+                               "clamped SwiGLU needs a finite alpha and a finite limit > 0, "
+                               "found alpha %g, limit %g", (double)alpha, (double)limit);
     if (m == 0)
         return NVFP4_OK;
     NEED(w13, "moe", err);
@@ -1036,7 +1096,8 @@ nvfp4_status nvfp4_k_moe(nvfp4_backend *be, nvfp4_kweight *const *w13,
                                    (long)idx[i], i / k, i % k, experts - 1);
     if (!w13[0]->runs_moe)
         return unsupported_w(be, NVFP4_OP_MOE, w13[0], err);
-    return be->iface->moe(be->ctx, w13, w2, experts, x, m, idx, weights, k, y, err);
+    return be->iface->moe(be->ctx, w13, w2, experts, x, m, idx, weights, k, kind, alpha, limit,
+                          y, err);
 }
 
 const nvfp4_backend_comm_iface *nvfp4k_backend_comm(nvfp4_backend *be, void **ctx)

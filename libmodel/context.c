@@ -56,7 +56,6 @@ struct nvfp4_context {
     float *x, *h, *q, *k, *v, *att, *o, *gu, *act, *mlp, *router, *topw, *sh, *shg, *logits;
     int32_t *ids, *pos, *rseq, *topi, *tables;
     float *host_a, *host_b, *host_g;
-    float *host_gu;                       /* [max_batch, 2 inter]: GeGLU on the host */
     /* host staging of one batch */
     int32_t *h_ids, *h_pos, *h_rseq, *h_tables;
     void *h_block;                        /* one block of one pool, for copies */
@@ -141,15 +140,13 @@ static nvfp4_status alloc_scratch(nvfp4_context *c, nvfp4_error *err)
         !(c->rseq = salloc(c, n * 4, err)) ||
         !(c->tables = salloc(c, ntab * c->max_blocks * 4, err)))
         return err && err->status ? err->status : NVFP4_ERR_NOMEM;
-    if (nvfp4m_arch_has(c->m->arch, TR_SH_EXPERT_GATE) || c->m->arch->embed_scale) {
+    if (nvfp4m_arch_has(c->m->arch, TR_SH_EXPERT_GATE)) {
         c->host_a = malloc(n * H * 4);
         c->host_b = malloc(n * H * 4);
         c->host_g = malloc(n * 4);
         if (!c->host_a || !c->host_b || !c->host_g)
             return nomem(err);
     }
-    if (c->m->arch->act == ACT_GELU_TANH && !(c->host_gu = malloc(n * 2 * inter * 4)))
-        return nomem(err);
     c->h_ids = malloc(n * 4);
     c->h_pos = malloc(n * 4);
     c->h_rseq = malloc(n * 4);
@@ -217,7 +214,6 @@ void nvfp4_context_free(nvfp4_context *c)
     free(c->host_a);
     free(c->host_b);
     free(c->host_g);
-    free(c->host_gu);
     free(c->h_ids);
     free(c->h_pos);
     free(c->h_rseq);
@@ -570,36 +566,12 @@ static nvfp4_status gate_up_split(nvfp4_context *c, const layer_t *L, size_t n,
 }
 
 /* Gemma's embeddings times sqrt(hidden_size) in the embeddings' dtype
- * (m->embed_mult), on the host: no backend op scales. */
+ * (m->embed_mult), on the backend. */
 static nvfp4_status embed_scale(nvfp4_context *c, size_t n, nvfp4_error *err)
 {
     size_t H = (size_t)c->m->hp.hidden;
-    const float s = c->m->embed_mult;
 
-    TRY(nvfp4_backend_download(c->be, c->host_a, c->x, n * H * 4, err));
-    for (size_t i = 0; i < n * H; i++)
-        c->host_a[i] *= s;
-    return nvfp4_backend_upload(c->be, c->x, c->host_a, n * H * 4, err);
-}
-
-/* GeGLU: out = gelu_tanh(gate) * up (torch's approximate="tanh" formula in
- * float32), on the host: the backends have SiLU-mul only. */
-static nvfp4_status gelu_mul(nvfp4_context *c, size_t n, size_t inter, nvfp4_error *err)
-{
-    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
-
-    TRY(nvfp4_backend_download(c->be, c->host_gu, c->gu, n * 2 * inter * 4, err));
-    for (size_t t = 0; t < n; t++) {
-        const float *g = c->host_gu + t * 2 * inter, *u = g + inter;
-        float *o = c->host_gu + t * inter; /* compacted in place: row t's input is read
-                                             before anything at or past it is written */
-        for (size_t j = 0; j < inter; j++) {
-            float x = g[j], inner = beta * (x + kappa * (x * x * x));
-            float a = 0.5f * x * (1.0f + tanhf(inner));
-            o[j] = a * u[j];
-        }
-    }
-    return nvfp4_backend_upload(c->be, c->act, c->host_gu, n * inter * 4, err);
+    return nvfp4_k_scale(c->be, c->x, n * H, c->m->embed_mult, c->x, err);
 }
 
 /* Multi-head latent attention of layer L (mla.c) into c->o (all heads on
@@ -770,8 +742,9 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
                 TRY(gate_up_split(c, L, n, err));
             else
                 TRY(nvfp4_k_linear(be, L->gu, c->h, n, c->gu, err));
-            if (m->arch->act == ACT_GELU_TANH)
-                TRY(gelu_mul(c, n, (size_t)m->par->inter, err));
+            if (m->arch->act == ACT_GELU_TANH) /* GeGLU (Gemma) */
+                TRY(nvfp4_k_glu(be, NVFP4_GLU_GELU_TANH, c->gu, n, (size_t)m->par->inter,
+                                0.0f, 0.0f, c->act, err));
             else
                 TRY(nvfp4_k_silu_mul(be, c->gu, n, (size_t)m->par->inter, c->act, err));
             TRY(nvfp4_k_linear(be, L->down, c->act, n, c->mlp, err));

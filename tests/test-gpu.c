@@ -468,6 +468,76 @@ static void close_all(const float *got, const double *ref, size_t n, const doubl
                       what, i, got[i], ref[i], tol[i]);
 }
 
+/* nvfp4_k_glu's formulas in float64 (gelu_tanh(g) * u; gpt-oss's clamped
+ * SwiGLU) and a bound on the float32 error (TOL): the float32 results are a
+ * few roundings of each product, plus the cancellation of 1 + tanh (an
+ * error of tanh's argument times its derivative, at most |inner|) and of
+ * up + 1. */
+static double glu_ref(int kind, double g, double up, double alpha, double limit, double *tol)
+{
+    const double u = ldexp(1.0, -24);
+
+    if (kind == NVFP4_GLU_GELU_TANH) {
+        double inner = sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g);
+        *tol = 16 * u * fabs(g) * fabs(up) * (1 + fabs(inner)) + 1e-30;
+        return 0.5 * g * (1 + tanh(inner)) * up;
+    }
+    g = g > limit ? limit : g;
+    up = up > limit ? limit : up < -limit ? -limit : up;
+    {
+        double gl = g / (1 + exp(-alpha * g));
+        *tol = 16 * u * (fabs(up) + 1) * (fabs(gl) + fabs(g * alpha * g) * 0.25) + 1e-30;
+        return (up + 1) * gl;
+    }
+}
+
+/* glu (GeGLU, clamped SwiGLU) and scale on the device against float64 (the
+ * bounds of glu_ref: a few roundings of each product, the cancellations of
+ * 1 + tanh and up + 1), inputs beyond the clamp on both sides. */
+START_TEST(test_glu_scale)
+{
+    enum { M = 7, I = 301 };
+    const float alpha = 1.702f, limit = 2.5f;
+    nvfp4_backend *be = open_gpu();
+    nvfp4_error err;
+    float *gu = malloc(M * 2 * I * 4), *o = malloc(M * 2 * I * 4);
+    float *dgu, *dout;
+
+    for (size_t i = 0; i < M * 2 * I; i++)
+        gu[i] = frand(-6, 6);
+    dgu = dput(be, gu, M * 2 * I * 4);
+    dout = dput(be, NULL, M * 2 * I * 4);
+    for (int kind = NVFP4_GLU_GELU_TANH; kind <= NVFP4_GLU_SWIGLU_OAI; kind++) {
+        ck_assert_int_eq(nvfp4_k_glu(be, (nvfp4_glu_kind)kind, dgu, M, I, alpha, limit, dout,
+                                     &err),
+                         NVFP4_OK);
+        dget(be, o, dout, M * I * 4);
+        for (size_t r = 0; r < M; r++)
+            for (size_t j = 0; j < I; j++) {
+                /* the clamped SwiGLU takes gate and up interleaved */
+                size_t gi = kind == NVFP4_GLU_SWIGLU_OAI ? 2 * j : j;
+                size_t ui = kind == NVFP4_GLU_SWIGLU_OAI ? 2 * j + 1 : I + j;
+                double tol, want = glu_ref(kind, gu[r * 2 * I + gi], gu[r * 2 * I + ui], alpha,
+                                           limit, &tol);
+                ck_assert_msg(fabs(o[r * I + j] - want) <= tol,
+                              "glu kind %d [%zu][%zu] = %.9g, reference %.9g (tol %g)", kind,
+                              r, j, o[r * I + j], want, tol);
+            }
+    }
+    /* scale in place: one float32 product each, exact */
+    ck_assert_int_eq(nvfp4_k_scale(be, dgu, M * 2 * I, 45.254833f, dgu, &err), NVFP4_OK);
+    dget(be, o, dgu, M * 2 * I * 4);
+    for (size_t i = 0; i < M * 2 * I; i++)
+        ck_assert_msg(o[i] == gu[i] * 45.254833f, "scale[%zu] = %a, expected %a", i, o[i],
+                      gu[i] * 45.254833f);
+    nvfp4_backend_release(be, dgu);
+    nvfp4_backend_release(be, dout);
+    nvfp4_backend_free(be);
+    free(gu);
+    free(o);
+}
+END_TEST
+
 /* rmsnorm, silu_mul, softmax, logsoftmax, add, argmax against float64.
  * Elementwise results (add, silu*up) are one or a few float32 roundings:
  * 4 u relative.  Reductions over d terms: gamma_d relative to the sum of
@@ -763,7 +833,8 @@ START_TEST(test_attention_paged)
     nvfp4_backend *be = open_gpu(), *cpu;
     nvfp4_error err;
     nvfp4_kv_pages kv, hk;
-    float *dkp, *dvp, *dq, *dk, *dv, *dout;
+    const float sinks[NH] = {-2.0f, 0.0f, 1.5f, 4.0f};
+    float *dkp, *dvp, *dq, *dk, *dv, *dout, *dsinks;
     int32_t *dtab, *dpos, *dseq;
 
     cpu = nvfp4_backend_open("cpu", &err);
@@ -793,21 +864,28 @@ START_TEST(test_attention_paged)
     dout = dput(be, NULL, 21 * NH * HD * 4);
     memcpy(kc, kp, pool * esz);
     memcpy(vc, vp, pool * esz);
-    for (int step = 0; step < 2; step++) {
-        const size_t m = step ? 21 : 3;
-        const int32_t *pos = step ? pos2 : pos1, *seq = step ? seq2 : seq1;
+    dsinks = dput(be, sinks, sizeof(sinks));
+    /* steps 2 and 3: both paths again with gpt-oss's attention sinks (the
+     * merge adds the sink once; the one-pass path starts from it) */
+    for (int step = 0; step < 4; step++) {
+        const size_t m = step & 1 ? 21 : 3;
+        const int32_t *pos = step & 1 ? pos2 : pos1, *seq = step & 1 ? seq2 : seq1;
         memset(&kv, 0, sizeof(kv));
         kv.nblocks = NB;
         kv.block = BS;
         kv.ntables = 3;
         kv.max_blocks = MAXB;
-        kv.max_len = step ? 301 : 300;
+        kv.max_len = step & 1 ? 301 : 300;
         if (fp8) {
             kv.dtype = NVFP4_KV_ELEM_FP8_E4M3;
             kv.k_scale = 0.0021f; /* |k| up to 1: past 448 * 0.0021, saturating */
             kv.v_scale = 0.0037f;
         }
         hk = kv;
+        if (step >= 2) {
+            hk.sinks = sinks;
+            kv.sinks = dsinks;
+        }
         hk.k_pool = kc;
         hk.v_pool = vc;
         hk.tables = tab;
@@ -859,6 +937,7 @@ START_TEST(test_attention_paged)
                 ck_assert(fabs(got[20 * NH * HD + c] - want[20 * NH * HD + c]) <= 1e-5);
             }
             ck_assert_int_eq(nvfp4_backend_sync(be, &err), NVFP4_OK); /* reported once */
+            nvfp4_backend_upload(be, dtab, tab, sizeof(tab), &err); /* for steps 2, 3 */
         }
         nvfp4_backend_release(be, dq);
         nvfp4_backend_release(be, dk);
@@ -867,6 +946,7 @@ START_TEST(test_attention_paged)
         nvfp4_backend_release(be, dseq);
     }
     ck_assert(nvfp4_backend_supports(be, NVFP4_OP_ATTENTION_PAGED));
+    nvfp4_backend_release(be, dsinks);
     nvfp4_backend_release(be, dkp);
     nvfp4_backend_release(be, dvp);
     nvfp4_backend_release(be, dtab);
@@ -984,36 +1064,50 @@ START_TEST(test_moe)
         dy = dput(be, NULL, (size_t)M * H * 4);
         dw = dput(be, rw, (size_t)M * K * 4);
         di = dput(be, idx, (size_t)M * K * 4);
-        ck_assert_msg(nvfp4_k_moe(be, k13, k2, E, dx, (size_t)M, di, dw, K, dy, &err) ==
-                          NVFP4_OK,
-                      "%s", err.text);
-        ck_assert_int_eq(nvfp4_backend_sync(be, &err), NVFP4_OK);
-        dget(be, y, dy, (size_t)M * H * 4);
-        for (int t = 0; t < M; t++)
-            for (int h = 0; h < H; h++) {
-                double ref = 0, mag = 0;
-                for (int j = 0; j < K; j++) {
-                    const int e = idx[t * K + j];
-                    double a[I], o = 0, om = 0;
-                    for (int i = 0; i < I; i++) {
-                        double g = 0, u = 0;
-                        for (int c = 0; c < H; c++) {
-                            g += (double)syn_w(&w13[e].lin, i, c) * x[t * H + c];
-                            u += (double)syn_w(&w13[e].lin, I + i, c) * x[t * H + c];
+        /* kind 1: gpt-oss's clamped SwiGLU, a limit that clamps many gates and ups */
+        for (int kind = 0; kind < 2; kind++) {
+            const double alpha = 1.702f, limit = 0.05f;
+            ck_assert_msg((kind ? nvfp4_k_moe_glu(be, k13, k2, E, dx, (size_t)M, di, dw, K,
+                                                  NVFP4_GLU_SWIGLU_OAI, 1.702f, 0.05f, dy, &err)
+                                : nvfp4_k_moe(be, k13, k2, E, dx, (size_t)M, di, dw, K, dy,
+                                              &err)) == NVFP4_OK,
+                          "%s", err.text);
+            ck_assert_int_eq(nvfp4_backend_sync(be, &err), NVFP4_OK);
+            dget(be, y, dy, (size_t)M * H * 4);
+            for (int t = 0; t < M; t++)
+                for (int h = 0; h < H; h++) {
+                    double ref = 0, mag = 0;
+                    for (int j = 0; j < K; j++) {
+                        const int e = idx[t * K + j];
+                        double a[I], o = 0, om = 0;
+                        for (int i = 0; i < I; i++) {
+                            double g = 0, u = 0;
+                            for (int c = 0; c < H; c++) {
+                                /* the clamped SwiGLU's rows interleave gate and up */
+                                const int gr = kind ? 2 * i : i, ur = kind ? 2 * i + 1 : I + i;
+                                g += (double)syn_w(&w13[e].lin, gr, c) * x[t * H + c];
+                                u += (double)syn_w(&w13[e].lin, ur, c) * x[t * H + c];
+                            }
+                            if (kind == 0) {
+                                a[i] = g / (1 + exp(-g)) * u;
+                            } else {
+                                g = g > limit ? limit : g;
+                                u = u > limit ? limit : u < -limit ? -limit : u;
+                                a[i] = (u + 1) * (g / (1 + exp(-alpha * g)));
+                            }
                         }
-                        a[i] = g / (1 + exp(-g)) * u;
+                        for (int i = 0; i < I; i++) {
+                            o += syn_w(&w2[e].lin, h, i) * a[i];
+                            om += fabs(syn_w(&w2[e].lin, h, i) * a[i]);
+                        }
+                        ref += rw[t * K + j] * o;
+                        mag += rw[t * K + j] * om;
                     }
-                    for (int i = 0; i < I; i++) {
-                        o += syn_w(&w2[e].lin, h, i) * a[i];
-                        om += fabs(syn_w(&w2[e].lin, h, i) * a[i]);
-                    }
-                    ref += rw[t * K + j] * o;
-                    mag += rw[t * K + j] * om;
+                    ck_assert_msg(fabs(y[t * H + h] - ref) <= 1e-5 * mag + 1e-30,
+                                  "moe kind %d m=%d y[%d][%d] = %.9g, reference %.9g (mag %g)",
+                                  kind, M, t, h, y[t * H + h], ref, mag);
                 }
-                ck_assert_msg(fabs(y[t * H + h] - ref) <= 1e-5 * mag + 1e-30,
-                              "moe m=%d y[%d][%d] = %.9g, reference %.9g (mag %g)", M, t, h,
-                              y[t * H + h], ref, mag);
-            }
+        }
         nvfp4_backend_release(be, dx);
         nvfp4_backend_release(be, dy);
         nvfp4_backend_release(be, dw);
@@ -1226,6 +1320,7 @@ int main(void)
     tcase_add_test(tc, test_linear_dense);
     tcase_add_test(tc, test_embed);
     tcase_add_test(tc, test_rowwise);
+    tcase_add_test(tc, test_glu_scale);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
     tcase_add_loop_test(tc, test_attention_paged, 0, 2);

@@ -1234,6 +1234,43 @@ static void attention_paged_case(const char *isa)
         ck_assert(memcmp(vp + ((size_t)t[pos[i] / BS] * BS + pos[i] % BS) * ROW, v + i * ROW,
                          ROW * 4) == 0);
     }
+    /* attention sinks (gpt-oss): one logit per head joins each softmax with
+     * no value; against float64 (the bound of test_attention plus the sink's
+     * own exp); head 3's sink dwarfs every score, so its outputs are ~0 */
+    {
+        const float sinks[NH] = {-1.0f, 0.5f, 3.0f, 20.0f};
+        kv.sinks = sinks;
+        ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale, out,
+                                                 &err),
+                         NVFP4_OK);
+        kv.sinks = NULL;
+        for (int i = 0; i < M; i++)
+            for (int h = 0; h < NH; h++) {
+                const float *kk = seq[i] ? kb : ka, *vv = seq[i] ? vb : va;
+                const int g = h / (NH / NKV), len = pos[i] + 1;
+                double sc[16], mx = sinks[h], sum = 0;
+                for (int p = 0; p < len; p++) {
+                    double d = 0;
+                    for (int j = 0; j < HD; j++)
+                        d += (double)q[(i * NH + h) * HD + j] * kk[(p * NKV + g) * HD + j];
+                    sc[p] = d * scale;
+                    mx = fmax(mx, sc[p]);
+                }
+                for (int p = 0; p < len; p++)
+                    sum += (sc[p] = exp(sc[p] - mx));
+                sum += exp(sinks[h] - mx);
+                for (int j = 0; j < HD; j++) {
+                    double o = 0;
+                    for (int p = 0; p < len; p++)
+                        o += sc[p] / sum * vv[(p * NKV + g) * HD + j];
+                    ck_assert_msg(fabs(out[(i * NH + h) * HD + j] - o) <= 3e-5,
+                                  "%s sinks: row %d head %d dim %d: %.9g vs %.9g", isa, i, h,
+                                  j, out[(i * NH + h) * HD + j], o);
+                    if (h == 3)
+                        ck_assert(fabs(o) < 1e-6);
+                }
+            }
+    }
     /* refusals, each naming what is wrong */
     pos[0] = A0 + AM;
     ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale, out, &err),
@@ -1387,6 +1424,92 @@ START_TEST(test_attention_paged)
 }
 END_TEST
 
+/* nvfp4_k_glu's formulas in float64 (gelu_tanh(g) * u; gpt-oss's clamped
+ * SwiGLU) and a bound on the float32 error (TOL): the float32 results are a
+ * few roundings of each product, plus the cancellation of 1 + tanh (an
+ * error of tanh's argument times its derivative, at most |inner|) and of
+ * up + 1. */
+static double glu_ref(int kind, double g, double up, double alpha, double limit, double *tol)
+{
+    const double u = ldexp(1.0, -24);
+
+    if (kind == NVFP4_GLU_GELU_TANH) {
+        double inner = sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g);
+        *tol = 16 * u * fabs(g) * fabs(up) * (1 + fabs(inner)) + 1e-30;
+        return 0.5 * g * (1 + tanh(inner)) * up;
+    }
+    g = g > limit ? limit : g;
+    up = up > limit ? limit : up < -limit ? -limit : up;
+    {
+        double gl = g / (1 + exp(-alpha * g));
+        *tol = 16 * u * (fabs(up) + 1) * (fabs(gl) + fabs(g * alpha * g) * 0.25) + 1e-30;
+        return (up + 1) * gl;
+    }
+}
+
+/* glu (GeGLU, clamped SwiGLU) and scale against float64: inputs beyond the
+ * clamp on both sides, zeros of up + 1, and the argument checks. */
+START_TEST(test_glu_scale)
+{
+    nvfp4_error err;
+    nvfp4_backend *be = open_cpu();
+    enum { M = 4, I = 53 };
+    const float alpha = 1.702f, limit = 2.5f;
+    float gu[M * 2 * I], o[M * I], y[M * 2 * I];
+
+    for (int i = 0; i < M * 2 * I; i++)
+        gu[i] = frand(-6, 6);
+    gu[1] = -1.0f; /* up + 1 == 0 (interleaved) */
+    gu[2] = limit;
+    for (int kind = NVFP4_GLU_GELU_TANH; kind <= NVFP4_GLU_SWIGLU_OAI; kind++) {
+        ck_assert_int_eq(nvfp4_k_glu(be, (nvfp4_glu_kind)kind, gu, M, I, alpha, limit, o, &err),
+                         NVFP4_OK);
+        for (int r = 0; r < M; r++)
+            for (int j = 0; j < I; j++) {
+                /* the clamped SwiGLU takes gate and up interleaved */
+                int gi = kind == NVFP4_GLU_SWIGLU_OAI ? 2 * j : j;
+                int ui = kind == NVFP4_GLU_SWIGLU_OAI ? 2 * j + 1 : I + j;
+                double tol, want = glu_ref(kind, gu[r * 2 * I + gi], gu[r * 2 * I + ui], alpha,
+                                           limit, &tol);
+                ck_assert_msg(fabs(o[r * I + j] - want) <= tol,
+                              "glu kind %d [%d][%d] = %.9g, reference %.9g (tol %g)", kind, r,
+                              j, o[r * I + j], want, tol);
+            }
+    }
+    /* SiLU through glu is silu_mul */
+    ck_assert_int_eq(nvfp4_k_glu(be, NVFP4_GLU_SILU, gu, M, I, 0, 0, o, &err), NVFP4_OK);
+    ck_assert_int_eq(nvfp4_k_silu_mul(be, gu, M, I, y, &err), NVFP4_OK);
+    ck_assert(memcmp(o, y, sizeof(float) * M * I) == 0);
+    /* scale: one float32 product each, in place */
+    memcpy(y, gu, sizeof(gu));
+    ck_assert_int_eq(nvfp4_k_scale(be, y, M * 2 * I, 45.254833f, y, &err), NVFP4_OK);
+    for (int i = 0; i < M * 2 * I; i++)
+        ck_assert(y[i] == gu[i] * 45.254833f);
+    /* bad arguments */
+    ck_assert_int_eq(nvfp4_k_glu(be, NVFP4_GLU_COUNT, gu, M, I, alpha, limit, o, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_msg(strstr(err.text, "unknown activation kind"), "%s", err.text);
+    ck_assert_int_eq(nvfp4_k_glu(be, NVFP4_GLU_SWIGLU_OAI, gu, M, I, alpha, 0.0f, o, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_msg(strstr(err.text, "limit"), "%s", err.text);
+    ck_assert_int_eq(nvfp4_k_glu(be, NVFP4_GLU_SWIGLU_OAI, gu, M, I, NAN, limit, o, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_int_eq(nvfp4_k_glu(be, NVFP4_GLU_GELU_TANH, gu, M, 0, 0, 0, o, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_int_eq(nvfp4_k_glu(be, NVFP4_GLU_GELU_TANH, NULL, M, I, 0, 0, o, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_int_eq(nvfp4_k_scale(be, gu, 4, INFINITY, y, &err), NVFP4_ERR_INVALID);
+    ck_assert_msg(strstr(err.text, "finite"), "%s", err.text);
+    ck_assert_int_eq(nvfp4_k_scale(be, NULL, 4, 2.0f, y, &err), NVFP4_ERR_INVALID);
+    ck_assert_int_eq(nvfp4_k_scale(be, NULL, 0, 2.0f, NULL, &err), NVFP4_OK);
+    ck_assert(nvfp4_backend_supports(be, NVFP4_OP_GLU));
+    ck_assert(nvfp4_backend_supports(be, NVFP4_OP_SCALE));
+    ck_assert_str_eq(nvfp4_op_name(NVFP4_OP_GLU), "glu");
+    ck_assert_str_eq(nvfp4_op_name(NVFP4_OP_SCALE), "scale");
+    nvfp4_backend_free(be);
+}
+END_TEST
+
 START_TEST(test_rowops)
 {
     nvfp4_error err;
@@ -1517,6 +1640,12 @@ START_TEST(test_topk)
 }
 END_TEST
 
+/* Row Q of the fused gate/up weight [G rows | U rows] (I rows each). */
+static double fused_w(const nvfp4_linear *g, const nvfp4_linear *u, int i, int q, int c)
+{
+    return q < i ? syn_w(g, q, c) : syn_w(u, q - i, c);
+}
+
 START_TEST(test_moe)
 {
     nvfp4_error err;
@@ -1547,39 +1676,72 @@ START_TEST(test_moe)
     nvfp4_backend_set_threads(be, 2);
     ck_assert_int_eq(nvfp4_k_moe(be, w13, w2, E, x, M, idx, wt, K, y2, &err), NVFP4_OK);
     ck_assert(memcmp(y, y2, sizeof(y)) == 0);
-    for (int t = 0; t < M; t++) {
-        double acc[H] = {0}, mag[H] = {0};
-        for (int j = 0; j < K; j++) {
-            int e = idx[t * K + j];
-            double h[I], hm[I];
-            for (int r = 0; r < I; r++) {
-                double gg = 0, uu = 0, gm = 0, um = 0;
-                for (int c = 0; c < H; c++) {
-                    gg += (double)x[t * H + c] * syn_w(&g[e].lin, r, c);
-                    uu += (double)x[t * H + c] * syn_w(&u[e].lin, r, c);
-                    gm += fabs((double)x[t * H + c] * syn_w(&g[e].lin, r, c));
-                    um += fabs((double)x[t * H + c] * syn_w(&u[e].lin, r, c));
-                }
-                h[r] = gg / (1 + exp(-gg)) * uu;
-                /* error of silu(g)*u from the float32 g and u, and its rounding */
-                hm[r] = (fabs(uu) * gm * 1.2 + fabs(gg) * um) * gamma_n(H) + 4e-7 * fabs(h[r]);
+    /* kind 0: SiLU (nvfp4_k_moe); kind 1: gpt-oss's clamped SwiGLU with a
+     * limit small enough that many gates and ups are clamped */
+    for (int kind = 0; kind < 2; kind++) {
+        for (int t = 0; t < M; t++) {
+            const double alpha = 1.702f, limit = 0.05f;
+            double acc[H] = {0}, mag[H] = {0};
+            if (kind == 1 && t == 0) {
+                ck_assert_int_eq(nvfp4_k_moe_glu(be, w13, w2, E, x, M, idx, wt, K,
+                                                 NVFP4_GLU_SWIGLU_OAI, 1.702f, 0.05f, y, &err),
+                                 NVFP4_OK);
+                nvfp4_backend_set_threads(be, 1);
+                ck_assert_int_eq(nvfp4_k_moe_glu(be, w13, w2, E, x, M, idx, wt, K,
+                                                 NVFP4_GLU_SWIGLU_OAI, 1.702f, 0.05f, y2, &err),
+                                 NVFP4_OK);
+                ck_assert(memcmp(y, y2, sizeof(y)) == 0);
             }
-            for (int r = 0; r < H; r++) {
-                double o = 0, om = 0;
-                for (int c = 0; c < I; c++) {
-                    o += h[c] * syn_w(&d[e].lin, r, c);
-                    om += fabs(h[c] * syn_w(&d[e].lin, r, c)) * gamma_n(I) +
-                          hm[c] * fabs(syn_w(&d[e].lin, r, c));
+            for (int j = 0; j < K; j++) {
+                int e = idx[t * K + j];
+                double h[I], hm[I];
+                for (int r = 0; r < I; r++) {
+                    double gg = 0, uu = 0, gm = 0, um = 0;
+                    for (int c = 0; c < H; c++) {
+                        const int gr = kind ? 2 * r : r, ur = kind ? 2 * r + 1 : I + r;
+                        const double wg = fused_w(&g[e].lin, &u[e].lin, I, gr, c);
+                        const double wu = fused_w(&g[e].lin, &u[e].lin, I, ur, c);
+                        gg += (double)x[t * H + c] * wg;
+                        uu += (double)x[t * H + c] * wu;
+                        gm += fabs((double)x[t * H + c] * wg);
+                        um += fabs((double)x[t * H + c] * wu);
+                    }
+                    if (kind == 0) {
+                        h[r] = gg / (1 + exp(-gg)) * uu;
+                        /* error of silu(g)*u from the float32 g and u, and its rounding */
+                        hm[r] = (fabs(uu) * gm * 1.2 + fabs(gg) * um) * gamma_n(H) +
+                                4e-7 * fabs(h[r]);
+                    } else {
+                        double cg = gg > limit ? limit : gg;
+                        double cu = uu > limit ? limit : uu < -limit ? -limit : uu;
+                        h[r] = (cu + 1) * (cg / (1 + exp(-alpha * cg)));
+                        /* the same bound with (u + 1) and the slope alpha */
+                        hm[r] = ((fabs(cu) + 1) * gm * (1.2 + alpha * fabs(cg)) + fabs(cg) * um) *
+                                    gamma_n(H) +
+                                8e-7 * (fabs(cu) + 1) * fabs(cg);
+                    }
                 }
-                acc[r] += wt[t * K + j] * o;
-                mag[r] += wt[t * K + j] * om + fabs(wt[t * K + j] * o) * 1e-7;
+                for (int r = 0; r < H; r++) {
+                    double o = 0, om = 0;
+                    for (int c = 0; c < I; c++) {
+                        o += h[c] * syn_w(&d[e].lin, r, c);
+                        om += fabs(h[c] * syn_w(&d[e].lin, r, c)) * gamma_n(I) +
+                              hm[c] * fabs(syn_w(&d[e].lin, r, c));
+                    }
+                    acc[r] += wt[t * K + j] * o;
+                    mag[r] += wt[t * K + j] * om + fabs(wt[t * K + j] * o) * 1e-7;
+                }
             }
+            for (int r = 0; r < H; r++)
+                ck_assert_msg(fabs(y[t * H + r] - acc[r]) <= mag[r] + 1e-30,
+                              "kind %d token %d dim %d: %.9g vs %.9g (allowed %.3g)", kind, t, r,
+                              y[t * H + r], acc[r], mag[r]);
         }
-        for (int r = 0; r < H; r++)
-            ck_assert_msg(fabs(y[t * H + r] - acc[r]) <= mag[r] + 1e-30,
-                          "token %d dim %d: %.9g vs %.9g (allowed %.3g)", t, r, y[t * H + r],
-                          acc[r], mag[r]);
     }
+    ck_assert_int_eq(nvfp4_k_moe_glu(be, w13, w2, E, x, M, idx, wt, K, NVFP4_GLU_SWIGLU_OAI,
+                                     1.702f, -1.0f, y, &err),
+                     NVFP4_ERR_INVALID);
+    ck_assert_msg(strstr(err.text, "limit"), "%s", err.text);
     idx[3] = 3;
     ck_assert_int_eq(nvfp4_k_moe(be, w13, w2, E, x, M, idx, wt, K, y, &err), NVFP4_ERR_INVALID);
     ck_assert_msg(strstr(err.text, "expert index 3 (token 1, slot 1) is outside 0..2"), "%s",
@@ -1624,6 +1786,7 @@ int main(void)
     tcase_add_test(tc, test_batch_invariance);
     tcase_add_test(tc, test_batch_invariance_decode);
     tcase_add_test(tc, test_rowops);
+    tcase_add_test(tc, test_glu_scale);
     tcase_add_test(tc, test_topk);
     tcase_add_test(tc, test_moe);
     suite_add_tcase(s, tc);

@@ -105,6 +105,8 @@ typedef enum {
     NVFP4_OP_ARGMAX,           /**< nvfp4_k_argmax() */
     NVFP4_OP_GATE_ADD,         /**< nvfp4_k_gate_add(): y += sigmoid(gate) * x (Qwen2-MoE) */
     NVFP4_OP_ATTENTION_PAGED,  /**< nvfp4_k_attention_paged(): per-sequence block tables */
+    NVFP4_OP_GLU,              /**< nvfp4_k_glu(): gated activations (nvfp4_glu_kind) */
+    NVFP4_OP_SCALE,            /**< nvfp4_k_scale(): y = s * x (Gemma's embedding scale) */
     NVFP4_OP_COUNT             /**< number of operations (not an operation) */
 } nvfp4_op;
 
@@ -478,6 +480,9 @@ typedef struct {
     nvfp4_kv_elem dtype;        /**< host value: element type of both pools (0: float32) */
     float k_scale;              /**< host value: FP8 pools: the keys' per-tensor scale, > 0 */
     float v_scale;              /**< host value: FP8 pools: the values' per-tensor scale, > 0 */
+    const float *sinks;         /**< [nh] attention sinks (gpt-oss), one logit per query
+                                     head that joins each softmax's denominator (and
+                                     its maximum) and weighs no value; NULL for none */
 } nvfp4_kv_pages;
 
 /**
@@ -528,6 +533,51 @@ NVFP4_API nvfp4_status nvfp4_k_attention_paged(nvfp4_backend *be, const float *q
  */
 NVFP4_API nvfp4_status nvfp4_k_silu_mul(nvfp4_backend *be, const float *gu, size_t m,
                                         size_t inter, float *out, nvfp4_error *err);
+/** The gated activations of nvfp4_k_glu(). */
+typedef enum {
+    NVFP4_GLU_SILU = 0,   /**< silu(g) × u, silu(g) = g / (1 + expf(-g)) (Llama, Qwen, ...) */
+    NVFP4_GLU_GELU_TANH,  /**< gelu_tanh(g) × u, torch's approximate="tanh" in float32 (Gemma) */
+    NVFP4_GLU_SWIGLU_OAI, /**< gpt-oss: g' = min(g, limit), u' = clamp(u, -limit, limit),
+                               (u' + 1) × g' × sigmoid(alpha × g'); gate and up
+                               INTERLEAVED (g = gu[i, 2j], u = gu[i, 2j + 1]), as
+                               gpt-oss stores gate_up_proj and vLLM runs it */
+    NVFP4_GLU_COUNT       /**< number of kinds (not a kind) */
+} nvfp4_glu_kind;
+
+/**
+ * Gated activation: out[i, j] = act(gu[i, j], gu[i, inter + j]) for the
+ * kind's formula (::NVFP4_GLU_SWIGLU_OAI: act(gu[i, 2j], gu[i, 2j + 1])),
+ * in float32 as transformers computes it (::NVFP4_GLU_SILU is
+ * nvfp4_k_silu_mul()).
+ * @param be the backend
+ * @param kind which activation
+ * @param gu [m, 2 × inter]: the gate half, then the up half, of each row
+ *        (::NVFP4_GLU_SWIGLU_OAI: gate and up interleaved)
+ * @param m rows
+ * @param inter output row length, > 0
+ * @param alpha ::NVFP4_GLU_SWIGLU_OAI's sigmoid slope (gpt-oss: 1.702); else ignored
+ * @param limit ::NVFP4_GLU_SWIGLU_OAI's clamp, finite and > 0 (gpt-oss: 7.0); else ignored
+ * @param out [m, inter] outputs
+ * @param err filled on failure, or NULL
+ * @return ::NVFP4_OK; ::NVFP4_ERR_INVALID for an unknown kind, a bad size,
+ *         alpha or limit; ::NVFP4_ERR_UNSUPPORTED when the backend lacks it
+ */
+NVFP4_API nvfp4_status nvfp4_k_glu(nvfp4_backend *be, nvfp4_glu_kind kind, const float *gu,
+                                   size_t m, size_t inter, float alpha, float limit,
+                                   float *out, nvfp4_error *err);
+/**
+ * Scale: y[i] = s × x[i] (one float32 product each).
+ * @param be the backend
+ * @param x [n] inputs
+ * @param n elements
+ * @param s the factor, finite
+ * @param y [n] outputs; may be @p x (in place)
+ * @param err filled on failure, or NULL
+ * @return ::NVFP4_OK; ::NVFP4_ERR_INVALID for a non-finite @p s;
+ *         ::NVFP4_ERR_UNSUPPORTED when the backend lacks it
+ */
+NVFP4_API nvfp4_status nvfp4_k_scale(nvfp4_backend *be, const float *x, size_t n, float s,
+                                     float *y, nvfp4_error *err);
 /**
  * Softmax over each row of n.
  * @param be the backend
@@ -583,6 +633,34 @@ NVFP4_API nvfp4_status nvfp4_k_moe(nvfp4_backend *be, nvfp4_kweight *const *w13,
                                    const float *x, size_t m, const int32_t *idx,
                                    const float *weights, size_t k, float *y,
                                    nvfp4_error *err);
+/**
+ * Mixture of experts with another gated activation: nvfp4_k_moe() with
+ * act(gate, up) of nvfp4_k_glu() in place of silu(gate) × up (gpt-oss:
+ * ::NVFP4_GLU_SWIGLU_OAI, whose w13 rows interleave gate and up as
+ * gpt-oss's gate_up_proj does; the experts' biases, when uploaded with
+ * them, are added by their products).  ::NVFP4_GLU_SILU is nvfp4_k_moe().
+ * @param be the backend
+ * @param w13 [experts] gate/up weights (gate rows first)
+ * @param w2 [experts] down weights
+ * @param experts number of experts, >= k
+ * @param x [m, hidden] inputs
+ * @param m rows (tokens)
+ * @param idx [m, k] experts per token
+ * @param weights [m, k] their weights
+ * @param k experts per token, > 0
+ * @param kind the activation
+ * @param alpha ::NVFP4_GLU_SWIGLU_OAI's sigmoid slope; else ignored
+ * @param limit ::NVFP4_GLU_SWIGLU_OAI's clamp, finite and > 0; else ignored
+ * @param y [m, hidden] outputs, overwritten
+ * @param err filled on failure, or NULL
+ * @return as nvfp4_k_moe(); ::NVFP4_ERR_INVALID also for a bad kind,
+ *         alpha or limit
+ */
+NVFP4_API nvfp4_status nvfp4_k_moe_glu(nvfp4_backend *be, nvfp4_kweight *const *w13,
+                                       nvfp4_kweight *const *w2, size_t experts,
+                                       const float *x, size_t m, const int32_t *idx,
+                                       const float *weights, size_t k, nvfp4_glu_kind kind,
+                                       float alpha, float limit, float *y, nvfp4_error *err);
 /**
  * Elementwise sum: y = a + b.
  * @param be the backend

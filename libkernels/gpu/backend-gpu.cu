@@ -734,7 +734,8 @@ static nvfp4_status g_attention_paged(void *c, const float *q, const float *k, c
                                    kv->v_scale, (int64_t)kv->nblocks,
                                    (int64_t)kv->block, kv->tables, (int64_t)kv->ntables,
                                    (int64_t)kv->max_blocks, kv->pos, kv->seq,
-                                   (int64_t)kv->max_len, (int64_t)kv->window, (int64_t)m,
+                                   (int64_t)kv->max_len, (int64_t)kv->window, kv->sinks,
+                                   (int64_t)m,
                                    (int64_t)nh,
                                    (int64_t)nkv, (int64_t)hd, scale, out, scr, ctx->flag,
                                    ctx->stream),
@@ -805,6 +806,24 @@ static nvfp4_status g_gate_add(void *c, const float *x, const float *gate, size_
     return gerr(gk_gate_add(x, gate, (int64_t)m, (int64_t)n, y, ctx->stream), "gate_add", err);
 }
 
+static nvfp4_status g_glu(void *c, nvfp4_glu_kind kind, const float *gu, size_t m,
+                          size_t inter, float alpha, float limit, float *out, nvfp4_error *err)
+{
+    gctx *ctx = (gctx *)c;
+    (void)gpu_set_device(ctx->device);
+    return gerr(gk_glu((int)kind, gu, (int64_t)m, (int64_t)inter, alpha, limit, out,
+                       ctx->stream),
+                "glu", err);
+}
+
+static nvfp4_status g_scale(void *c, const float *x, size_t n, float s, float *y,
+                            nvfp4_error *err)
+{
+    gctx *ctx = (gctx *)c;
+    (void)gpu_set_device(ctx->device);
+    return gerr(gk_scale(x, (int64_t)n, s, y, ctx->stream), "scale", err);
+}
+
 static nvfp4_status g_argmax(void *c, const float *x, size_t m, size_t n, int32_t *out,
                              nvfp4_error *err)
 {
@@ -850,7 +869,8 @@ static int moe_set_is(const struct moe_set *set, nvfp4_kweight *const *w13,
 
 static nvfp4_status g_moe(void *c, nvfp4_kweight *const *w13, nvfp4_kweight *const *w2,
                           size_t experts, const float *x, size_t m, const int32_t *idx,
-                          const float *weights, size_t k, float *y, nvfp4_error *err)
+                          const float *weights, size_t k, nvfp4_glu_kind kind, float alpha,
+                          float limit, float *y, nvfp4_error *err)
 {
     gctx *ctx = (gctx *)c;
     const gk_weight *a0 = expert_w(w13, 0), *b0 = expert_w(w2, 0);
@@ -940,7 +960,7 @@ static nvfp4_status g_moe(void *c, nvfp4_kweight *const *w13, nvfp4_kweight *con
     }
     e = gk_moe(&ctx->dev, set->dev, set->dev + experts, a0->format, b0->format, vec13, vec2,
                qdq13, qdq2, (int64_t)experts, x, (int64_t)m, idx, weights, (int64_t)k, hidden,
-               inter, y, scr, ctx->flag, ctx->stream);
+               inter, (int)kind, alpha, limit, y, scr, ctx->flag, ctx->stream);
     return gerr(e, "moe", err);
 }
 
@@ -977,6 +997,8 @@ static const nvfp4_backend_iface g_iface = {
     g_argmax,
     g_gate_add,
     g_attention_paged,
+    g_glu,
+    g_scale,
 };
 
 extern "C" NVFP4_API const nvfp4_backend_iface *nvfp4_backend_entry(uint32_t abi_version)

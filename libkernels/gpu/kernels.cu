@@ -1101,6 +1101,75 @@ extern "C" gpu_error_t gk_silu_mul(const float *gu, int64_t m, int64_t inter, fl
     return launched();
 }
 
+/* The gated activations of nvfp4_k_glu() other than SiLU, the CPU's float32
+ * formulas with every product and quotient rounded on its own (no FMA
+ * contraction): GeGLU (KIND 1) 0.5 x (1 + tanh(beta (x + kappa x^3))) u;
+ * gpt-oss's clamped SwiGLU (KIND 2) (clamp(u) + 1) (g' sigmoid(alpha g')),
+ * g' = min(g, limit), gate and up interleaved. */
+/* Where gate and up of output C sit in a row of 2 INTER: halves, or
+ * interleaved for the clamped SwiGLU (gpt-oss's gate_up_proj). */
+GPU_DEV int64_t glu_gate_at(int kind, int64_t c)
+{
+    return kind == 2 ? 2 * c : c;
+}
+
+GPU_DEV int64_t glu_up_at(int kind, int64_t c, int64_t inter)
+{
+    return kind == 2 ? 2 * c + 1 : inter + c;
+}
+
+GPU_DEV float glu_value(int kind, float g, float u, float alpha, float limit)
+{
+    const float beta = 0.7978845608028654f, kappa = 0.044715f;
+
+    if (kind == 1) {
+        const float x3 = gpu_mul_rn(gpu_mul_rn(g, g), g);
+        const float inner = gpu_mul_rn(beta, g + gpu_mul_rn(kappa, x3));
+        return gpu_mul_rn(gpu_mul_rn(gpu_mul_rn(0.5f, g), 1.0f + tanhf(inner)), u);
+    } else {
+        const float x = g > limit ? limit : g;
+        const float y = u > limit ? limit : u < -limit ? -limit : u;
+        const float sg = gpu_div_rn(1.0f, 1.0f + expf(-gpu_mul_rn(x, alpha)));
+        return gpu_mul_rn(y + 1.0f, gpu_mul_rn(x, sg));
+    }
+}
+
+__global__ void glu_kernel(int kind, const float *__restrict__ gu, int64_t m, int64_t inter,
+                           float alpha, float limit, float *__restrict__ out)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+
+    if (t >= m * inter)
+        return;
+    out[t] = glu_value(kind, gu[(t / inter) * 2 * inter + glu_gate_at(kind, t % inter)],
+                       gu[(t / inter) * 2 * inter + glu_up_at(kind, t % inter, inter)], alpha,
+                       limit);
+}
+
+extern "C" gpu_error_t gk_glu(int kind, const float *gu, int64_t m, int64_t inter,
+                              float alpha, float limit, float *out, gpu_stream_t s)
+{
+    if (kind == 0)
+        return gk_silu_mul(gu, m, inter, out, s);
+    glu_kernel<<<grid_for(m * inter, GK_THREADS), GK_THREADS, 0, s>>>(kind, gu, m, inter,
+                                                                      alpha, limit, out);
+    return launched();
+}
+
+__global__ void scale_kernel(const float *x, int64_t n, float sc, float *y)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n)
+        y[t] = gpu_mul_rn(x[t], sc);
+}
+
+extern "C" gpu_error_t gk_scale(const float *x, int64_t n, float sc, float *y,
+                                gpu_stream_t s)
+{
+    scale_kernel<<<grid_for(n, GK_THREADS), GK_THREADS, 0, s>>>(x, n, sc, y);
+    return launched();
+}
+
 /* Softmax (LOG = 0) or log-softmax (LOG = 1) of one row per block, with the
  * row maximum subtracted first. */
 __global__ void softmax_kernel(const float *x, int64_t n, float *y, int log)
@@ -1311,6 +1380,7 @@ struct att_pages {
     const int *ok;
     int64_t block, max_blocks;
     int64_t window; /* sliding window: a row attends to its last WINDOW positions; 0 none */
+    const float *sinks; /* [nh] gpt-oss's per-head sink logits, or NULL */
 };
 
 /* The first position a paged row of context LEN attends to. */
@@ -1386,6 +1456,12 @@ attention_kernel(const float *__restrict__ q, const T *__restrict__ kc,
         return; /* this token's context is shorter (or past the window): the merge skips it */
     if (beg < first)
         beg = first;
+    if (PAGED && pg.sinks && !part) {
+        /* gpt-oss's sink: one more logit with no value, the running maximum
+         * and sum start from it (split calls: the merge adds it once) */
+        run_max = pg.sinks[h];
+        run_sum = 1.0f;
+    }
     for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
         qs[d] = q[(i * nh + h) * hd + d];
         acc[d] = 0.0f;
@@ -1466,8 +1542,12 @@ __global__ void attention_merge_kernel(const float *__restrict__ part, int64_t p
     z0 = PAGED ? att_first(pg, len) / chunk : 0; /* chunks before the window wrote nothing */
     for (int64_t z = z0; z < used; z++)
         mx = fmaxf(mx, rec[z * (hd + 2)]);
+    if (PAGED && pg.sinks)
+        mx = fmaxf(mx, pg.sinks[h]);
     for (int64_t z = z0; z < used; z++)
         sum += rec[z * (hd + 2) + 1] * expf(rec[z * (hd + 2)] - mx);
+    if (PAGED && pg.sinks) /* gpt-oss's sink: a logit with no value */
+        sum += expf(pg.sinks[h] - mx);
     for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
         float a = 0.0f;
         for (int64_t z = z0; z < used; z++)
@@ -1500,7 +1580,7 @@ extern "C" gpu_error_t gk_attention(const float *q, const float *k, const float 
     const size_t bytes = (size_t)m * row * sizeof(float);
     const size_t shmem = (2 * (size_t)hd + ATT_TILE) * sizeof(float);
     const int64_t ns = attention_splits(pos0 + m, m);
-    const att_pages none = {NULL, NULL, NULL, NULL, 1, 1, 0};
+    const att_pages none = {NULL, NULL, NULL, NULL, 1, 1, 0, NULL};
     gpu_error_t e;
 
     (void)max_ctx;
@@ -1604,14 +1684,14 @@ extern "C" gpu_error_t gk_attention_paged(const float *q, const float *k, const 
                                           int64_t block, const int32_t *tables,
                                           int64_t ntables, int64_t max_blocks,
                                           const int32_t *pos, const int32_t *seq,
-                                          int64_t max_len, int64_t window, int64_t m,
-                                          int64_t nh, int64_t nkv, int64_t hd, float scale,
-                                          float *out, void *scratch, int *flag,
-                                          gpu_stream_t s)
+                                          int64_t max_len, int64_t window,
+                                          const float *sinks, int64_t m, int64_t nh,
+                                          int64_t nkv, int64_t hd, float scale, float *out,
+                                          void *scratch, int *flag, gpu_stream_t s)
 {
     int *ok = (int *)scratch;
     float *part = (float *)((char *)scratch + ((size_t)m * sizeof(int) + 15) / 16 * 16);
-    att_pages pg = {pos, seq, tables, ok, block, max_blocks, window};
+    att_pages pg = {pos, seq, tables, ok, block, max_blocks, window, sinks};
 
     if (fp8)
         attention_paged_run<uint8_t>(q, k, v, (uint8_t *)k_pool, (uint8_t *)v_pool, nblocks,
@@ -1853,7 +1933,7 @@ static void moe_gemm(int format, const gk_weight *d, int64_t rows, int64_t pairs
 
 __global__ void moe_silu_kernel(const int32_t *__restrict__ idx, int64_t pairs,
                                 int64_t experts, const float *__restrict__ gu, int64_t inter,
-                                float *__restrict__ act)
+                                int kind, float alpha, float limit, float *__restrict__ act)
 {
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t p, c;
@@ -1865,9 +1945,9 @@ __global__ void moe_silu_kernel(const int32_t *__restrict__ idx, int64_t pairs,
     c = t % inter;
     if (idx[p] < 0 || idx[p] >= experts)
         return;
-    g = gu[p * 2 * inter + c];
-    u = gu[p * 2 * inter + inter + c];
-    act[t] = g / (1.0f + expf(-g)) * u;
+    g = gu[p * 2 * inter + glu_gate_at(kind, c)];
+    u = gu[p * 2 * inter + glu_up_at(kind, c, inter)];
+    act[t] = kind == 0 ? g / (1.0f + expf(-g)) * u : glu_value(kind, g, u, alpha, limit);
 }
 
 __global__ void moe_combine_kernel(const int32_t *__restrict__ idx,
@@ -1938,7 +2018,8 @@ extern "C" gpu_error_t gk_moe(const gk_device *dev, const gk_weight *d13, const 
                               int fmt13, int fmt2, int vec13, int vec2, int qdq13, int qdq2,
                               int64_t experts, const float *x, int64_t m, const int32_t *idx,
                               const float *weights, int64_t k, int64_t hidden, int64_t inter,
-                              float *y, void *scratch, int *flag, gpu_stream_t s)
+                              int act_kind, float alpha, float limit, float *y, void *scratch,
+                              int *flag, gpu_stream_t s)
 {
     const moe_layout l = moe_plan(experts, m, k, hidden, inter);
     char *base = (char *)scratch;
@@ -1974,7 +2055,7 @@ extern "C" gpu_error_t gk_moe(const gk_device *dev, const gk_weight *d13, const 
         moe_gemv(dev, fmt13, d13, experts, 2 * inter, vec13, offsets, list, in13, in13_pair,
                  k, gu, s);
     moe_silu_kernel<<<grid_for(pairs * inter, GK_THREADS), GK_THREADS, 0, s>>>(
-        idx, pairs, experts, gu, inter, act);
+        idx, pairs, experts, gu, inter, act_kind, alpha, limit, act);
     if (qdq2) {
         const int64_t nb = pairs * (inter / NUM_BLOCK);
         moe_qdq_kernel<<<grid_for(nb, GK_THREADS), GK_THREADS, 0, s>>>(

@@ -110,13 +110,19 @@ gpu_error_t gk_attention_paged(const float *q, const float *k, const float *v, v
                                int64_t nblocks, int64_t block,
                                const int32_t *tables, int64_t ntables, int64_t max_blocks,
                                const int32_t *pos, const int32_t *seq, int64_t max_len,
-                               int64_t window, int64_t m, int64_t nh, int64_t nkv,
+                               int64_t window, const float *sinks, int64_t m, int64_t nh,
+                               int64_t nkv,
                                int64_t hd, float scale, float *out, void *scratch, int *flag,
                                gpu_stream_t s);
 gpu_error_t gk_silu_mul(const float *gu, int64_t m, int64_t inter, float *out,
                         gpu_stream_t s);
 gpu_error_t gk_softmax(const float *x, int64_t m, int64_t n, float *y, int log,
                        gpu_stream_t s);
+/* nvfp4_k_glu (KIND: nvfp4_glu_kind) and nvfp4_k_scale. */
+gpu_error_t gk_glu(int kind, const float *gu, int64_t m, int64_t inter, float alpha,
+                   float limit, float *out, gpu_stream_t s);
+gpu_error_t gk_scale(const float *x, int64_t n, float sc, float *y, gpu_stream_t s);
+
 /* Largest expert count of the router kernel (probabilities in shared memory). */
 #define GK_TOPK_MAX_E 8192
 gpu_error_t gk_topk(const float *logits, int64_t m, int64_t e, int64_t k, int renorm,
@@ -133,13 +139,15 @@ gpu_error_t gk_gate_add(const float *x, const float *gate, int64_t m, int64_t n,
  * dense, x 16-byte aligned); QDQ*: W4A4, quantize-dequantize the expert's
  * input first (§5, §6).  SCRATCH: gk_moe_scratch bytes, 256-byte aligned.
  * FLAG: device int set to 1 when an idx is out of range (that slot is
- * skipped).  hidden and inter are multiples of 16 when QDQ* is set. */
+ * skipped).  hidden and inter are multiples of 16 when QDQ* is set.  ACT,
+ * ALPHA, LIMIT: the activation between the products, as gk_glu takes it. */
 size_t gk_moe_scratch(int64_t experts, int64_t m, int64_t k, int64_t hidden, int64_t inter);
 gpu_error_t gk_moe(const gk_device *dev, const gk_weight *d13, const gk_weight *d2,
                    int fmt13, int fmt2, int vec13, int vec2, int qdq13, int qdq2,
                    int64_t experts, const float *x, int64_t m, const int32_t *idx,
-                   const float *weights, int64_t k, int64_t hidden, int64_t inter, float *y,
-                   void *scratch, int *flag, gpu_stream_t s);
+                   const float *weights, int64_t k, int64_t hidden, int64_t inter, int act,
+                   float alpha, float limit, float *y, void *scratch, int *flag,
+                   gpu_stream_t s);
 
 #ifdef __cplusplus
 }
