@@ -69,28 +69,20 @@ static const char *const qwen3_moe_names[TR_COUNT] = {
 /* DeepSeek-V3 (R1, Kimi-K2): multi-head latent attention, a dense MLP in the
  * first first_k_dense_replace layers, then routed experts beside shared ones
  * (transformers 5 stacks the experts; Quark's export writes them per expert) */
+#define DEEPSEEK_NAMES                                                                   \
+    BASE_NAMES, MLP_NAMES, MOE_NAMES("mlp", "gate_proj", "up_proj", "down_proj"),        \
+    [TR_Q] = LAYER "self_attn.q_proj", [TR_Q_A] = LAYER "self_attn.q_a_proj",            \
+    [TR_Q_A_NORM] = LAYER "self_attn.q_a_layernorm.weight",                              \
+    [TR_Q_B] = LAYER "self_attn.q_b_proj", [TR_KV_A] = LAYER "self_attn.kv_a_proj_with_mqa", \
+    [TR_KV_A_NORM] = LAYER "self_attn.kv_a_layernorm.weight",                            \
+    [TR_KV_B] = LAYER "self_attn.kv_b_proj",                                             \
+    [TR_SH_GATE] = LAYER "mlp.shared_experts.gate_proj",                                 \
+    [TR_SH_UP] = LAYER "mlp.shared_experts.up_proj",                                     \
+    [TR_SH_DOWN] = LAYER "mlp.shared_experts.down_proj"
 static const char *const deepseek_v3_names[TR_COUNT] = {
-    BASE_NAMES, MLP_NAMES, MOE_NAMES("mlp", "gate_proj", "up_proj", "down_proj"),
-    [TR_Q] = LAYER "self_attn.q_proj", [TR_Q_A] = LAYER "self_attn.q_a_proj",
-    [TR_Q_A_NORM] = LAYER "self_attn.q_a_layernorm.weight",
-    [TR_Q_B] = LAYER "self_attn.q_b_proj", [TR_KV_A] = LAYER "self_attn.kv_a_proj_with_mqa",
-    [TR_KV_A_NORM] = LAYER "self_attn.kv_a_layernorm.weight",
-    [TR_KV_B] = LAYER "self_attn.kv_b_proj",
-    [TR_SH_GATE] = LAYER "mlp.shared_experts.gate_proj",
-    [TR_SH_UP] = LAYER "mlp.shared_experts.up_proj",
-    [TR_SH_DOWN] = LAYER "mlp.shared_experts.down_proj",
-    [TR_ROUTER_BIAS] = LAYER "mlp.gate.e_score_correction_bias"};
+    DEEPSEEK_NAMES, [TR_ROUTER_BIAS] = LAYER "mlp.gate.e_score_correction_bias"};
 /* DeepSeek-V2 (V2-Lite): the same without the router's selection bias */
-static const char *const deepseek_v2_names[TR_COUNT] = {
-    BASE_NAMES, MLP_NAMES, MOE_NAMES("mlp", "gate_proj", "up_proj", "down_proj"),
-    [TR_Q] = LAYER "self_attn.q_proj", [TR_Q_A] = LAYER "self_attn.q_a_proj",
-    [TR_Q_A_NORM] = LAYER "self_attn.q_a_layernorm.weight",
-    [TR_Q_B] = LAYER "self_attn.q_b_proj", [TR_KV_A] = LAYER "self_attn.kv_a_proj_with_mqa",
-    [TR_KV_A_NORM] = LAYER "self_attn.kv_a_layernorm.weight",
-    [TR_KV_B] = LAYER "self_attn.kv_b_proj",
-    [TR_SH_GATE] = LAYER "mlp.shared_experts.gate_proj",
-    [TR_SH_UP] = LAYER "mlp.shared_experts.up_proj",
-    [TR_SH_DOWN] = LAYER "mlp.shared_experts.down_proj"};
+static const char *const deepseek_v2_names[TR_COUNT] = {DEEPSEEK_NAMES};
 
 /* ---- the architectures --------------------------------------------------------- */
 

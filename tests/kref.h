@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nvfp4/kernels.h>
 #include <nvfp4/quant.h>
 
 /* Each test program seeds its own stream (KREF_SEED) before including this. */
@@ -116,6 +117,29 @@ static inline void make_tensor(nvfp4_tensor *t, const char *name, nvfp4_dtype dt
     t->numel = (uint64_t)d0 * (uint64_t)(d1 ? d1 : 1);
     t->nbytes = t->numel * nvfp4_dtype_size(dt);
     t->data = data;
+}
+
+/* nvfp4_k_glu's formulas in float64 (gelu_tanh(g) * u; gpt-oss's clamped
+ * SwiGLU) and a bound on the float32 error (TOL): the float32 results are a
+ * few roundings of each product, plus the cancellation of 1 + tanh (an
+ * error of tanh's argument times its derivative, at most |inner|) and of
+ * up + 1. */
+static inline double glu_ref(int kind, double g, double up, double alpha, double limit, double *tol)
+{
+    const double u = ldexp(1.0, -24);
+
+    if (kind == NVFP4_GLU_GELU_TANH) {
+        double inner = sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g);
+        *tol = 16 * u * fabs(g) * fabs(up) * (1 + fabs(inner)) + 1e-30;
+        return 0.5 * g * (1 + tanh(inner)) * up;
+    }
+    g = g > limit ? limit : g;
+    up = up > limit ? limit : up < -limit ? -limit : up;
+    {
+        double gl = g / (1 + exp(-alpha * g));
+        *tol = 16 * u * (fabs(up) + 1) * (fabs(gl) + fabs(g * alpha * g) * 0.25) + 1e-30;
+        return (up + 1) * gl;
+    }
 }
 
 #endif

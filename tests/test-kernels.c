@@ -1424,29 +1424,6 @@ START_TEST(test_attention_paged)
 }
 END_TEST
 
-/* nvfp4_k_glu's formulas in float64 (gelu_tanh(g) * u; gpt-oss's clamped
- * SwiGLU) and a bound on the float32 error (TOL): the float32 results are a
- * few roundings of each product, plus the cancellation of 1 + tanh (an
- * error of tanh's argument times its derivative, at most |inner|) and of
- * up + 1. */
-static double glu_ref(int kind, double g, double up, double alpha, double limit, double *tol)
-{
-    const double u = ldexp(1.0, -24);
-
-    if (kind == NVFP4_GLU_GELU_TANH) {
-        double inner = sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g);
-        *tol = 16 * u * fabs(g) * fabs(up) * (1 + fabs(inner)) + 1e-30;
-        return 0.5 * g * (1 + tanh(inner)) * up;
-    }
-    g = g > limit ? limit : g;
-    up = up > limit ? limit : up < -limit ? -limit : up;
-    {
-        double gl = g / (1 + exp(-alpha * g));
-        *tol = 16 * u * (fabs(up) + 1) * (fabs(gl) + fabs(g * alpha * g) * 0.25) + 1e-30;
-        return (up + 1) * gl;
-    }
-}
-
 /* glu (GeGLU, clamped SwiGLU) and scale against float64: inputs beyond the
  * clamp on both sides, zeros of up + 1, and the argument checks. */
 START_TEST(test_glu_scale)
