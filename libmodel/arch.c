@@ -84,6 +84,13 @@ static const char *const deepseek_v3_names[TR_COUNT] = {
 /* DeepSeek-V2 (V2-Lite): the same without the router's selection bias */
 static const char *const deepseek_v2_names[TR_COUNT] = {DEEPSEEK_NAMES};
 
+/* gpt-oss: biased q/k/v/o, attention sinks, a biased router, each expert's
+ * gate_up_proj (interleaved rows) and down_proj as Quark exports them */
+static const char *const gpt_oss_names[TR_COUNT] = {
+    BASE_NAMES, QKV_NAMES, [TR_SINKS] = LAYER "self_attn.sinks",
+    [TR_ROUTER] = LAYER "mlp.router", [TR_EXP_GATE_UP] = LAYER "mlp.experts.{E}.gate_up_proj",
+    [TR_EXP_DOWN] = LAYER "mlp.experts.{E}.down_proj"};
+
 /* ---- the architectures --------------------------------------------------------- */
 
 static const arch_desc archs[] = {
@@ -103,6 +110,10 @@ static const arch_desc archs[] = {
      .moe = MOE_SIGMOID_GROUPED, .mla_mscale = 1},
     {.hf_name = "DeepseekV2ForCausalLM", .names = deepseek_v2_names, .attn = ATTN_MLA,
      .moe = MOE_SOFTMAX_GREEDY},
+    /* top-k of the router logits, softmax over the chosen (as Mixtral) */
+    {.hf_name = "GptOssForCausalLM", .names = gpt_oss_names, .qkv_bias = 1,
+     .act = ACT_SWIGLU_OAI, .attn = ATTN_GQA_INTERLEAVED, .moe = MOE_MIXTRAL, .yarn = 1,
+     .one_rope_base = 1},
 };
 
 #define NARCHS (sizeof(archs) / sizeof(archs[0]))
@@ -447,7 +458,7 @@ static nvfp4_status read_attention(const nvfp4_config *cfg, const arch_desc *arc
         memset(hp->sliding, 1, (size_t)hp->layers);
         return NVFP4_OK;
     }
-    {
+    if (!arch->one_rope_base) {
         char key[96];
         snprintf(key, sizeof(key), "rope_parameters.sliding_attention.rope_theta");
         if (!nvfp4_config_has(cfg, key))
@@ -746,7 +757,7 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
             snprintf(key, sizeof(key), "%s.factor", rp);
             TRY(nvfp4_config_get_double(cfg, key, 1.0, &hp->rope_linear, err));
             TRY(check_pos_real(cfg, key, hp->rope_linear, "linear RoPE scaling", err));
-        } else if (strcmp(rope_type, "yarn") == 0 && arch->attn == ATTN_MLA) {
+        } else if (strcmp(rope_type, "yarn") == 0 && (arch->attn == ATTN_MLA || arch->yarn)) {
             hp->rope_yarn = 1; /* read_yarn below */
         } else if (strcmp(rope_type, "default") != 0) {
             return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, key, -1,
@@ -801,6 +812,11 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
                                   &hp->norm_topk, err));
         if (arch->moe == MOE_MIXTRAL)
             hp->norm_topk = 1;
+        if (arch->act == ACT_SWIGLU_OAI) {
+            TRY(nvfp4_config_get_double(cfg, "swiglu_limit", 7.0, &hp->swiglu_limit, err));
+            TRY(check_pos_real(cfg, "swiglu_limit", hp->swiglu_limit,
+                               "the experts' gate and up are clamped to it", err));
+        }
         if (hp->experts <= 0)
             return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, path, "num_experts", -1,
                                    "a mixture-of-experts model needs num_experts or "

@@ -714,6 +714,7 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
         kv.k_pool = c->k_pool[l];
         kv.v_pool = c->v_pool[l];
         kv.window = L->window;
+        kv.sinks = L->sinks;
         TRY(nvfp4_k_attention_paged(be, c->q, c->k, c->v, &kv, n, nh, nkv, hd, scale, c->att,
                                     err));
         TRY(nvfp4_k_linear(be, L->o, c->att, n, c->o, err));

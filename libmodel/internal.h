@@ -45,6 +45,10 @@ typedef enum {
      * kv_b (k_nope and v per head); the router's selection bias */
     TR_Q_A, TR_Q_A_NORM, TR_Q_B, TR_KV_A, TR_KV_A_NORM, TR_KV_B,
     TR_ROUTER_BIAS,    /* vector [experts]: e_score_correction_bias */
+    /* gpt-oss: the attention sinks, one logit per head; each expert's gate
+     * and up rows stored as one (biased) Linear, INTERLEAVED (2j gate, 2j+1 up) */
+    TR_SINKS,          /* vector [heads] */
+    TR_EXP_GATE_UP,    /* per expert [2I, H] */
     TR_COUNT
 } tensor_role;
 
@@ -63,6 +67,8 @@ typedef enum {
 typedef enum {
     ACT_SILU = 0,      /* gated: silu(gate) * up */
     ACT_GELU_TANH,     /* gated: gelu_tanh(gate) * up (GeGLU, Gemma) */
+    ACT_SWIGLU_OAI,    /* the experts' clamped SwiGLU, gate/up interleaved (gpt-oss:
+                          NVFP4_GLU_SWIGLU_OAI, alpha 1.702, limit 7) */
 } act_kind;
 typedef enum {
     ATTN_GQA = 0,      /* causal grouped-query, rotate-half RoPE */
@@ -88,6 +94,9 @@ typedef struct {
     int embed_scale;              /* embeddings times sqrt(hidden_size) (Gemma) */
     int mla_mscale;               /* YaRN: the softmax scale times mscale(factor,
                                      mscale_all_dim)^2 (DeepseekV3Attention; V2 not) */
+    int yarn;                     /* rope_type yarn is accepted (besides ATTN_MLA) */
+    int one_rope_base;            /* ATTN_GQA_INTERLEAVED: the sliding layers use
+                                     rope_theta too (gpt-oss) */
 } arch_desc;
 
 /* Does the architecture have a tensor of ROLE (in its main table)? */
@@ -126,6 +135,7 @@ typedef struct {
     /* moe */
     int64_t experts, topk, moe_inter, shared_inter, sparse_step;
     int norm_topk;
+    double swiglu_limit;          /* ACT_SWIGLU_OAI's clamp (gpt-oss: 7) */
     int64_t *mlp_only;            /* layers that stay dense */
     size_t n_mlp_only;
     int64_t bos, eos;

@@ -89,6 +89,8 @@ typedef struct {
     nvfp4_kweight **w13, **w2;               /* [experts] */
     nvfp4_kweight *sh_gu, *sh_down, *sh_gate;
     float k_scale, v_scale;                  /* FP8 KV cache (kvcache.c); 0: off */
+    float *sinks;                            /* backend buffer [this rank's heads]
+                                              * (gpt-oss), or NULL */
     /* multi-head latent attention (mla.c) */
     nvfp4_kweight *q_a, *q_b, *kv_a;         /* q_a/q_b NULL without q_lora_rank (q is q) */
     float *q_a_norm;                         /* backend buffer [q_lora] */

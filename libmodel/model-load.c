@@ -497,6 +497,20 @@ static nvfp4_status load_attention(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_
                                m->arch_name);
     }
     TRY(nvfp4m_par_split_attention(m, q, k, v, o, err));
+    if ((L->sinks = take_vec(m, l, TR_SINKS)) && m->par->size > 1) {
+        /* this rank's heads of the sinks, as of q */
+        float *h = malloc((size_t)hp->heads * sizeof(float)), *d;
+        nvfp4_status rc;
+        if (!h)
+            return nomem(err);
+        rc = nvfp4_backend_download(m->be, h, L->sinks, (size_t)hp->heads * sizeof(float), err);
+        d = rc ? NULL : upload_floats(m, h + m->par->h0, (size_t)m->par->heads, err);
+        free(h);
+        if (!d)
+            return err && err->status ? err->status : NVFP4_ERR_BACKEND;
+        nvfp4_backend_release(m->be, L->sinks);
+        L->sinks = d;
+    }
     /* §4: one fused q/k/v GEMM in vLLM; shared weight_scale_2, max input scale.
      * q, k and v are three kweights here, so a group the exclusions split
      * (one shard unquantized, or schemes differ) runs as three separate
@@ -598,6 +612,35 @@ static nvfp4_status load_moe(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_error 
             TRY(slice_linear(m, td, e, H, I, &b, err));
             TRY(upload(m, a, 1, &L->w13[e], err));
             TRY(upload(m, b, 1, &L->w2[e], err));
+        }
+    } else if (pl->exp_stride == 2) {
+        /* gpt-oss: each expert's gate_up_proj (rows interleaved, biased) is
+         * already the fused w13; §5/§6: one input scale for all experts' w13
+         * and one for w2, as below. */
+        for (int64_t e = 0; e < E; e++) {
+            nvfp4_linear *gu = lin_of(m, l, TR_EXP_GATE_UP, e), *d = lin_of(m, l, TR_EXP_DOWN, e);
+            if (gu->input_scale > in13)
+                in13 = gu->input_scale;
+            if (d->input_scale > in2)
+                in2 = d->input_scale;
+        }
+        for (int64_t e = 0; e < E; e++) {
+            nvfp4_linear *gu = lin_of(m, l, TR_EXP_GATE_UP, e), *d = lin_of(m, l, TR_EXP_DOWN, e);
+            if (!nvfp4m_par_owns_expert(m, e)) { /* another rank's expert */
+                nvfp4m_par_drop(m, gu);
+                nvfp4m_par_drop(m, d);
+                continue;
+            }
+            if (gu->scheme == NVFP4_SCHEME_W4A4) {
+                gu->input_scale = in13;
+                gu->input_gs = 0.0f;
+            }
+            if (d->scheme == NVFP4_SCHEME_W4A4) {
+                d->input_scale = in2;
+                d->input_gs = 0.0f;
+            }
+            TRY(upload(m, gu, 1, &L->w13[e], err));
+            TRY(upload(m, d, 1, &L->w2[e], err));
         }
     } else {
         /* §5/§6: one input scale for all experts' w13 and one for w2. */
@@ -740,6 +783,7 @@ void nvfp4m_model_unload(nvfp4_model *m)
             nvfp4_backend_release(m->be, L->k_norm);
             nvfp4_backend_release(m->be, L->post_attn_norm);
             nvfp4_backend_release(m->be, L->post_mlp_norm);
+            nvfp4_backend_release(m->be, L->sinks);
             nvfp4m_mla_unload(m, L);
         }
         /* vectors loaded but not yet moved out of the plan (a failed open) */

@@ -532,6 +532,20 @@ nvfp4_status nvfp4m_par_reduce(nvfp4_model *m, float *y, size_t count, nvfp4_err
     return nvfp4_backend_upload(m->be, y, p->ha, count * sizeof(float), err);
 }
 
+/* The MoE kernel of the architecture: gpt-oss's clamped SwiGLU over
+ * interleaved gate/up rows (alpha 1.702 as transformers' GptOssExperts,
+ * limit swiglu_limit), else silu(gate) * up. */
+static nvfp4_status run_moe(nvfp4_model *m, nvfp4_kweight *const *w13,
+                            nvfp4_kweight *const *w2, size_t E, const float *x, size_t n,
+                            const int32_t *idx, const float *w, size_t K, float *y,
+                            nvfp4_error *err)
+{
+    if (m->arch->act == ACT_SWIGLU_OAI)
+        return nvfp4_k_moe_glu(m->be, w13, w2, E, x, n, idx, w, K, NVFP4_GLU_SWIGLU_OAI,
+                               1.702f, (float)m->hp.swiglu_limit, y, err);
+    return nvfp4_k_moe(m->be, w13, w2, E, x, n, idx, w, K, y, err);
+}
+
 nvfp4_status nvfp4m_par_moe(nvfp4_model *m, nvfp4_kweight *const *w13,
                             nvfp4_kweight *const *w2, const float *x, size_t n, int32_t *topi,
                             float *topw, float *y, nvfp4_error *err)
@@ -543,7 +557,7 @@ nvfp4_status nvfp4m_par_moe(nvfp4_model *m, nvfp4_kweight *const *w13,
     float *w;
 
     if (p->size == 1)
-        return nvfp4_k_moe(m->be, w13, w2, E, x, n, topi, topw, K, y, err);
+        return run_moe(m, w13, w2, E, x, n, topi, topw, K, y, err);
     /* this rank's slots of each token: its experts renumbered from 0, first;
      * then padding that repeats one of them (or expert 0) with weight 0,
      * which the MoE merges with the real slot (adding 0.0f is exact) */
@@ -574,7 +588,7 @@ nvfp4_status nvfp4m_par_moe(nvfp4_model *m, nvfp4_kweight *const *w13,
     if (busy) {
         TRY(nvfp4_backend_upload(m->be, topi, idx, n * Kl * sizeof(int32_t), err));
         TRY(nvfp4_backend_upload(m->be, topw, w, n * Kl * sizeof(float), err));
-        TRY(nvfp4_k_moe(m->be, w13 + p->e0, w2 + p->e0, El, x, n, topi, topw, Kl, y, err));
+        TRY(run_moe(m, w13 + p->e0, w2 + p->e0, El, x, n, topi, topw, Kl, y, err));
         TRY(nvfp4_backend_download(m->be, p->ha, y, n * H * sizeof(float), err));
     } else {
         memset(p->ha, 0, n * H * sizeof(float));

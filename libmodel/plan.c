@@ -108,6 +108,12 @@ static nvfp4_status build_moe(builder *bp, nvfp4_checkpoint *ck, const arch_desc
         TRY(add(&b, t[TR_EXP_GATE_UP_STACKED], TR_EXP_GATE_UP_STACKED, -1, PE_STACKED, 2 * I,
                 H, E, 1));
         TRY(add(&b, t[TR_EXP_DOWN_STACKED], TR_EXP_DOWN_STACKED, -1, PE_STACKED, H, I, E, 1));
+    } else if (t[TR_EXP_GATE_UP]) { /* gpt-oss: gate/up as one Linear per expert */
+        b.pl->exp_stride = 2;
+        for (int64_t e = 0; e < E; e++) {
+            TRY(add(&b, t[TR_EXP_GATE_UP], TR_EXP_GATE_UP, e, PE_LINEAR, 2 * I, H, 0, 0));
+            TRY(add(&b, t[TR_EXP_DOWN], TR_EXP_DOWN, e, PE_LINEAR, H, I, 0, 0));
+        }
     } else {
         b.pl->exp_stride = 3;
         for (int64_t e = 0; e < E; e++) {
@@ -196,6 +202,8 @@ nvfp4_status nvfp4m_plan_build(tensor_plan *p, nvfp4_checkpoint *ck, const arch_
         }
         if (arch->attn != ATTN_MLA)
             TRY(LIN(t, TR_O, H, qd, 0));
+        if (t[TR_SINKS])
+            TRY(VEC(t, TR_SINKS, hp->heads));
         if (t[TR_Q_NORM]) {
             TRY(VEC(t, TR_Q_NORM, hd));
             TRY(VEC(t, TR_K_NORM, hd));

@@ -18,8 +18,8 @@
  * the final norm once. */
 #define MIN_TENSORS_PER_LAYER 7
 /* A per-expert (unstacked) MoE layer holds at least gate, up and down of
- * every expert. */
-#define MIN_TENSORS_PER_EXPERT 3
+ * every expert (gpt-oss: gate_up and down). */
+#define MIN_TENSORS_PER_EXPERT(arch) ((arch)->names[TR_EXP_GATE_UP] ? 2 : 3)
 
 static int64_t moe_layer_count(const hparams *hp, const arch_desc *arch, int64_t *first)
 {
@@ -79,7 +79,7 @@ nvfp4_status nvfp4m_check_counts(nvfp4_checkpoint *ck, const nvfp4_config *cfg,
         return NVFP4_OK;
     }
     /* experts <= NVFP4M_DIM_MAX, nmoe <= layers <= count / 7. */
-    if ((uint64_t)hp->experts > count / MIN_TENSORS_PER_EXPERT / (uint64_t)nmoe)
+    if ((uint64_t)hp->experts > count / (uint64_t)MIN_TENSORS_PER_EXPERT(arch) / (uint64_t)nmoe)
         return nvfp4_error_set(err, NVFP4_ERR_INVALID, path,
                                /* arch.c's order of the three names */
                                nvfp4_config_has(cfg, "num_experts")         ? "num_experts"
@@ -90,7 +90,7 @@ nvfp4_status nvfp4m_check_counts(nvfp4_checkpoint *ck, const nvfp4_config *cfg,
                                "%lld experts in %lld MoE layer(s) need at least %d "
                                "tensors each; %s holds %" PRIu64 " tensors",
                                (long long)hp->experts, (long long)nmoe,
-                               MIN_TENSORS_PER_EXPERT, nvfp4_checkpoint_dir(ck), count);
+                               MIN_TENSORS_PER_EXPERT(arch), nvfp4_checkpoint_dir(ck), count);
     return NVFP4_OK;
 }
 

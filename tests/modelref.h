@@ -33,7 +33,7 @@ static const char *const ok_models[] = {"llama", "qwen3", "qwen3_moe", "qwen2_mo
                                         /* Quark FP8 KV cache (kv_cache_scheme fp8) */
                                         "llama_kvfp8", "qwen3_kvfp8",
                                         /* more architectures (gen_models.py) */
-                                        "phi3", "gemma3", "deepseek_v3", "deepseek_v2"};
+                                        "phi3", "gemma3", "deepseek_v3", "deepseek_v2", "gpt_oss"};
 #define NOK (sizeof(ok_models) / sizeof(ok_models[0]))
 #define NOK_QUARK 6 /* the first NOK_QUARK are Quark's exports */
 
