@@ -473,7 +473,7 @@ nvfp4_status nvfp4_seq_fork(nvfp4_context *c, nvfp4_seq parent, nvfp4_seq *child
 {
     seq_t *p = get_seq(c, parent), *s;
     size_t used;
-    nvfp4_seq id;
+    nvfp4_seq id = -1; /* (set by seq_new; gcc -O3 cannot tell) */
 
     nvfp4_error_clear(err);
     if (!p)

@@ -92,6 +92,8 @@ nvfp4_model *nvfp4_model_open(const char *path, const nvfp4_model_options *opt,
         goto fail;
     if (m->opt.threads > 0)
         nvfp4_backend_set_threads(m->be, m->opt.threads);
+    if (nvfp4m_par_open_device(m, err))
+        goto fail;
     m->max_ctx = m->opt.max_ctx > 0 ? m->opt.max_ctx
                                     : (m->hp.max_pos < 4096 ? m->hp.max_pos : 4096);
     if (nvfp4m_model_load(m, err) ||

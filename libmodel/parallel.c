@@ -33,6 +33,7 @@
  */
 #include "config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,12 +133,68 @@ nvfp4_status nvfp4m_par_open(nvfp4_model *m, nvfp4_error *err)
     return NVFP4_OK;
 }
 
+/* Every rank says whether it wants a device communicator, and only when all
+ * do (and every open succeeds) do they use it: a collective on the device
+ * on some ranks and on the host on others would never meet.  The CPU
+ * backend is not asked; a GPU plug-in built without NCCL/RCCL has none
+ * (quietly); one whose library is missing says why on each rank that
+ * failed, and the job goes on with host staging. */
+nvfp4_status nvfp4m_par_open_device(nvfp4_model *m, nvfp4_error *err)
+{
+    nvfp4m_par *p = m->par;
+    const char *env = getenv("NVFP4_DEVICE_COMM");
+    uint8_t mine, *all;
+    int want = 1, ok = 1;
+    nvfp4_status st;
+    nvfp4_error e;
+
+    if (!p || p->size == 1 || !strcmp(nvfp4_backend_name(m->be), "cpu"))
+        return NVFP4_OK;
+    if (env && strcmp(env, "0") && strcmp(env, "1"))
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, "NVFP4_DEVICE_COMM", -1,
+                               "NVFP4_DEVICE_COMM is \"%s\"; expected 0 (collectives "
+                               "through host memory) or 1 (NCCL/RCCL, the default)", env);
+    all = malloc((size_t)p->size);
+    if (!all)
+        return nomem(err);
+    mine = !(env && !strcmp(env, "0"));
+    if ((st = nvfp4_comm_allgather(p->comm, &mine, 1, NULL, all, err)) != NVFP4_OK) {
+        free(all);
+        return st;
+    }
+    for (int r = 0; r < p->size; r++)
+        want &= all[r];
+    if (want) {
+        nvfp4_error_clear(&e);
+        p->dcomm = nvfp4_comm_open_device(m->be, p->comm, &e);
+        mine = p->dcomm != NULL;
+        if ((st = nvfp4_comm_allgather(p->comm, &mine, 1, NULL, all, err)) != NVFP4_OK) {
+            nvfp4_comm_free(p->dcomm);
+            p->dcomm = NULL;
+            free(all);
+            return st;
+        }
+        for (int r = 0; r < p->size; r++)
+            ok &= all[r];
+        if (!ok) {
+            if (!p->dcomm && e.status != NVFP4_ERR_UNSUPPORTED && !m->opt.quiet)
+                fprintf(stderr, "nvfp4: warning: %s; the collectives go through host "
+                        "memory\n", e.text);
+            nvfp4_comm_free(p->dcomm);
+            p->dcomm = NULL;
+        }
+    }
+    free(all);
+    return NVFP4_OK;
+}
+
 void nvfp4m_par_free(nvfp4_model *m)
 {
     nvfp4m_par *p = m->par;
 
     if (!p)
         return;
+    nvfp4_comm_free(p->dcomm);
     for (size_t i = 0; i < p->nowned; i++)
         free(p->owned[i]);
     free(p->owned);
@@ -526,6 +583,8 @@ nvfp4_status nvfp4m_par_reduce(nvfp4_model *m, float *y, size_t count, nvfp4_err
 
     if (p->size == 1)
         return NVFP4_OK;
+    if (p->dcomm)
+        return nvfp4_comm_allreduce_sum(p->dcomm, y, count, err);
     TRY(staging(p, count, err));
     TRY(nvfp4_backend_download(m->be, p->ha, y, count * sizeof(float), err));
     TRY(nvfp4_comm_allreduce_sum(p->comm, p->ha, count, err));

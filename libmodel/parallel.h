@@ -11,6 +11,7 @@ struct nvfp4_model;
 
 typedef struct nvfp4m_par {
     nvfp4_comm *comm;
+    nvfp4_comm *dcomm;         /* NCCL/RCCL over the same ranks, or NULL */
     int rank, size;
     int64_t heads, h0;         /* attention heads of this rank, the first one */
     int64_t kv_heads, kv0;     /* KV heads it caches (replicated below one per rank) */
@@ -36,6 +37,10 @@ typedef struct nvfp4m_par {
  * (an error naming what does not divide). */
 nvfp4_status nvfp4m_par_open(struct nvfp4_model *m, nvfp4_error *err);
 void nvfp4m_par_free(struct nvfp4_model *m);
+/* After the backend is open: the backend's device communicator, when every
+ * rank has one and none turned it off (NVFP4_DEVICE_COMM=0); else the
+ * forward pass stages its collectives through host memory. */
+nvfp4_status nvfp4m_par_open_device(struct nvfp4_model *m, nvfp4_error *err);
 
 /* Assembly: cut loaded views to this rank's rows or columns. */
 nvfp4_status nvfp4m_par_split_attention(struct nvfp4_model *m, nvfp4_linear *q,
