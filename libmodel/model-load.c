@@ -613,58 +613,44 @@ static nvfp4_status load_moe(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_error 
             TRY(upload(m, a, 1, &L->w13[e], err));
             TRY(upload(m, b, 1, &L->w2[e], err));
         }
-    } else if (pl->exp_stride == 2) {
-        /* gpt-oss: each expert's gate_up_proj (rows interleaved, biased) is
-         * already the fused w13; §5/§6: one input scale for all experts' w13
-         * and one for w2, as below. */
-        for (int64_t e = 0; e < E; e++) {
-            nvfp4_linear *gu = lin_of(m, l, TR_EXP_GATE_UP, e), *d = lin_of(m, l, TR_EXP_DOWN, e);
-            if (gu->input_scale > in13)
-                in13 = gu->input_scale;
-            if (d->input_scale > in2)
-                in2 = d->input_scale;
-        }
-        for (int64_t e = 0; e < E; e++) {
-            nvfp4_linear *gu = lin_of(m, l, TR_EXP_GATE_UP, e), *d = lin_of(m, l, TR_EXP_DOWN, e);
-            if (!nvfp4m_par_owns_expert(m, e)) { /* another rank's expert */
-                nvfp4m_par_drop(m, gu);
-                nvfp4m_par_drop(m, d);
-                continue;
-            }
-            if (gu->scheme == NVFP4_SCHEME_W4A4) {
-                gu->input_scale = in13;
-                gu->input_gs = 0.0f;
-            }
-            if (d->scheme == NVFP4_SCHEME_W4A4) {
-                d->input_scale = in2;
-                d->input_gs = 0.0f;
-            }
-            TRY(upload(m, gu, 1, &L->w13[e], err));
-            TRY(upload(m, d, 1, &L->w2[e], err));
-        }
     } else {
-        /* §5/§6: one input scale for all experts' w13 and one for w2. */
+        /* §5/§6: one input scale for all experts' w13 and one for w2.  An
+         * expert's w13 members: its stored gate_up_proj (gpt-oss: rows
+         * interleaved, biased, already the fused w13) or its gate and up
+         * (fused here). */
+        static const tensor_role w13_roles[2][2] = {{TR_EXP_GATE, TR_EXP_UP},
+                                                    {TR_EXP_GATE_UP, TR_COUNT}};
+        const int stored = pl->exp_stride == 2, n13 = stored ? 1 : 2;
         for (int64_t e = 0; e < E; e++) {
-            nvfp4_linear *g = lin_of(m, l, TR_EXP_GATE, e), *u = lin_of(m, l, TR_EXP_UP, e);
             nvfp4_linear *d = lin_of(m, l, TR_EXP_DOWN, e);
-            if (g->input_scale > in13)
-                in13 = g->input_scale;
-            if (u->input_scale > in13)
-                in13 = u->input_scale;
+            for (int k = 0; k < n13; k++) {
+                const nvfp4_linear *w = lin_of(m, l, w13_roles[stored][k], e);
+                if (w->input_scale > in13)
+                    in13 = w->input_scale;
+            }
             if (d->input_scale > in2)
                 in2 = d->input_scale;
         }
         for (int64_t e = 0; e < E; e++) {
-            nvfp4_linear *g = lin_of(m, l, TR_EXP_GATE, e), *u = lin_of(m, l, TR_EXP_UP, e);
-            nvfp4_linear *d = lin_of(m, l, TR_EXP_DOWN, e);
+            nvfp4_linear *w[2] = {NULL, NULL}, *d = lin_of(m, l, TR_EXP_DOWN, e);
+            for (int k = 0; k < n13; k++)
+                w[k] = lin_of(m, l, w13_roles[stored][k], e);
             if (!nvfp4m_par_owns_expert(m, e)) { /* another rank's expert */
-                nvfp4m_par_drop(m, g);
-                nvfp4m_par_drop(m, u);
+                for (int k = 0; k < n13; k++)
+                    nvfp4m_par_drop(m, w[k]);
                 nvfp4m_par_drop(m, d);
                 continue;
             }
-            TRY(fuse_gate_up(m, parent_of(g->prefix, ex, sizeof(ex)), g, u, in13, &L->w13[e],
-                             err));
+            if (stored) {
+                if (w[0]->scheme == NVFP4_SCHEME_W4A4) {
+                    w[0]->input_scale = in13;
+                    w[0]->input_gs = 0.0f;
+                }
+                TRY(upload(m, w[0], 1, &L->w13[e], err));
+            } else {
+                TRY(fuse_gate_up(m, parent_of(w[0]->prefix, ex, sizeof(ex)), w[0], w[1], in13,
+                                 &L->w13[e], err));
+            }
             if (d->scheme == NVFP4_SCHEME_W4A4) {
                 d->input_scale = in2;
                 d->input_gs = 0.0f; /* §5: gs = 1 / in2 */

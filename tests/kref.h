@@ -142,4 +142,69 @@ static inline double glu_ref(int kind, double g, double up, double alpha, double
     }
 }
 
+
+/* Causal GQA attention of one query row in float64: the softmax of
+ * scale * q.k over positions first .. len - 1 (first = len - window when
+ * a window > 0 is shorter than len, else 0), with a sink logit (gpt-oss:
+ * it joins the maximum and the denominator and weighs no value) when SINK
+ * is not NULL, weighting the values.  Q: the head's HD floats; K, V: the
+ * key/value head's entries at position 0, positions STRIDE floats apart;
+ * OUT: HD doubles (NaN when out of memory, so the caller's check fails). */
+static inline void ref_attention(const float *q, const float *k, const float *v, size_t len,
+                                 size_t stride, int hd, double scale, size_t window,
+                                 const float *sink, double *out)
+{
+    const size_t first = window && len > window ? len - window : 0;
+    double *p = malloc((len ? len : 1) * sizeof *p), mx = sink ? *sink : -INFINITY, sum = 0;
+
+    if (!p) {
+        for (int c = 0; c < hd; c++)
+            out[c] = NAN;
+        return;
+    }
+    for (size_t j = first; j < len; j++) {
+        double d = 0;
+        for (int c = 0; c < hd; c++)
+            d += (double)q[c] * k[j * stride + c];
+        p[j] = d * scale;
+        mx = fmax(mx, p[j]);
+    }
+    for (size_t j = first; j < len; j++)
+        sum += (p[j] = exp(p[j] - mx));
+    if (sink)
+        sum += exp(*sink - mx);
+    for (int c = 0; c < hd; c++) {
+        double o = 0;
+        for (size_t j = first; j < len; j++)
+            o += p[j] / sum * v[j * stride + c];
+        out[c] = o;
+    }
+    free(p);
+}
+
+/* A paged KV cache description (pools, sinks and window left to the
+ * caller): NTABLES block tables of MAX_BLOCKS ids into NBLOCKS blocks of
+ * BLOCK tokens, rows at POS of sequences SEQ; DTYPE's scales KS, VS (FP8
+ * pools; ignored for float32). */
+static inline void kv_pages_init(nvfp4_kv_pages *kv, size_t nblocks, size_t block,
+                                 const int32_t *tables, size_t ntables, size_t max_blocks,
+                                 const int32_t *pos, const int32_t *seq, size_t max_len,
+                                 nvfp4_kv_elem dtype, float ks, float vs)
+{
+    memset(kv, 0, sizeof *kv);
+    kv->nblocks = nblocks;
+    kv->block = block;
+    kv->tables = tables;
+    kv->ntables = ntables;
+    kv->max_blocks = max_blocks;
+    kv->pos = pos;
+    kv->seq = seq;
+    kv->max_len = max_len;
+    kv->dtype = dtype;
+    if (dtype != NVFP4_KV_ELEM_F32) {
+        kv->k_scale = ks;
+        kv->v_scale = vs;
+    }
+}
+
 #endif

@@ -745,25 +745,13 @@ START_TEST(test_attention)
         for (size_t i = 0; i < m; i++)
             for (int h = 0; h < NH; h++) {
                 const size_t len = pos0 + i + 1, kvh = h / (NH / NKV);
-                double *p = malloc(len * 8), mx = -INFINITY, sum = 0;
-                for (size_t j = 0; j < len; j++) {
-                    double d = 0;
-                    for (int c = 0; c < HD; c++)
-                        d += (double)q[((pos0 + i) * NH + h) * HD + c] * k[j * row + kvh * HD + c];
-                    p[j] = d * scale;
-                    mx = fmax(mx, p[j]);
-                }
-                for (size_t j = 0; j < len; j++)
-                    sum += (p[j] = exp(p[j] - mx));
-                for (int c = 0; c < HD; c++) {
-                    double ref = 0;
-                    for (size_t j = 0; j < len; j++)
-                        ref += p[j] / sum * v[j * row + kvh * HD + c];
-                    ck_assert_msg(fabs(out[(i * NH + h) * HD + c] - ref) <= 1e-5,
+                double ref[HD];
+                ref_attention(q + ((pos0 + i) * NH + h) * HD, k + kvh * HD, v + kvh * HD, len,
+                              row, HD, scale, 0, NULL, ref);
+                for (int c = 0; c < HD; c++)
+                    ck_assert_msg(fabs(out[(i * NH + h) * HD + c] - ref[c]) <= 1e-5,
                                   "attention pos %zu head %d dim %d: %.9g vs %.9g", pos0 + i,
-                                  h, c, out[(i * NH + h) * HD + c], ref);
-                }
-                free(p);
+                                  h, c, out[(i * NH + h) * HD + c], ref[c]);
             }
         nvfp4_backend_release(be, dq);
         nvfp4_backend_release(be, dk);
@@ -847,17 +835,9 @@ START_TEST(test_attention_paged)
     for (int step = 0; step < 4; step++) {
         const size_t m = step & 1 ? 21 : 3;
         const int32_t *pos = step & 1 ? pos2 : pos1, *seq = step & 1 ? seq2 : seq1;
-        memset(&kv, 0, sizeof(kv));
-        kv.nblocks = NB;
-        kv.block = BS;
-        kv.ntables = 3;
-        kv.max_blocks = MAXB;
-        kv.max_len = step & 1 ? 301 : 300;
-        if (fp8) {
-            kv.dtype = NVFP4_KV_ELEM_FP8_E4M3;
-            kv.k_scale = 0.0021f; /* |k| up to 1: past 448 * 0.0021, saturating */
-            kv.v_scale = 0.0037f;
-        }
+        /* FP8: |k| up to 1 is past 448 * 0.0021, saturating */
+        kv_pages_init(&kv, NB, BS, NULL, 3, MAXB, NULL, NULL, step & 1 ? 301 : 300,
+                      fp8 ? NVFP4_KV_ELEM_FP8_E4M3 : NVFP4_KV_ELEM_F32, 0.0021f, 0.0037f);
         hk = kv;
         if (step >= 2) {
             hk.sinks = sinks;

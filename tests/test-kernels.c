@@ -1116,20 +1116,11 @@ static void attention_case(const char *isa)
     for (int i = 0; i < M; i++)
         for (int h = 0; h < NH; h++) {
             int g = h / (NH / NKV), len = P0 + i + 1;
-            double sc[CTX], mx = -1e300, sum = 0;
-            for (int p = 0; p < len; p++) {
-                double d = 0;
-                for (int j = 0; j < HD; j++)
-                    d += (double)q[(i * NH + h) * HD + j] * kc[(p * NKV + g) * HD + j];
-                sc[p] = d * scale;
-                mx = fmax(mx, sc[p]);
-            }
-            for (int p = 0; p < len; p++)
-                sum += (sc[p] = exp(sc[p] - mx));
+            double ref[HD];
+            ref_attention(q + (i * NH + h) * HD, kc + g * HD, vc + g * HD, (size_t)len, NKV * HD,
+                          HD, scale, 0, NULL, ref);
             for (int j = 0; j < HD; j++) {
-                double o = 0;
-                for (int p = 0; p < len; p++)
-                    o += sc[p] / sum * vc[(p * NKV + g) * HD + j];
+                double o = ref[j];
                 /* a float32 score of 20 terms with |q k| <= 2 errs by at most
                  * gamma_20 * 40 * scale ~ 1.1e-5, carried into the weights as
                  * a relative error; |v| <= 1 and the weights sum to 1, plus
@@ -1201,17 +1192,9 @@ static void attention_paged_case(const char *isa)
         memcpy(k + i * ROW, (isb ? kb : ka) + p * ROW, ROW * 4);
         memcpy(v + i * ROW, (isb ? vb : va) + p * ROW, ROW * 4);
     }
-    memset(&kv, 0, sizeof(kv));
+    kv_pages_init(&kv, NB, BS, tab, 2, MAXB, pos, seq, A0 + AM, NVFP4_KV_ELEM_F32, 0, 0);
     kv.k_pool = kp;
     kv.v_pool = vp;
-    kv.nblocks = NB;
-    kv.block = BS;
-    kv.tables = tab;
-    kv.ntables = 2;
-    kv.max_blocks = MAXB;
-    kv.pos = pos;
-    kv.seq = seq;
-    kv.max_len = A0 + AM;
     for (int th = 1; th <= 2; th++) {
         nvfp4_backend_set_threads(be, th);
         ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale, out,
@@ -1236,36 +1219,29 @@ static void attention_paged_case(const char *isa)
     }
     /* attention sinks (gpt-oss): one logit per head joins each softmax with
      * no value; against float64 (the bound of test_attention plus the sink's
-     * own exp); head 3's sink dwarfs every score, so its outputs are ~0 */
-    {
+     * own exp); head 3's sink dwarfs every score, so its outputs are ~0.
+     * Then with a sliding window of 3 as well (gpt-oss's sliding layers). */
+    for (size_t w = 0; w <= 3; w += 3) {
         const float sinks[NH] = {-1.0f, 0.5f, 3.0f, 20.0f};
         kv.sinks = sinks;
+        kv.window = w;
         ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale, out,
                                                  &err),
                          NVFP4_OK);
         kv.sinks = NULL;
+        kv.window = 0;
         for (int i = 0; i < M; i++)
             for (int h = 0; h < NH; h++) {
                 const float *kk = seq[i] ? kb : ka, *vv = seq[i] ? vb : va;
-                const int g = h / (NH / NKV), len = pos[i] + 1;
-                double sc[16], mx = sinks[h], sum = 0;
-                for (int p = 0; p < len; p++) {
-                    double d = 0;
-                    for (int j = 0; j < HD; j++)
-                        d += (double)q[(i * NH + h) * HD + j] * kk[(p * NKV + g) * HD + j];
-                    sc[p] = d * scale;
-                    mx = fmax(mx, sc[p]);
-                }
-                for (int p = 0; p < len; p++)
-                    sum += (sc[p] = exp(sc[p] - mx));
-                sum += exp(sinks[h] - mx);
+                const int g = h / (NH / NKV);
+                double ref[HD];
+                ref_attention(q + (i * NH + h) * HD, kk + g * HD, vv + g * HD,
+                              (size_t)pos[i] + 1, ROW, HD, scale, w, &sinks[h], ref);
                 for (int j = 0; j < HD; j++) {
-                    double o = 0;
-                    for (int p = 0; p < len; p++)
-                        o += sc[p] / sum * vv[(p * NKV + g) * HD + j];
+                    double o = ref[j];
                     ck_assert_msg(fabs(out[(i * NH + h) * HD + j] - o) <= 3e-5,
-                                  "%s sinks: row %d head %d dim %d: %.9g vs %.9g", isa, i, h,
-                                  j, out[(i * NH + h) * HD + j], o);
+                                  "%s sinks, window %zu: row %d head %d dim %d: %.9g vs %.9g",
+                                  isa, w, i, h, j, out[(i * NH + h) * HD + j], o);
                     if (h == 3)
                         ck_assert(fabs(o) < 1e-6);
                 }
@@ -1357,23 +1333,12 @@ static void attention_paged_fp8_case(const char *isa)
         seq[i] = isb ? 1 : 0;
         pos[i] = isb ? B0 + i : A0;
     }
-    memset(&kv, 0, sizeof(kv));
-    kv.nblocks = NB;
-    kv.block = BS;
-    kv.tables = tab;
-    kv.ntables = 2;
-    kv.max_blocks = MAXB;
-    kv.pos = pos;
-    kv.seq = seq;
-    kv.max_len = A0 + AM;
-    kf = kv;
+    kv_pages_init(&kf, NB, BS, tab, 2, MAXB, pos, seq, A0 + AM, NVFP4_KV_ELEM_F32, 0, 0);
+    kv_pages_init(&kv, NB, BS, tab, 2, MAXB, pos, seq, A0 + AM, NVFP4_KV_ELEM_FP8_E4M3, ks, vs);
     kf.k_pool = kp;
     kf.v_pool = vp;
     kv.k_pool = kp8;
     kv.v_pool = vp8;
-    kv.dtype = NVFP4_KV_ELEM_FP8_E4M3;
-    kv.k_scale = ks;
-    kv.v_scale = vs;
     for (int w = 0; w < 2; w++) {
         kv.window = kf.window = w ? 3 : 0;
         for (int th = 1; th <= 2; th++) {

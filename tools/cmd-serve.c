@@ -29,7 +29,8 @@ static void help(FILE *out)
             "Chat prompts are rendered with the model's chat template (chat_template.jinja\n"
             "or tokenizer_config.json), ChatML when it has none.\n"
             "SIGINT or SIGTERM stops accepting connections, lets running requests finish\n"
-            "for the grace period and cancels the rest.\n\n"
+            "for the grace period and cancels the rest (a stream ends with an error event\n"
+            "and [DONE]); the responses get up to 5 s more to be written out.\n\n"
             "  --host ADDR             numeric IPv4/IPv6 address to listen on\n"
             "                          (default 127.0.0.1)\n"
             "  --port N                TCP port (default 8000; 0: any free port)\n"
@@ -114,6 +115,10 @@ static const char *base_name(const char *path, char *buf, size_t n)
     return b && b[1] ? b + 1 : buf;
 }
 
+/* After the grace period, how long the finished responses get to be
+ * written out before the connections are closed. */
+enum { SERVE_DRAIN_SECONDS = 5 };
+
 static int run(int argc, char **argv)
 {
     enum { OPT_HOST = CLI_OPT_OTHER, OPT_PORT, OPT_KEY, OPT_KEYFILE, OPT_NAME, OPT_CTX, OPT_SEQS,
@@ -144,7 +149,7 @@ static int run(int argc, char **argv)
     char *key = NULL, namebuf[512], msg[600];
     nvfp4_error err;
     sigset_t sigs;
-    int c, sig, rc = CLI_OK;
+    int c, sig, n, rc = CLI_OK;
     srv_sched *sched;
     nvfp4_chat_template *chat = NULL;
 
@@ -304,6 +309,11 @@ static int run(int argc, char **argv)
     pthread_mutex_lock(&srv.lock);
     srv.sched = NULL;
     pthread_mutex_unlock(&srv.lock);
+    /* Every job has ended now; their responses (streams' final events and
+     * [DONE]) get written out before the connections close. */
+    if ((n = srv_http_drain(&srv, SERVE_DRAIN_SECONDS)) > 0)
+        fprintf(stderr, "nvfp4 serve: %d response%s not written out in %d s: cut\n", n,
+                n == 1 ? "" : "s", SERVE_DRAIN_SECONDS);
 out:
     srv_http_stop(&srv);
     nvfp4_chat_template_free(chat);

@@ -866,6 +866,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cx->srv = srv;
         cx->route = route_of(url, method, &allowed);
         *con_cls = cx;
+        pthread_mutex_lock(&srv->lock);
+        srv->in_flight++;
+        pthread_mutex_unlock(&srv->lock);
         if (cx->route < R_HEALTH) {
             pthread_mutex_lock(&srv->met.lock);
             srv->met.requests[cx->route]++;
@@ -948,11 +951,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+    srv_server *srv = cls;
     conn_ctx *cx = *con_cls;
-    (void)cls;
     (void)c;
     (void)toe;
     if (cx) {
+        /* The response has been written out in full (or the request
+         * failed): srv_http_drain no longer waits for it. */
+        pthread_mutex_lock(&srv->lock);
+        srv->in_flight--;
+        pthread_mutex_unlock(&srv->lock);
         free(cx->body);
         free(cx);
         *con_cls = NULL;
@@ -1007,6 +1015,27 @@ void srv_http_quiesce(srv_server *srv)
     MHD_socket s = MHD_quiesce_daemon(srv->daemon);
     if (s != MHD_INVALID_SOCKET)
         close(s);
+}
+
+/* MHD_stop_daemon shuts every connection's socket down at once, so a
+ * response still on its way (a stream's last events and [DONE], written by
+ * its connection's thread after the scheduler failed the job at shutdown)
+ * would be cut: the connections get to finish what they were answering
+ * first. */
+int srv_http_drain(srv_server *srv, double seconds)
+{
+    const double end = srv_now() + seconds;
+    const struct timespec tick = {0, 10 * 1000000L};
+    int n;
+
+    for (;;) {
+        pthread_mutex_lock(&srv->lock);
+        n = srv->in_flight;
+        pthread_mutex_unlock(&srv->lock);
+        if (n == 0 || srv_now() >= end)
+            return n;
+        nanosleep(&tick, NULL);
+    }
 }
 
 void srv_http_stop(srv_server *srv)

@@ -213,10 +213,11 @@ typedef struct {
 
     /* state */
     struct MHD_Daemon *daemon;
-    pthread_mutex_t lock;        /* sched, stopping */
+    pthread_mutex_t lock;        /* sched, stopping, in_flight */
     nvfp4_model *model;
     srv_sched *sched;            /* NULL while loading */
     int stopping;
+    int in_flight;               /* requests begun and not yet completed */
     const nvfp4_tokenizer *tok;
     pthread_mutex_t tok_lock;    /* encoding */
     const nvfp4_chat_template *chat;  /* the model's template, or NULL: ChatML */
@@ -234,6 +235,10 @@ int srv_http_start(srv_server *srv, char *msg, size_t msg_len);
 int srv_http_port(const srv_server *srv);
 /* Stop accepting connections (the listening socket closes). */
 void srv_http_quiesce(srv_server *srv);
+/* Wait until every request begun has been answered in full (its response,
+ * a stream's [DONE] included, handed to the socket), at most SECONDS.  The
+ * requests still unfinished then. */
+int srv_http_drain(srv_server *srv, double seconds);
 /* Close every connection and join the threads. */
 void srv_http_stop(srv_server *srv);
 
