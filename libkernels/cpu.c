@@ -107,6 +107,12 @@ static void *cpu_open(const char *params, nvfp4_error *err)
         nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "cpu", -1, "out of memory");
         return NULL;
     }
+    if (pthread_mutex_init(&c->pool_lock, NULL) != 0) {
+        pthread_mutex_destroy(&c->moe_lock);
+        free(c);
+        nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "cpu", -1, "out of memory");
+        return NULL;
+    }
     c->isa = detect_isa(*isa ? isa : cap);
     c->threads = threads;
     return c;
@@ -116,6 +122,8 @@ static void cpu_close(void *ctx)
 {
     cpu_ctx *c = ctx;
 
+    nvfp4k_cpu_pool_free(c->pool);
+    pthread_mutex_destroy(&c->pool_lock);
     pthread_mutex_destroy(&c->moe_lock);
     free(c->moe_scratch);
     free(c);
@@ -412,6 +420,67 @@ static void fp8_gather(float *out, const uint8_t *pool, const int32_t *tab, size
     }
 }
 
+/* Items of cpu_attention_paged(): a query head (or, FP8, a KV head and its
+ * group) of one token; any thread (nvfp4k_cpu_par()), SLOT's scratch. */
+typedef struct {
+    const float *q;
+    float *out;
+    const nvfp4_kv_pages *kv;
+    size_t nh, nkv, hd;
+    float scale;
+    float *scores;
+    size_t per;
+    int wide;
+} attn_job;
+
+static void attn_fp8_range(void *arg, size_t it0, size_t it1, int slot)
+{
+    const attn_job *j = arg;
+    const nvfp4_kv_pages *kv = j->kv;
+    const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, kvw = nkv * hd, group = nh / nkv;
+    const size_t bs = kv->block, maxlen = kv->max_len;
+    const int32_t zero = 0;
+
+    for (size_t it = it0; it < it1; it++) {
+        size_t i = it / nkv, kvh = it % nkv, len = (size_t)kv->pos[i] + 1;
+        size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+        const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+        float *sc = j->scores + (size_t)slot * j->per, *kr, *vr;
+
+        kr = sc + maxlen;
+        vr = kr + maxlen * hd;
+        fp8_gather(kr, kv->k_pool, tab, bs, kvw, kvh * hd, first, len, hd, kv->k_scale);
+        fp8_gather(vr, kv->v_pool, tab, bs, kvw, kvh * hd, first, len, hd, kv->v_scale);
+        for (size_t g = 0; g < group; g++) {
+            size_t h = kvh * group + g;
+            /* the gathered rows: one block of maxlen positions, row p at p */
+            attend_head(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kr, vr, &zero,
+                        maxlen, hd, 0, first, len, hd, j->scale,
+                        kv->sinks ? kv->sinks + h : NULL, sc, j->wide);
+        }
+    }
+}
+
+static void attn_range(void *arg, size_t it0, size_t it1, int slot)
+{
+    const attn_job *j = arg;
+    const nvfp4_kv_pages *kv = j->kv;
+    const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, kvw = nkv * hd, group = nh / nkv;
+    const size_t bs = kv->block;
+
+    for (size_t it = it0; it < it1; it++) {
+        size_t i = it / nh, h = it % nh, kvh = h / group, len = (size_t)kv->pos[i] + 1;
+        /* a sliding window: positions first .. pos[i] */
+        size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+        const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+        float *sc = j->scores + (size_t)slot * j->per;
+
+        attend_head(j->q + it * hd, j->out + it * hd, kv->k_pool, kv->v_pool, tab, bs, kvw,
+                    kvh * hd, first, len, hd, j->scale, kv->sinks ? kv->sinks + h : NULL, sc,
+                    j->wide);
+    }
+}
+
 /* Causal grouped-query attention through block tables, one (row, head) per
  * work item (one (row, KV head) for FP8 pools, whose rows are dequantized
  * once for the group), a numerically safe softmax (max subtracted) in
@@ -426,13 +495,12 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
                                         size_t nh, size_t nkv, size_t hd, float scale,
                                         float *out, nvfp4_error *err)
 {
-    const size_t kvw = nkv * hd, group = nh / nkv, bs = kv->block, maxlen = kv->max_len;
+    const size_t kvw = nkv * hd, bs = kv->block, maxlen = kv->max_len;
     const int nth = nvfp4k_cpu_nthreads(ctx);
     const int fp8 = kv->dtype == NVFP4_KV_ELEM_FP8_E4M3;
     /* per thread: maxlen scores; FP8: also maxlen dequantized K and V rows */
     size_t per, bytes;
     float *scores;
-    const int32_t zero = 0;
 #ifdef CPU_HAVE_X86
     const int wide = ((cpu_ctx *)ctx)->isa >= CPU_ISA_AVX512;
 #else
@@ -461,46 +529,12 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
             memcpy((float *)kv->v_pool + slot * kvw, v + i * kvw, kvw * sizeof(float));
         }
     }
-    if (fp8) {
-#pragma omp parallel for schedule(static) num_threads(nth) \
-    if (m * nh * maxlen * hd >= 8 * CPU_PAR_MIN)
-        for (size_t it = 0; it < m * nkv; it++) {
-            size_t i = it / nkv, kvh = it % nkv, len = (size_t)kv->pos[i] + 1;
-            size_t first = kv->window && len > kv->window ? len - kv->window : 0;
-            const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
-            float *sc = scores, *kr, *vr;
-#ifdef _OPENMP
-            sc += (size_t)omp_get_thread_num() * per;
-#endif
-            kr = sc + maxlen;
-            vr = kr + maxlen * hd;
-            fp8_gather(kr, kv->k_pool, tab, bs, kvw, kvh * hd, first, len, hd, kv->k_scale);
-            fp8_gather(vr, kv->v_pool, tab, bs, kvw, kvh * hd, first, len, hd, kv->v_scale);
-            for (size_t g = 0; g < group; g++) {
-                size_t h = kvh * group + g;
-                /* the gathered rows: one block of maxlen positions, row p at p */
-                attend_head(q + (i * nh + h) * hd, out + (i * nh + h) * hd, kr, vr, &zero,
-                            maxlen, hd, 0, first, len, hd, scale,
-                            kv->sinks ? kv->sinks + h : NULL, sc, wide);
-            }
-        }
-        free(scores);
-        return NVFP4_OK;
-    }
-    /* a decode step of a short context is a few microseconds: one thread */
-#pragma omp parallel for schedule(static) num_threads(nth) \
-    if (m * nh * maxlen * hd >= 8 * CPU_PAR_MIN)
-    for (size_t it = 0; it < m * nh; it++) {
-        size_t i = it / nh, h = it % nh, kvh = h / group, len = (size_t)kv->pos[i] + 1;
-        /* a sliding window: positions first .. pos[i] */
-        size_t first = kv->window && len > kv->window ? len - kv->window : 0;
-        const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
-        float *sc = scores;
-#ifdef _OPENMP
-        sc += (size_t)omp_get_thread_num() * maxlen;
-#endif
-        attend_head(q + it * hd, out + it * hd, kv->k_pool, kv->v_pool, tab, bs, kvw, kvh * hd,
-                    first, len, hd, scale, kv->sinks ? kv->sinks + h : NULL, sc, wide);
+    {
+        attn_job j = {q, out, kv, nh, nkv, hd, scale, scores, per, wide};
+        /* a decode step of a short context is a few microseconds: one thread */
+        nvfp4k_cpu_par(ctx, m * (fp8 ? nkv : nh),
+                       m * nh * maxlen * hd >= 8 * CPU_PAR_MIN ? nth : 1,
+                       fp8 ? attn_fp8_range : attn_range, &j);
     }
     free(scores);
     return NVFP4_OK;
