@@ -1080,6 +1080,23 @@ void nvfp4k_cpu_kweight_free(void *ctx, void *kw)
     free(w);
 }
 
+/* Rows of one part, repacked on the backend's threads (nvfp4k_cpu_par()). */
+typedef struct {
+    const uint8_t *src;
+    uint8_t *dst;
+    size_t k;
+    int layout;
+} repack_job;
+
+static void repack_range(void *arg, size_t r0, size_t r1, int slot)
+{
+    const repack_job *j = arg;
+
+    (void)slot;
+    for (size_t r = r0; r < r1; r++)
+        repack_row(j->src + r * (j->k / 2), (int64_t)j->k, j->layout, j->dst + r * (j->k / 2));
+}
+
 void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t nparts,
                          const nvfp4_kweight_desc *desc, nvfp4_error *err)
 {
@@ -1128,10 +1145,10 @@ void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t npa
 
             /* §8's block-scale bytes: nvfp4_linear_validate() (registry.c) */
             memcpy(w->scales + r0 * (k / NVFP4_BLOCK), p->scales, nsc);
-#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads((cpu_ctx *)ctx))
-            for (int64_t r = 0; r < p->n; r++)
-                repack_row(p->weight + (size_t)r * (k / 2), desc->k, w->layout,
-                           w->packed + (r0 + (size_t)r) * (k / 2));
+            {
+                repack_job j = {p->weight, w->packed + r0 * (k / 2), k, w->layout};
+                nvfp4k_cpu_par(ctx, (size_t)p->n, nvfp4k_cpu_nthreads(ctx), repack_range, &j);
+            }
             r0 += (size_t)p->n;
         }
     }
