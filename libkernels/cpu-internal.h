@@ -19,6 +19,9 @@ typedef enum {
     CPU_ISA_VNNI,       /* AVX512 + VNNI: the int8 W4A4 kernel */
 } cpu_isa;
 
+/* The backend's worker threads (cpu-pool.c). */
+typedef struct cpu_pool cpu_pool;
+
 typedef struct {
     int threads;        /* 0 = OpenMP's default */
     cpu_isa isa;
@@ -27,7 +30,21 @@ typedef struct {
     pthread_mutex_t moe_lock;
     void *moe_scratch;
     size_t moe_scratch_size;
+    /* started at the first parallel loop (nvfp4k_cpu_par) */
+    pthread_mutex_t pool_lock;
+    cpu_pool *pool;
 } cpu_ctx;
+
+/* Items I0 .. I1-1 of a parallel loop; SLOT < the loop's thread count is
+ * the running thread's index (for per-thread scratch). */
+typedef void (*cpu_par_fn)(void *arg, size_t i0, size_t i1, int slot);
+
+/* Runs FN over items 0 .. N-1 on up to NTH threads, the calling thread one
+ * of them, and returns when all are done.  Chunks are claimed from a
+ * counter, so threads that the OS does not run claim none and are not
+ * waited for; while another thread uses the pool, an OpenMP loop. */
+void nvfp4k_cpu_par(cpu_ctx *c, size_t n, int nth, cpu_par_fn fn, void *arg);
+void nvfp4k_cpu_pool_free(cpu_pool *p);
 
 /* The CHUNK layout (see cpu-linear.c): chunks of 256 weights (16 blocks)
  * in 128 bytes, the tail chunk of c < 16 blocks in 8*c bytes. */

@@ -1080,6 +1080,23 @@ void nvfp4k_cpu_kweight_free(void *ctx, void *kw)
     free(w);
 }
 
+/* Rows of one part, repacked on the backend's threads (nvfp4k_cpu_par()). */
+typedef struct {
+    const uint8_t *src;
+    uint8_t *dst;
+    size_t k;
+    int layout;
+} repack_job;
+
+static void repack_range(void *arg, size_t r0, size_t r1, int slot)
+{
+    const repack_job *j = arg;
+
+    (void)slot;
+    for (size_t r = r0; r < r1; r++)
+        repack_row(j->src + r * (j->k / 2), (int64_t)j->k, j->layout, j->dst + r * (j->k / 2));
+}
+
 void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t nparts,
                          const nvfp4_kweight_desc *desc, nvfp4_error *err)
 {
@@ -1128,10 +1145,10 @@ void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t npa
 
             /* §8's block-scale bytes: nvfp4_linear_validate() (registry.c) */
             memcpy(w->scales + r0 * (k / NVFP4_BLOCK), p->scales, nsc);
-#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads((cpu_ctx *)ctx))
-            for (int64_t r = 0; r < p->n; r++)
-                repack_row(p->weight + (size_t)r * (k / 2), desc->k, w->layout,
-                           w->packed + (r0 + (size_t)r) * (k / 2));
+            {
+                repack_job j = {p->weight, w->packed + r0 * (k / 2), k, w->layout};
+                nvfp4k_cpu_par(ctx, (size_t)p->n, nvfp4k_cpu_nthreads(ctx), repack_range, &j);
+            }
             r0 += (size_t)p->n;
         }
     }
@@ -1174,7 +1191,18 @@ static inline void row_call(int path, const cpu_kweight *w, int64_t r, const flo
  * every row of the tile passes over them, and the tile's weights stay in
  * L2 while the token tiles pass.  One token: rows in tiles of 16 for
  * balance, the activations of a whole row in L1 when they fit. */
-static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed,
+typedef struct {
+    int path, packed;
+    const cpu_kweight *w;
+    const float *x;
+    const act_q8 *a;
+    size_t nch, m, units, ku, rt;
+    float *y;
+} tiles_job;
+
+static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot);
+
+static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float *x, int packed,
                       const act_q8 *a, size_t nch, size_t m, int nth, float *y)
 {
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n;
@@ -1198,10 +1226,28 @@ static void run_tiles(int path, const cpu_kweight *w, const float *x, int packed
         rt = rt < 8 ? 8 : rt > 256 ? 256 : rt;
     }
     {
-        const int64_t ntiles = (int64_t)((n + rt - 1) / rt);
-#pragma omp parallel for schedule(static) num_threads(nth)
-        for (int64_t tile = 0; tile < ntiles; tile++) {
-            const size_t r0 = (size_t)tile * rt, r1 = r0 + rt < n ? r0 + rt : n;
+        tiles_job j = {path, packed, w, x, a, nch, m, units, ku, rt, y};
+        nvfp4k_cpu_par(ctx, (n + rt - 1) / rt, nth, tiles_range, &j);
+    }
+}
+
+/* Tiles TILE0 .. TILE1-1 of a tiles_job (any thread: nvfp4k_cpu_par()). */
+static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
+{
+    const tiles_job *j = arg;
+    const int path = j->path, packed = j->packed;
+    const cpu_kweight *w = j->w;
+    const float *x = j->x;
+    const act_q8 *a = j->a;
+    const size_t nch = j->nch, m = j->m, units = j->units, ku = j->ku, rt = j->rt;
+    const size_t k = (size_t)w->d.k, n = (size_t)w->d.n;
+    float *y = j->y;
+
+    (void)slot;
+    (void)k;
+    {
+        for (size_t tile = tile0; tile < tile1; tile++) {
+            const size_t r0 = tile * rt, r1 = r0 + rt < n ? r0 + rt : n;
             if (m == 1) {
                 /* One token: the same stretches, but each row (or group of
                  * four) runs through all of them before the next, so that
@@ -1335,6 +1381,52 @@ nvfp4_status nvfp4k_cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *d
     return st;
 }
 
+/* The per-token steps of a product (any thread: nvfp4k_cpu_par()). */
+enum { PREP_QDQ_REF, PREP_QDQ_AVX512, PREP_Q8, PREP_BIAS };
+
+typedef struct {
+    int kind;
+    const float *x;
+    size_t k;
+    float gs;
+    float *out;          /* QDQ: [m, k]; BIAS: y [m, n] */
+    const act_q8 *a;     /* Q8 */
+    size_t kp, nch;
+    const float *bias;
+    size_t n;
+} prep_job;
+
+static void prep_range(void *arg, size_t t0, size_t t1, int slot)
+{
+    const prep_job *j = arg;
+    const size_t k = j->k;
+
+    (void)slot;
+    for (size_t t = t0; t < t1; t++) {
+        switch (j->kind) {
+        case PREP_BIAS:
+            for (size_t r = 0; r < j->n; r++)
+                j->out[t * j->n + r] += j->bias[r];
+            break;
+#ifdef CPU_X86
+        case PREP_Q8:
+            quantize_row_q8(j->x + t * k, k, j->gs, j->a->q + t * j->kp,
+                            j->a->xs + t * j->nch * CPU_CHUNK_BLOCKS,
+                            j->a->corr + t * j->nch * CPU_CHUNK_BLOCKS);
+            break;
+        case PREP_QDQ_AVX512:
+            qdq_row_avx512(j->x + t * k, k, j->gs, j->out + t * k);
+            break;
+#endif
+        case PREP_QDQ_REF:
+            nvfp4_quant_qdq_row_gs(j->x + t * k, k, j->gs, j->out + t * k);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
 static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight_desc *desc,
                                const float *x, size_t m, float *y, int nthreads,
                                nvfp4_error *err)
@@ -1358,9 +1450,10 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
             tmp = nvfp4k_cpu_aligned_alloc(m * k * sizeof(float));
             if (!tmp)
                 goto nomem;
-#pragma omp parallel for schedule(static) num_threads(nth)
-            for (size_t t = 0; t < m; t++)
-                nvfp4_quant_qdq_row_gs(x + t * k, k, desc->input_gs, tmp + t * k);
+            {
+                prep_job j = {PREP_QDQ_REF, x, k, desc->input_gs, tmp, &a, kp, nch, NULL, 0};
+                nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
+            }
             xin = tmp;
         }
         if (path == PATH_DENSE_AVX512 && m > 1 && k % 16 == 0) {
@@ -1370,7 +1463,7 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
             pack_x(xin, m, k, xp);
             packed = 1;
         }
-        run_tiles(path, w, packed ? xp : xin, packed, NULL, 0, m, nth, y);
+        run_tiles(ctx, path, w, packed ? xp : xin, packed, NULL, 0, m, nth, y);
         free(xp);
         free(tmp);
         goto bias;
@@ -1382,13 +1475,10 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
         a.corr = nvfp4k_cpu_aligned_alloc(m * nch * CPU_CHUNK_BLOCKS * sizeof(int32_t));
         if (!a.q || !a.xs || !a.corr)
             goto nomem;
-#ifdef CPU_X86
-#pragma omp parallel for schedule(static) num_threads(nth)
-        for (size_t t = 0; t < m; t++)
-            quantize_row_q8(x + t * k, k, desc->input_gs, a.q + t * kp,
-                            a.xs + t * nch * CPU_CHUNK_BLOCKS,
-                            a.corr + t * nch * CPU_CHUNK_BLOCKS);
-#endif
+        {
+            prep_job j = {PREP_Q8, x, k, desc->input_gs, NULL, &a, kp, nch, NULL, 0};
+            nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
+        }
         path = PATH_VNNI;
     } else {
         if (desc->scheme == NVFP4_SCHEME_W4A4) {
@@ -1397,14 +1487,10 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
             tmp = nvfp4k_cpu_aligned_alloc(m * k * sizeof(float));
             if (!tmp)
                 goto nomem;
-#pragma omp parallel for schedule(static) num_threads(nth)
-            for (size_t t = 0; t < m; t++) {
-#ifdef CPU_X86
-                if (isa >= CPU_ISA_AVX512)
-                    qdq_row_avx512(x + t * k, k, desc->input_gs, tmp + t * k);
-                else
-#endif
-                    nvfp4_quant_qdq_row_gs(x + t * k, k, desc->input_gs, tmp + t * k);
+            {
+                prep_job j = {isa >= CPU_ISA_AVX512 ? PREP_QDQ_AVX512 : PREP_QDQ_REF,
+                              x, k, desc->input_gs, tmp, &a, kp, nch, NULL, 0};
+                nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
             }
             xin = tmp;
         }
@@ -1420,7 +1506,7 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
             packed = 1;
         }
     }
-    run_tiles(path, w, xin, packed, &a, nch, m, nth, y);
+    run_tiles(ctx, path, w, xin, packed, &a, nch, m, nth, y);
     free(tmp);
     free(xp);
     free(a.q);
@@ -1429,10 +1515,8 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
 
 bias:
     if (w->bias) {
-#pragma omp parallel for schedule(static) num_threads(nth)
-        for (size_t t = 0; t < m; t++)
-            for (size_t r = 0; r < n; r++)
-                y[t * n + r] += w->bias[r];
+        prep_job j = {PREP_BIAS, NULL, 0, 0.0f, y, &a, 0, 0, w->bias, n};
+        nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
     }
     return NVFP4_OK;
 

@@ -107,6 +107,12 @@ static void *cpu_open(const char *params, nvfp4_error *err)
         nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "cpu", -1, "out of memory");
         return NULL;
     }
+    if (pthread_mutex_init(&c->pool_lock, NULL) != 0) {
+        pthread_mutex_destroy(&c->moe_lock);
+        free(c);
+        nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "cpu", -1, "out of memory");
+        return NULL;
+    }
     c->isa = detect_isa(*isa ? isa : cap);
     c->threads = threads;
     return c;
@@ -116,6 +122,8 @@ static void cpu_close(void *ctx)
 {
     cpu_ctx *c = ctx;
 
+    nvfp4k_cpu_pool_free(c->pool);
+    pthread_mutex_destroy(&c->pool_lock);
     pthread_mutex_destroy(&c->moe_lock);
     free(c->moe_scratch);
     free(c);
@@ -202,16 +210,35 @@ static nvfp4_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes
  * call these on one token). */
 #define CPU_PAR_MIN 32768
 
+/* The arguments of a row or elementwise operation, for its loop on the
+ * backend's threads (nvfp4k_cpu_par(); each item computed as on one thread). */
+typedef struct {
+    const float *x, *w, *g;
+    float *y;
+    const int32_t *pos;
+    size_t d, n, heads, head_dim, rot;
+    float f0, f1, f2;
+    int kind;
+} ew_job;
+
+static int ew_threads(void *ctx, size_t work)
+{
+    return work >= CPU_PAR_MIN ? nvfp4k_cpu_nthreads(ctx) : 1;
+}
+
 /* HF's LlamaRMSNorm: float32 variance = mean(x^2), x * rsqrt(var + eps),
  * then times the weight.  The sum of squares is kept in double so the
  * result is within float32 rounding of the exact value. */
-static nvfp4_status cpu_rmsnorm(void *ctx, const float *x, const float *weight, size_t m,
-                                size_t d, float eps, float *y, nvfp4_error *err)
+static void rmsnorm_range(void *arg, size_t i0, size_t i1, int slot)
 {
-    (void)err;
-#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
-    if (m * d >= CPU_PAR_MIN)
-    for (size_t i = 0; i < m; i++) {
+    const ew_job *jb = arg;
+    const float *x = jb->x, *weight = jb->w;
+    float *y = jb->y;
+    const size_t d = jb->d;
+    const float eps = jb->f0;
+
+    (void)slot;
+    for (size_t i = i0; i < i1; i++) {
         const float *xi = x + i * d;
         float *yi = y + i * d;
         double ss = 0.0;
@@ -223,22 +250,32 @@ static nvfp4_status cpu_rmsnorm(void *ctx, const float *x, const float *weight, 
         for (size_t j = 0; j < d; j++)
             yi[j] = (xi[j] * inv) * weight[j];
     }
+}
+
+static nvfp4_status cpu_rmsnorm(void *ctx, const float *x, const float *weight, size_t m,
+                                size_t d, float eps, float *y, nvfp4_error *err)
+{
+    ew_job j = {.x = x, .w = weight, .y = y, .d = d, .f0 = eps};
+
+    (void)err;
+    nvfp4k_cpu_par(ctx, m, ew_threads(ctx, m * d), rmsnorm_range, &j);
     return NVFP4_OK;
 }
 
 /* HF rotate_half: for i < rot/2, (x_i, x_{i+rot/2}) is rotated by
  * pos * inv_freq[i]; cos and sin are scaled by attn_factor (1 normally, the
  * "mscale" of YaRN-style scaling). Dimensions past rot_dim are untouched. */
-static nvfp4_status cpu_rope(void *ctx, float *x, const int32_t *positions, size_t m,
-                             size_t heads, size_t head_dim, size_t rot_dim,
-                             const float *inv_freq, float attn_factor, nvfp4_error *err)
+static void rope_range(void *arg, size_t i0, size_t i1, int slot)
 {
-    const size_t half = rot_dim / 2;
+    const ew_job *jb = arg;
+    const float *inv_freq = jb->w;
+    float *x = jb->y;
+    const int32_t *positions = jb->pos;
+    const size_t heads = jb->heads, head_dim = jb->head_dim, half = jb->rot / 2;
+    const float attn_factor = jb->f0;
 
-    (void)err;
-#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
-    if (m * heads * rot_dim >= CPU_PAR_MIN)
-    for (size_t i = 0; i < m; i++) {
+    (void)slot;
+    for (size_t i = i0; i < i1; i++) {
         for (size_t j = 0; j < half; j++) {
             /* HF forms the angle in float32: pos * inv_freq */
             float ang = (float)positions[i] * inv_freq[j];
@@ -251,6 +288,17 @@ static nvfp4_status cpu_rope(void *ctx, float *x, const int32_t *positions, size
             }
         }
     }
+}
+
+static nvfp4_status cpu_rope(void *ctx, float *x, const int32_t *positions, size_t m,
+                             size_t heads, size_t head_dim, size_t rot_dim,
+                             const float *inv_freq, float attn_factor, nvfp4_error *err)
+{
+    ew_job jb = {.w = inv_freq, .y = x, .pos = positions, .heads = heads,
+                 .head_dim = head_dim, .rot = rot_dim, .f0 = attn_factor};
+
+    (void)err;
+    nvfp4k_cpu_par(ctx, m, ew_threads(ctx, m * heads * rot_dim), rope_range, &jb);
     return NVFP4_OK;
 }
 
@@ -412,6 +460,67 @@ static void fp8_gather(float *out, const uint8_t *pool, const int32_t *tab, size
     }
 }
 
+/* Items of cpu_attention_paged(): a query head (or, FP8, a KV head and its
+ * group) of one token; any thread (nvfp4k_cpu_par()), SLOT's scratch. */
+typedef struct {
+    const float *q;
+    float *out;
+    const nvfp4_kv_pages *kv;
+    size_t nh, nkv, hd;
+    float scale;
+    float *scores;
+    size_t per;
+    int wide;
+} attn_job;
+
+static void attn_fp8_range(void *arg, size_t it0, size_t it1, int slot)
+{
+    const attn_job *j = arg;
+    const nvfp4_kv_pages *kv = j->kv;
+    const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, kvw = nkv * hd, group = nh / nkv;
+    const size_t bs = kv->block, maxlen = kv->max_len;
+    const int32_t zero = 0;
+
+    for (size_t it = it0; it < it1; it++) {
+        size_t i = it / nkv, kvh = it % nkv, len = (size_t)kv->pos[i] + 1;
+        size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+        const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+        float *sc = j->scores + (size_t)slot * j->per, *kr, *vr;
+
+        kr = sc + maxlen;
+        vr = kr + maxlen * hd;
+        fp8_gather(kr, kv->k_pool, tab, bs, kvw, kvh * hd, first, len, hd, kv->k_scale);
+        fp8_gather(vr, kv->v_pool, tab, bs, kvw, kvh * hd, first, len, hd, kv->v_scale);
+        for (size_t g = 0; g < group; g++) {
+            size_t h = kvh * group + g;
+            /* the gathered rows: one block of maxlen positions, row p at p */
+            attend_head(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kr, vr, &zero,
+                        maxlen, hd, 0, first, len, hd, j->scale,
+                        kv->sinks ? kv->sinks + h : NULL, sc, j->wide);
+        }
+    }
+}
+
+static void attn_range(void *arg, size_t it0, size_t it1, int slot)
+{
+    const attn_job *j = arg;
+    const nvfp4_kv_pages *kv = j->kv;
+    const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, kvw = nkv * hd, group = nh / nkv;
+    const size_t bs = kv->block;
+
+    for (size_t it = it0; it < it1; it++) {
+        size_t i = it / nh, h = it % nh, kvh = h / group, len = (size_t)kv->pos[i] + 1;
+        /* a sliding window: positions first .. pos[i] */
+        size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+        const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+        float *sc = j->scores + (size_t)slot * j->per;
+
+        attend_head(j->q + it * hd, j->out + it * hd, kv->k_pool, kv->v_pool, tab, bs, kvw,
+                    kvh * hd, first, len, hd, j->scale, kv->sinks ? kv->sinks + h : NULL, sc,
+                    j->wide);
+    }
+}
+
 /* Causal grouped-query attention through block tables, one (row, head) per
  * work item (one (row, KV head) for FP8 pools, whose rows are dequantized
  * once for the group), a numerically safe softmax (max subtracted) in
@@ -426,13 +535,12 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
                                         size_t nh, size_t nkv, size_t hd, float scale,
                                         float *out, nvfp4_error *err)
 {
-    const size_t kvw = nkv * hd, group = nh / nkv, bs = kv->block, maxlen = kv->max_len;
+    const size_t kvw = nkv * hd, bs = kv->block, maxlen = kv->max_len;
     const int nth = nvfp4k_cpu_nthreads(ctx);
     const int fp8 = kv->dtype == NVFP4_KV_ELEM_FP8_E4M3;
     /* per thread: maxlen scores; FP8: also maxlen dequantized K and V rows */
     size_t per, bytes;
     float *scores;
-    const int32_t zero = 0;
 #ifdef CPU_HAVE_X86
     const int wide = ((cpu_ctx *)ctx)->isa >= CPU_ISA_AVX512;
 #else
@@ -461,46 +569,12 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
             memcpy((float *)kv->v_pool + slot * kvw, v + i * kvw, kvw * sizeof(float));
         }
     }
-    if (fp8) {
-#pragma omp parallel for schedule(static) num_threads(nth) \
-    if (m * nh * maxlen * hd >= 8 * CPU_PAR_MIN)
-        for (size_t it = 0; it < m * nkv; it++) {
-            size_t i = it / nkv, kvh = it % nkv, len = (size_t)kv->pos[i] + 1;
-            size_t first = kv->window && len > kv->window ? len - kv->window : 0;
-            const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
-            float *sc = scores, *kr, *vr;
-#ifdef _OPENMP
-            sc += (size_t)omp_get_thread_num() * per;
-#endif
-            kr = sc + maxlen;
-            vr = kr + maxlen * hd;
-            fp8_gather(kr, kv->k_pool, tab, bs, kvw, kvh * hd, first, len, hd, kv->k_scale);
-            fp8_gather(vr, kv->v_pool, tab, bs, kvw, kvh * hd, first, len, hd, kv->v_scale);
-            for (size_t g = 0; g < group; g++) {
-                size_t h = kvh * group + g;
-                /* the gathered rows: one block of maxlen positions, row p at p */
-                attend_head(q + (i * nh + h) * hd, out + (i * nh + h) * hd, kr, vr, &zero,
-                            maxlen, hd, 0, first, len, hd, scale,
-                            kv->sinks ? kv->sinks + h : NULL, sc, wide);
-            }
-        }
-        free(scores);
-        return NVFP4_OK;
-    }
-    /* a decode step of a short context is a few microseconds: one thread */
-#pragma omp parallel for schedule(static) num_threads(nth) \
-    if (m * nh * maxlen * hd >= 8 * CPU_PAR_MIN)
-    for (size_t it = 0; it < m * nh; it++) {
-        size_t i = it / nh, h = it % nh, kvh = h / group, len = (size_t)kv->pos[i] + 1;
-        /* a sliding window: positions first .. pos[i] */
-        size_t first = kv->window && len > kv->window ? len - kv->window : 0;
-        const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
-        float *sc = scores;
-#ifdef _OPENMP
-        sc += (size_t)omp_get_thread_num() * maxlen;
-#endif
-        attend_head(q + it * hd, out + it * hd, kv->k_pool, kv->v_pool, tab, bs, kvw, kvh * hd,
-                    first, len, hd, scale, kv->sinks ? kv->sinks + h : NULL, sc, wide);
+    {
+        attn_job j = {q, out, kv, nh, nkv, hd, scale, scores, per, wide};
+        /* a decode step of a short context is a few microseconds: one thread */
+        nvfp4k_cpu_par(ctx, m * (fp8 ? nkv : nh),
+                       m * nh * maxlen * hd >= 8 * CPU_PAR_MIN ? nth : 1,
+                       fp8 ? attn_fp8_range : attn_range, &j);
     }
     free(scores);
     return NVFP4_OK;
@@ -549,17 +623,28 @@ static nvfp4_status cpu_attention(void *ctx, const float *q, const float *k, con
     return st;
 }
 
-static nvfp4_status cpu_silu_mul(void *ctx, const float *gu, size_t m, size_t inter,
-                                 float *out, nvfp4_error *err)
+static void silu_mul_range(void *arg, size_t i0, size_t i1, int slot)
 {
-    (void)err;
-#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
-    if (m * inter >= CPU_PAR_MIN)
-    for (size_t i = 0; i < m; i++) {
+    const ew_job *jb = arg;
+    const float *gu = jb->x;
+    float *out = jb->y;
+    const size_t inter = jb->n;
+
+    (void)slot;
+    for (size_t i = i0; i < i1; i++) {
         const float *g = gu + i * 2 * inter, *u = g + inter;
         for (size_t j = 0; j < inter; j++)
             out[i * inter + j] = g[j] / (1.0f + expf(-g[j])) * u[j];
     }
+}
+
+static nvfp4_status cpu_silu_mul(void *ctx, const float *gu, size_t m, size_t inter,
+                                 float *out, nvfp4_error *err)
+{
+    ew_job jb = {.x = gu, .y = out, .n = inter};
+
+    (void)err;
+    nvfp4k_cpu_par(ctx, m, ew_threads(ctx, m * inter), silu_mul_range, &jb);
     return NVFP4_OK;
 }
 
@@ -569,17 +654,32 @@ static nvfp4_status cpu_silu_mul(void *ctx, const float *gu, size_t m, size_t in
  * gate and up interleaved as its gate_up_proj stores them):
  * gate clamped above at LIMIT, up to [-LIMIT, LIMIT], (up + 1) * gate *
  * sigmoid(ALPHA * gate). */
+static void glu_range(void *arg, size_t i0, size_t i1, int slot);
+
 static nvfp4_status cpu_glu(void *ctx, nvfp4_glu_kind kind, const float *gu, size_t m,
                             size_t inter, float alpha, float limit, float *out,
                             nvfp4_error *err)
 {
-    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+    ew_job jb = {.x = gu, .y = out, .n = inter, .f0 = alpha, .f1 = limit, .kind = (int)kind};
 
     if (kind == NVFP4_GLU_SILU)
         return cpu_silu_mul(ctx, gu, m, inter, out, err);
-#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
-    if (m * inter >= CPU_PAR_MIN)
-    for (size_t i = 0; i < m; i++) {
+    nvfp4k_cpu_par(ctx, m, ew_threads(ctx, m * inter), glu_range, &jb);
+    return NVFP4_OK;
+}
+
+static void glu_range(void *arg, size_t i0, size_t i1, int slot)
+{
+    const ew_job *jb = arg;
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+    const float *gu = jb->x;
+    float *out = jb->y;
+    const size_t inter = jb->n;
+    const float alpha = jb->f0, limit = jb->f1;
+    const nvfp4_glu_kind kind = (nvfp4_glu_kind)jb->kind;
+
+    (void)slot;
+    for (size_t i = i0; i < i1; i++) {
         const float *g = gu + i * 2 * inter, *u = g + inter;
         float *o = out + i * inter;
         if (kind == NVFP4_GLU_GELU_TANH) {
@@ -597,17 +697,24 @@ static nvfp4_status cpu_glu(void *ctx, nvfp4_glu_kind kind, const float *gu, siz
             }
         }
     }
-    return NVFP4_OK;
+}
+
+static void scale_range(void *arg, size_t i0, size_t i1, int slot)
+{
+    const ew_job *jb = arg;
+
+    (void)slot;
+    for (size_t i = i0; i < i1; i++)
+        jb->y[i] = jb->x[i] * jb->f0;
 }
 
 static nvfp4_status cpu_scale(void *ctx, const float *x, size_t n, float s, float *y,
                               nvfp4_error *err)
 {
+    ew_job jb = {.x = x, .y = y, .f0 = s};
+
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
-    if (n >= CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        y[i] = x[i] * s;
+    nvfp4k_cpu_par(ctx, n, ew_threads(ctx, n), scale_range, &jb);
     return NVFP4_OK;
 }
 
@@ -627,27 +734,37 @@ static void softmax_row(const float *x, size_t n, float *y)
         y[j] *= inv;
 }
 
+static void softmax_range(void *arg, size_t i0, size_t i1, int slot)
+{
+    const ew_job *jb = arg;
+
+    (void)slot;
+    for (size_t i = i0; i < i1; i++)
+        softmax_row(jb->x + i * jb->n, jb->n, jb->y + i * jb->n);
+}
+
 static nvfp4_status cpu_softmax(void *ctx, const float *x, size_t m, size_t n, float *y,
                                 nvfp4_error *err)
 {
+    ew_job jb = {.x = x, .y = y, .n = n};
+
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
-    if (m * n >= CPU_PAR_MIN)
-    for (size_t i = 0; i < m; i++)
-        softmax_row(x + i * n, n, y + i * n);
+    nvfp4k_cpu_par(ctx, m, ew_threads(ctx, m * n), softmax_range, &jb);
     return NVFP4_OK;
 }
 
 /* log_softmax = x - max - log(sum(exp(x - max))), the sum in double: these
  * values feed perplexity, where the error of a float sum over 150k
  * vocabulary entries would show. */
-static nvfp4_status cpu_logsoftmax(void *ctx, const float *x, size_t m, size_t n, float *y,
-                                   nvfp4_error *err)
+static void logsoftmax_range(void *arg, size_t i0, size_t i1, int slot)
 {
-    (void)err;
-#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
-    if (m * n >= CPU_PAR_MIN)
-    for (size_t i = 0; i < m; i++) {
+    const ew_job *jb = arg;
+    const float *x = jb->x;
+    float *y = jb->y;
+    const size_t n = jb->n;
+
+    (void)slot;
+    for (size_t i = i0; i < i1; i++) {
         const float *xi = x + i * n;
         float mx = -INFINITY;
         double sum = 0.0;
@@ -662,6 +779,15 @@ static nvfp4_status cpu_logsoftmax(void *ctx, const float *x, size_t m, size_t n
         for (size_t j = 0; j < n; j++)
             y[i * n + j] = (xi[j] - mx) - lse;
     }
+}
+
+static nvfp4_status cpu_logsoftmax(void *ctx, const float *x, size_t m, size_t n, float *y,
+                                   nvfp4_error *err)
+{
+    ew_job jb = {.x = x, .y = y, .n = n};
+
+    (void)err;
+    nvfp4k_cpu_par(ctx, m, ew_threads(ctx, m * n), logsoftmax_range, &jb);
     return NVFP4_OK;
 }
 
@@ -720,28 +846,45 @@ static nvfp4_status cpu_topk(void *ctx, const float *logits, size_t m, size_t e,
     return NVFP4_OK;
 }
 
+static void add_range(void *arg, size_t i0, size_t i1, int slot)
+{
+    const ew_job *jb = arg;
+
+    (void)slot;
+    for (size_t i = i0; i < i1; i++)
+        jb->y[i] = jb->x[i] + jb->w[i];
+}
+
 static nvfp4_status cpu_add(void *ctx, const float *a, const float *b, size_t n, float *y,
                             nvfp4_error *err)
 {
+    ew_job jb = {.x = a, .w = b, .y = y};
+
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
-    if (n >= CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        y[i] = a[i] + b[i];
+    nvfp4k_cpu_par(ctx, n, ew_threads(ctx, n), add_range, &jb);
     return NVFP4_OK;
+}
+
+static void gate_add_range(void *arg, size_t t0, size_t t1, int slot)
+{
+    const ew_job *jb = arg;
+    const size_t n = jb->n;
+
+    (void)slot;
+    for (size_t t = t0; t < t1; t++) {
+        const float g = 1.0f / (1.0f + expf(-jb->g[t]));
+        for (size_t i = 0; i < n; i++)
+            jb->y[t * n + i] += g * jb->x[t * n + i];
+    }
 }
 
 static nvfp4_status cpu_gate_add(void *ctx, const float *x, const float *gate, size_t m,
                                  size_t n, float *y, nvfp4_error *err)
 {
+    ew_job jb = {.x = x, .g = gate, .y = y, .n = n};
+
     (void)err;
-#pragma omp parallel for schedule(static) num_threads(nvfp4k_cpu_nthreads(ctx)) \
-    if (m * n >= CPU_PAR_MIN)
-    for (size_t t = 0; t < m; t++) {
-        const float g = 1.0f / (1.0f + expf(-gate[t]));
-        for (size_t i = 0; i < n; i++)
-            y[t * n + i] += g * x[t * n + i];
-    }
+    nvfp4k_cpu_par(ctx, m, ew_threads(ctx, m * n), gate_add_range, &jb);
     return NVFP4_OK;
 }
 

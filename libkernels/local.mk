@@ -9,6 +9,7 @@ libkernels_libnvfp4_kernels_la_SOURCES = \
 	%reldir%/registry.c \
 	%reldir%/cpu.c \
 	%reldir%/cpu-linear.c \
+	%reldir%/cpu-pool.c \
 	%reldir%/comm-impl.h \
 	%reldir%/comm.c
 if HAVE_MPI

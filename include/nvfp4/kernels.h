@@ -223,7 +223,10 @@ NVFP4_API int nvfp4_backend_supports_format(const nvfp4_backend *be, nvfp4_op op
                                             nvfp4_scheme scheme, nvfp4_dtype dtype);
 /**
  * Set the number of worker threads of a CPU backend (ignored by backends
- * without threads).  Results do not depend on it.
+ * without threads): operations run on the calling thread and up to
+ * @p threads - 1 threads of the backend's own, started when first needed,
+ * which claim pieces of each operation as they get a core.  Results do not
+ * depend on it.
  * @param be the backend, or NULL (nothing is done)
  * @param threads the count; 0 (or negative) restores the default, OpenMP's
  *        (OMP_NUM_THREADS, else every core)
