@@ -576,6 +576,16 @@ static nvfp4_status load_dense_mlp(nvfp4_model *m, int64_t l, tensor_role gate,
     return upload(m, d, 1, dn, err);
 }
 
+/* An expert's activation scale as vLLM's NVFP4 MoE reduces it (DIALECTS.md,
+ * "MoE experts"): the multiplier direction in every dialect, so for
+ * compressed-tensors 1.0f / input_global_scale (one float32 division), not
+ * the multiplier whose reciprocal is input_global_scale; the layer's gs is
+ * then 1.0f / the max of these over all experts (input_gs 0). */
+static float moe_act_mult(const nvfp4_linear *lin)
+{
+    return lin->input_gs != 0.0f ? 1.0f / lin->input_gs : lin->input_scale;
+}
+
 static nvfp4_status load_moe(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_error *err)
 {
     const hparams *hp = &m->hp;
@@ -625,11 +635,11 @@ static nvfp4_status load_moe(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_error 
             nvfp4_linear *d = lin_of(m, l, TR_EXP_DOWN, e);
             for (int k = 0; k < n13; k++) {
                 const nvfp4_linear *w = lin_of(m, l, w13_roles[stored][k], e);
-                if (w->input_scale > in13)
-                    in13 = w->input_scale;
+                if (moe_act_mult(w) > in13)
+                    in13 = moe_act_mult(w);
             }
-            if (d->input_scale > in2)
-                in2 = d->input_scale;
+            if (moe_act_mult(d) > in2)
+                in2 = moe_act_mult(d);
         }
         for (int64_t e = 0; e < E; e++) {
             nvfp4_linear *w[2] = {NULL, NULL}, *d = lin_of(m, l, TR_EXP_DOWN, e);
