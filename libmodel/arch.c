@@ -760,9 +760,12 @@ nvfp4_status nvfp4m_hparams_read(const nvfp4_config *cfg, const arch_desc *arch,
         } else if (strcmp(rope_type, "yarn") == 0 && (arch->attn == ATTN_MLA || arch->yarn)) {
             hp->rope_yarn = 1; /* read_yarn below */
         } else if (strcmp(rope_type, "default") != 0) {
+            /* yarn only where the architecture's reference implements it */
+            int yarn_ok = arch->attn == ATTN_MLA || arch->yarn;
             return nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, path, key, -1,
-                                   "RoPE type \"%s\" is not supported (supported: "
-                                   "default, linear, llama3, longrope)", rope_type);
+                                   "RoPE type \"%s\" is not supported for %s (supported: "
+                                   "default, linear, llama3, longrope%s)", rope_type,
+                                   arch->hf_name, yarn_ok ? ", yarn" : "");
         }
         /* partial rotary (Phi-3, ...): transformers 5 keeps the factor in
          * rope_parameters, older configs at the top level; int() of the

@@ -468,6 +468,22 @@ static void compute_inv_freq(const hparams *hp, int64_t max_ctx, int local, floa
     }
 }
 
+/* gpt-oss biases every Linear: q/k/v (checked in load_attention with
+ * qkv_bias), o_proj, the router and each expert's gate_up_proj and
+ * down_proj.  A missing one would silently run as
+ * zero, so it is refused, named. */
+static nvfp4_status need_oai_bias(nvfp4_model *m, const nvfp4_linear *lin, nvfp4_error *err)
+{
+    char bias[NVFP4_ERROR_FIELD_LENGTH + 8];
+
+    if (m->arch->act != ACT_SWIGLU_OAI || !lin || lin->bias)
+        return NVFP4_OK;
+    snprintf(bias, sizeof(bias), "%s.bias", lin->prefix);
+    return nvfp4_error_set(err, NVFP4_ERR_NOT_FOUND, nvfp4_checkpoint_dir(m->ck), bias, -1,
+                           "%s has a bias on every Linear; this one is missing",
+                           m->arch_name);
+}
+
 static nvfp4_status load_attention(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_error *err)
 {
     const hparams *hp = &m->hp;
@@ -496,6 +512,7 @@ static nvfp4_status load_attention(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_
                                -1, "%s has biases on q/k/v; this one is missing",
                                m->arch_name);
     }
+    TRY(need_oai_bias(m, o, err));
     TRY(nvfp4m_par_split_attention(m, q, k, v, o, err));
     if ((L->sinks = take_vec(m, l, TR_SINKS)) && m->par->size > 1) {
         /* this rank's heads of the sinks, as of q */
@@ -635,9 +652,11 @@ static nvfp4_status load_moe(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_error 
             nvfp4_linear *d = lin_of(m, l, TR_EXP_DOWN, e);
             for (int k = 0; k < n13; k++) {
                 const nvfp4_linear *w = lin_of(m, l, w13_roles[stored][k], e);
+                TRY(need_oai_bias(m, w, err));
                 if (moe_act_mult(w) > in13)
                     in13 = moe_act_mult(w);
             }
+            TRY(need_oai_bias(m, d, err));
             if (moe_act_mult(d) > in2)
                 in2 = moe_act_mult(d);
         }
@@ -668,6 +687,7 @@ static nvfp4_status load_moe(nvfp4_model *m, int64_t l, layer_t *L, nvfp4_error 
             TRY(upload(m, d, 1, &L->w2[e], err));
         }
     }
+    TRY(need_oai_bias(m, lin_of(m, l, TR_ROUTER, 0), err));
     TRY(upload(m, lin_of(m, l, TR_ROUTER, 0), 1, &L->router, err));
     if (lin_of(m, l, TR_SH_GATE, 0)) {
         TRY(load_dense_mlp(m, l, TR_SH_GATE, TR_SH_UP, TR_COUNT, TR_SH_DOWN, &L->sh_gu,

@@ -830,9 +830,8 @@ static json_t *tensor_listing(const char *path)
  * architecture: the same tensors with the same dtypes and shapes, and the
  * same quantization_config; the model it writes loads and runs.  Sharded
  * output (an index and several files) loads the same. */
-START_TEST(test_synth_like_quark)
+static void synth_like_case(const char *name, int sharded)
 {
-    const char *name = ok_models[_i];
     char args[2048], dir[600], rel[256];
     json_t *want, *got, *qwant, *qgot;
     nvfp4_model *m;
@@ -844,7 +843,7 @@ START_TEST(test_synth_like_quark)
     snprintf(dir, sizeof(dir), "%s/synth-%s", tmpdir, name);
     snprintf(args, sizeof(args), "synth --like '%s/models/%s/config.json' --scheme %s -o '%s' %s",
              TEST_DATA_DIR, name, strstr(name, "w4a16") ? "w4a16" : "w4a4", dir,
-             _i % 2 ? "--shard-size 40KB" : "");
+             sharded ? "--shard-size 40KB" : "");
     ck_assert_int_eq(trun_status(args), 0);
     snprintf(rel, sizeof(rel), "models/%s", name);
     want = tensor_listing(tdata(rel));
@@ -858,7 +857,7 @@ START_TEST(test_synth_like_quark)
     ck_assert_msg(json_equal(json_object_get(qwant, "quantization_config"),
                              json_object_get(qgot, "quantization_config")),
                   "%s: synth's quantization_config differs from Quark's", name);
-    if (_i % 2) {
+    if (sharded) {
         snprintf(args, sizeof(args), "%s/model.safetensors.index.json", dir);
         ck_assert_msg(access(args, F_OK) == 0, "%s: no index for a sharded synth", name);
     }
@@ -881,6 +880,23 @@ START_TEST(test_synth_like_quark)
     json_decref(qwant);
     json_decref(qgot);
 }
+
+START_TEST(test_synth_like_quark)
+{
+    synth_like_case(ok_models[_i], _i % 2);
+}
+END_TEST
+
+/* The same for the architectures whose layers synth writes beside the
+ * Llama ones: Gemma 3 (four norms, q/k norms, tied embeddings) and gpt-oss
+ * (biases, sinks, the biased router, fused gate_up_proj per expert), against
+ * gen_models.py's Quark exports. */
+static const char *const synth_arch_models[] = {"gemma3", "gpt_oss"};
+
+START_TEST(test_synth_like_quark_arch)
+{
+    synth_like_case(synth_arch_models[_i], _i % 2);
+}
 END_TEST
 
 /* synth and bench on bad input: usage errors exit 2, bad files exit 1. */
@@ -890,6 +906,13 @@ START_TEST(test_synth_bench_errors)
     FILE *f;
 
     ck_assert_int_eq(trun_status("synth --preset nope -o /tmp/x"), 2);
+    {   /* the usage error lists the presets, the new ones too */
+        char *out;
+        ck_assert_int_eq(trun_tool("synth --preset nope -o /tmp/x", 1, &out), 2);
+        ck_assert_msg(strstr(out, "deepseek-v2-lite") && strstr(out, "gemma-3-4b") &&
+                      strstr(out, "gpt-oss-20b"), "%s", out);
+        free(out);
+    }
     ck_assert_int_eq(trun_status("synth -o /tmp/x"), 2);
     ck_assert_int_eq(trun_status("synth --preset smollm2-135m"), 2);
     ck_assert_int_eq(trun_status("synth --preset smollm2-135m --scheme w8 -o /tmp/x"), 2);
@@ -954,6 +977,8 @@ int main(void)
     tcase_add_test(tc, test_kvfp8_matters);
     tcase_add_test(th, test_kvfp8_bad_scales);
     tcase_add_loop_test(tc, test_synth_like_quark, 0, (int)NOK_QUARK);
+    tcase_add_loop_test(tc, test_synth_like_quark_arch, 0,
+                        (int)(sizeof(synth_arch_models) / sizeof(synth_arch_models[0])));
     tcase_add_test(th, test_synth_bench_errors);
     suite_add_tcase(s, tc);
     suite_add_tcase(s, th);

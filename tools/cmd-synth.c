@@ -47,6 +47,13 @@ typedef struct {
     const char *json;             /* config.json without quantization_config */
 } preset;
 
+/* gpt-oss-20b's 24 layers: sliding, full, sliding, ... */
+#define GPT_OSS_PAIR "\"sliding_attention\", \"full_attention\""
+#define GPT_OSS_LAYER_TYPES \
+    GPT_OSS_PAIR ", " GPT_OSS_PAIR ", " GPT_OSS_PAIR ", " GPT_OSS_PAIR ", " GPT_OSS_PAIR ", " \
+    GPT_OSS_PAIR ", " GPT_OSS_PAIR ", " GPT_OSS_PAIR ", " GPT_OSS_PAIR ", " GPT_OSS_PAIR ", " \
+    GPT_OSS_PAIR ", " GPT_OSS_PAIR
+
 static const preset presets[] = {
     {"llama3-8b",
      "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\","
@@ -109,6 +116,38 @@ static const preset presets[] = {
      " \"original_max_position_embeddings\": 4096, \"type\": \"yarn\"},"
      " \"bos_token_id\": 100000, \"eos_token_id\": 100001, \"hidden_act\": \"silu\","
      " \"tie_word_embeddings\": false, \"dtype\": \"bfloat16\"}"},
+    /* Gemma-3-4B (the text part of google/gemma-3-4b-it): five sliding
+     * layers (window 1024, local base 10000) to one global (base 1e6,
+     * linear scaling 8), GeGLU, four norms a layer, tied embeddings */
+    {"gemma-3-4b",
+     "{\"architectures\": [\"Gemma3ForCausalLM\"], \"model_type\": \"gemma3_text\","
+     " \"hidden_size\": 2560, \"intermediate_size\": 10240, \"num_hidden_layers\": 34,"
+     " \"num_attention_heads\": 8, \"num_key_value_heads\": 4, \"head_dim\": 256,"
+     " \"query_pre_attn_scalar\": 256, \"sliding_window\": 1024,"
+     " \"sliding_window_pattern\": 6, \"rope_theta\": 1000000.0,"
+     " \"rope_local_base_freq\": 10000.0,"
+     " \"rope_scaling\": {\"factor\": 8.0, \"rope_type\": \"linear\"},"
+     " \"final_logit_softcapping\": null, \"attn_logit_softcapping\": null,"
+     " \"vocab_size\": 262208, \"max_position_embeddings\": 131072, \"rms_norm_eps\": 1e-06,"
+     " \"bos_token_id\": 2, \"eos_token_id\": [1, 106],"
+     " \"hidden_activation\": \"gelu_pytorch_tanh\", \"tie_word_embeddings\": true,"
+     " \"dtype\": \"bfloat16\"}"},
+    /* gpt-oss-20b (21B, 3.6B active): sliding (128) and full layers
+     * alternating, attention sinks, 32 biased experts (top 4) with the clamped
+     * SwiGLU, YaRN */
+    {"gpt-oss-20b",
+     "{\"architectures\": [\"GptOssForCausalLM\"], \"model_type\": \"gpt_oss\","
+     " \"hidden_size\": 2880, \"intermediate_size\": 2880, \"num_hidden_layers\": 24,"
+     " \"num_attention_heads\": 64, \"num_key_value_heads\": 8, \"head_dim\": 64,"
+     " \"num_local_experts\": 32, \"num_experts_per_tok\": 4, \"experts_per_token\": 4,"
+     " \"swiglu_limit\": 7.0, \"attention_bias\": true, \"sliding_window\": 128,"
+     " \"layer_types\": [" GPT_OSS_LAYER_TYPES "],"
+     " \"vocab_size\": 201088, \"max_position_embeddings\": 131072, \"rms_norm_eps\": 1e-05,"
+     " \"rope_theta\": 150000, \"rope_scaling\": {\"beta_fast\": 32.0, \"beta_slow\": 1.0,"
+     " \"factor\": 32.0, \"original_max_position_embeddings\": 4096,"
+     " \"rope_type\": \"yarn\", \"truncate\": false}, \"initial_context_length\": 4096,"
+     " \"eos_token_id\": 200002, \"pad_token_id\": 199999, \"hidden_act\": \"silu\","
+     " \"tie_word_embeddings\": false, \"dtype\": \"bfloat16\"}"},
 };
 #define NPRESETS (sizeof(presets) / sizeof(presets[0]))
 
@@ -142,7 +181,7 @@ static const char qconfig_json[] =
     " \"quant_method\": \"quark\", \"quant_mode\": \"eager_mode\","
     " \"softmax_quant_spec\": null, \"version\": \"0.13\"}";
 
-enum { T_LINEAR, T_BF16_RANDOM, T_BF16_ONES, T_F32_SCALAR };
+enum { T_LINEAR, T_BF16_RANDOM, T_BF16_ONES, T_BF16_ZEROS, T_F32_SCALAR };
 
 /* One tensor of the plan. */
 typedef struct {
@@ -227,6 +266,8 @@ typedef struct {
     int tie, qkv_bias, qk_norm, moe; /* moe: 0 dense, 1 mixtral, 2 qwen3-moe, 3 qwen2-moe,
                                         4 deepseek-v3 or -v2 */
     int ds_bias;                  /* DeepSeek-V3's e_score_correction_bias (not V2) */
+    int gemma;                    /* Gemma 3: four norms a layer, weights as 1 + w */
+    int gptoss;                   /* gpt-oss: biases everywhere, sinks, router.bias */
     /* DeepSeek's multi-head latent attention; its first dense layers */
     int64_t q_lora, kv_lora, rope, nope, vd, first_dense;
 } shape_t;
@@ -270,15 +311,19 @@ static int read_shape(const char *src, json_t *cfg, shape_t *s)
     else if (!strcmp(s->arch, "DeepseekV3ForCausalLM") ||
              !strcmp(s->arch, "DeepseekV2ForCausalLM"))
         s->moe = 4;
+    else if (!strcmp(s->arch, "GptOssForCausalLM"))
+        s->moe = 1, s->gptoss = 1;
+    else if (!strcmp(s->arch, "Gemma3ForCausalLM"))
+        s->moe = 0, s->gemma = 1;
     else if (s->moe == -1)
         s->moe = 0;
     else
         return cli_fail("%s: architecture %s is not one synth writes (Llama, Mistral, "
-                        "Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3)", src,
-                        s->arch);
+                        "Qwen2, Qwen3, Gemma 3, Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, "
+                        "DeepSeek-V2/V3)", src, s->arch);
     s->ds_bias = !strcmp(s->arch, "DeepseekV3ForCausalLM");
-    s->qkv_bias = !strcmp(s->arch, "Qwen2ForCausalLM") || s->moe == 3;
-    s->qk_norm = !strcmp(s->arch, "Qwen3ForCausalLM") || s->moe == 2;
+    s->qkv_bias = !strcmp(s->arch, "Qwen2ForCausalLM") || s->moe == 3 || s->gptoss;
+    s->qk_norm = !strcmp(s->arch, "Qwen3ForCausalLM") || s->moe == 2 || s->gemma;
     if (get_int(src, cfg, "hidden_size", -1, &s->hidden) ||
         get_int(src, cfg, "intermediate_size", -1, &s->inter) ||
         get_int(src, cfg, "num_hidden_layers", -1, &s->layers) ||
@@ -426,6 +471,7 @@ static int make_plan(plan *p, const shape_t *s)
 {
     const int64_t H = s->hidden, q = s->heads * s->hd, kvd = s->kv * s->hd;
     const double wsd = SIGMA * sqrt((double)H); /* std of a projection of unit inputs */
+    const int nk = s->gemma ? T_BF16_ZEROS : T_BF16_ONES; /* a norm of scale 1 */
     char pre[256];
 
 #define A(x)                                                                             \
@@ -443,7 +489,7 @@ static int make_plan(plan *p, const shape_t *s)
         const char *proj[3] = {"q_proj", "k_proj", "v_proj"};
         const int64_t out[3] = {q, kvd, kvd};
 
-        A(add(p, T_BF16_ONES, NVFP4_DTYPE_BF16, 1, H, 0, 0, 0,
+        A(add(p, nk, NVFP4_DTYPE_BF16, 1, H, 0, 0, 0,
               "model.layers.%" PRId64 ".input_layernorm.weight", l));
         for (int i = 0; i < 3; i++) {
             snprintf(pre, sizeof(pre), "model.layers.%" PRId64 ".self_attn.%s", l, proj[i]);
@@ -453,15 +499,43 @@ static int make_plan(plan *p, const shape_t *s)
                       pre));
         }
         if (s->qk_norm) {
-            A(add(p, T_BF16_ONES, NVFP4_DTYPE_BF16, 1, s->hd, 0, 0, 0,
+            A(add(p, nk, NVFP4_DTYPE_BF16, 1, s->hd, 0, 0, 0,
                   "model.layers.%" PRId64 ".self_attn.q_norm.weight", l));
-            A(add(p, T_BF16_ONES, NVFP4_DTYPE_BF16, 1, s->hd, 0, 0, 0,
+            A(add(p, nk, NVFP4_DTYPE_BF16, 1, s->hd, 0, 0, 0,
                   "model.layers.%" PRId64 ".self_attn.k_norm.weight", l));
         }
         snprintf(pre, sizeof(pre), "model.layers.%" PRId64 ".self_attn.o_proj", l);
         A(add_linear(p, pre, H, q, ACT_AMAX * wsd));
-        A(add(p, T_BF16_ONES, NVFP4_DTYPE_BF16, 1, H, 0, 0, 0,
+        if (s->gptoss) {
+            A(add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 1, H, 0, SIGMA, 0, "%s.bias", pre));
+            A(add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 1, s->heads, 0, 1.0f, 0,
+                  "model.layers.%" PRId64 ".self_attn.sinks", l));
+        }
+        A(add(p, nk, NVFP4_DTYPE_BF16, 1, H, 0, 0, 0,
               "model.layers.%" PRId64 ".post_attention_layernorm.weight", l));
+        if (s->gemma)
+            A(add(p, nk, NVFP4_DTYPE_BF16, 1, H, 0, 0, 0,
+                  "model.layers.%" PRId64 ".pre_feedforward_layernorm.weight", l));
+        if (s->gptoss) { /* a biased router, each expert's fused gate_up_proj */
+            A(add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 2, s->experts, H, SIGMA, 0,
+                  "model.layers.%" PRId64 ".mlp.router.weight", l));
+            A(add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 1, s->experts, 0, SIGMA, 0,
+                  "model.layers.%" PRId64 ".mlp.router.bias", l));
+            snprintf(pre, sizeof(pre), "model.layers.%" PRId64 ".mlp.router", l);
+            A(json_array_append_new(p->exclude, json_string(pre)));
+            for (int64_t e = 0; e < s->experts; e++) {
+                snprintf(pre, sizeof(pre), "model.layers.%" PRId64 ".mlp.experts.%" PRId64
+                         ".down_proj", l, e);
+                A(add_linear(p, pre, H, s->moe_inter, ACT_AMAX * wsd * wsd));
+                A(add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 1, H, 0, SIGMA, 0, "%s.bias", pre));
+                snprintf(pre, sizeof(pre), "model.layers.%" PRId64 ".mlp.experts.%" PRId64
+                         ".gate_up_proj", l, e);
+                A(add_linear(p, pre, 2 * s->moe_inter, H, ACT_AMAX));
+                A(add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 1, 2 * s->moe_inter, 0, SIGMA, 0,
+                      "%s.bias", pre));
+            }
+            continue;
+        }
         if (s->moe) {
             A(add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 2, s->experts, H, SIGMA, 0,
                   "model.layers.%" PRId64 ".mlp.gate.weight", l));
@@ -486,6 +560,9 @@ static int make_plan(plan *p, const shape_t *s)
             snprintf(pre, sizeof(pre), "%s.up_proj", base);
             A(add_linear(p, pre, I, H, ACT_AMAX));
         }
+        if (s->gemma)
+            A(add(p, nk, NVFP4_DTYPE_BF16, 1, H, 0, 0, 0,
+                  "model.layers.%" PRId64 ".post_feedforward_layernorm.weight", l));
         if (s->moe == 3) { /* Qwen2-MoE: a shared expert behind a sigmoid gate */
             const char *part[3] = {"down_proj", "gate_proj", "up_proj"};
             for (int i = 0; i < 3; i++) {
@@ -501,7 +578,7 @@ static int make_plan(plan *p, const shape_t *s)
         }
     }
 tail:
-    A(add(p, T_BF16_ONES, NVFP4_DTYPE_BF16, 1, H, 0, 0, 0, "model.norm.weight"));
+    A(add(p, nk, NVFP4_DTYPE_BF16, 1, H, 0, 0, 0, "model.norm.weight"));
     if (!s->tie)
         A(add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 2, s->vocab, H, SIGMA, 0, "lm_head.weight"));
     A(json_array_append_new(p->exclude, json_string("lm_head")));
@@ -547,7 +624,7 @@ static int write_tensor(nvfp4_safetensors_writer *w, const plan *p, const plan_t
             return cli_fail_error(&err);
         return 0;
     }
-    if (t->kind == T_BF16_ONES || t->kind == T_BF16_RANDOM) {
+    if (t->kind == T_BF16_ONES || t->kind == T_BF16_ZEROS || t->kind == T_BF16_RANDOM) {
         int64_t rows = t->ndim == 2 ? t->shape[0] : 1, k = t->ndim == 2 ? t->shape[1] : t->shape[0];
         uint16_t *buf = malloc((size_t)k * CHUNK_ROWS * 2);
         float *f = malloc((size_t)k * CHUNK_ROWS * sizeof(float));
@@ -564,8 +641,9 @@ static int write_tensor(nvfp4_safetensors_writer *w, const plan *p, const plan_t
                 if (t->kind == T_BF16_RANDOM)
                     random_row(seed + (uint64_t)(r0 + r), t->sigma, f + r * k, k);
                 for (int64_t i = 0; i < k; i++)
-                    buf[r * k + i] = t->kind == T_BF16_ONES ? 0x3f80
-                                                            : nvfp4_bf16_encode(f[r * k + i]);
+                    buf[r * k + i] = t->kind == T_BF16_ONES    ? 0x3f80
+                                     : t->kind == T_BF16_ZEROS ? 0x0000
+                                                               : nvfp4_bf16_encode(f[r * k + i]);
             }
             if (nvfp4_safetensors_writer_write(w, buf, (size_t)(nr * k * 2), &err))
                 rc = cli_fail_error(&err);
@@ -639,10 +717,11 @@ static void help(FILE *out)
             "quantizer.  For benchmarks at the shapes of real models; it has no tokenizer\n"
             "(run it with `nvfp4 bench`).  Same seed, same bytes.\n\n"
             "  --preset NAME      llama3-8b, smollm2-135m, qwen3-30b-a3b, deepseek-v3\n"
-            "                     (671B: give --layers) or deepseek-v2-lite\n"
+            "                     (671B: give --layers), deepseek-v2-lite, gemma-3-4b\n"
+            "                     or gpt-oss-20b\n"
             "  --like CONFIG      take the architecture from a Hugging Face config.json\n"
-            "                     (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE,\n"
-            "                     Qwen3-MoE, DeepSeek-V2, DeepSeek-V3)\n"
+            "                     (Llama, Mistral, Qwen2, Qwen3, Gemma 3, Mixtral,\n"
+            "                     Qwen2-MoE, Qwen3-MoE, gpt-oss, DeepSeek-V2, DeepSeek-V3)\n"
             "  -o, --out DIR      output directory (created; files in it are replaced)\n"
             "  --scheme S         w4a4 (default: NVFP4 weights and activations) or w4a16\n"
             "  --layers N         keep only the first N decoder layers (1 to 4096)\n"
@@ -721,7 +800,8 @@ static int run(int argc, char **argv)
                 cfg = json_loads(presets[i].json, 0, NULL);
         if (!cfg)
             return cli_usage(&cli_synth, "unknown preset '%s' (llama3-8b, smollm2-135m, "
-                             "qwen3-30b-a3b, deepseek-v3, deepseek-v2-lite)", preset_name);
+                             "qwen3-30b-a3b, deepseek-v3, deepseek-v2-lite, gemma-3-4b, "
+                             "gpt-oss-20b)", preset_name);
     } else if (!(cfg = json_load_file(like, 0, &jerr))) {
         return cli_fail("%s: %s (line %d)", like, jerr.text, jerr.line);
     } else if (!json_is_object(cfg)) {
@@ -729,8 +809,14 @@ static int run(int argc, char **argv)
         return cli_fail("%s: expected a JSON object", like);
     }
     json_object_del(cfg, "quantization_config");
-    if (layers)
+    if (layers) {
+        json_t *lt = json_object_get(cfg, "layer_types");
         json_object_set_new(cfg, "num_hidden_layers", json_integer(layers));
+        /* one entry a layer: keep the first N (gpt-oss, Gemma 3) */
+        if (json_is_array(lt))
+            while ((long)json_array_size(lt) > layers)
+                json_array_remove(lt, json_array_size(lt) - 1);
+    }
     if (read_shape(like ? like : preset_name, cfg, &s))
         goto out;
     if (!(qc = json_loads(qconfig_json, 0, &jerr))) {
