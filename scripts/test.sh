@@ -97,11 +97,14 @@ if [ "${NVFP4_FUZZ:-1}" = 1 ]; then
 fi
 
 # ThreadSanitizer: two threads, each with its own context, on one shared
-# model (test-context's "threads" case).  libgomp is not built with TSan, so
-# its thread pool would be reported falsely: the case runs with
-# OMP_NUM_THREADS=1 and models opened with threads = 1, which leaves the
-# library's own threads (the two contexts) as the only concurrency.
-echo "== tsan: test-context threads (OMP_NUM_THREADS=1)"
+# model (test-context's "threads" case), and the CPU backend's own thread
+# pool (libkernels/cpu-pool.c) under test-kernels at 2 threads.  libgomp is
+# not built with TSan, so its thread pool would be reported falsely: the
+# contexts' case runs with OMP_NUM_THREADS=1 and models opened with
+# threads = 1 (two contexts on one backend at once would take the pool's
+# OpenMP fallback), which leaves the library's own threads as the only
+# concurrency.
+echo "== tsan: test-context threads (OMP_NUM_THREADS=1), test-kernels (2 threads)"
 rm -rf build/tsan
 mkdir -p build/tsan
 (cd build/tsan && ../../configure -q CFLAGS="-O1 -g -fsanitize=thread" \
@@ -109,7 +112,9 @@ mkdir -p build/tsan
     make -j"$JOBS" libmodel/libnvfp4-model.la >/dev/null &&
     make -j"$JOBS" tests/test-context >/dev/null &&
     OMP_NUM_THREADS=1 CK_RUN_CASE=threads CK_FORK=no TSAN_OPTIONS="halt_on_error=1" \
-        ./tests/test-context) ||
+        ./tests/test-context &&
+    make -j"$JOBS" tests/test-kernels >/dev/null &&
+    OMP_NUM_THREADS=2 CK_FORK=no TSAN_OPTIONS="halt_on_error=1" ./tests/test-kernels) ||
     { echo "tests: $PASSED passed, 1 failed, $SKIPPED skipped"; exit 1; }
 
 if [ "${NVFP4_VALGRIND:-1}" = 1 ]; then
