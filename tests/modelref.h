@@ -26,8 +26,9 @@ static const char *const ok_models[] = {"llama", "qwen3", "qwen3_moe", "qwen2_mo
                                         /* the other dialects (gen_dialects.py) */
                                         "modelopt_nvfp4", "modelopt_w4a16", "ct_nvfp4",
                                         "ct_nvfp4a16", "ct_mixed",
-                                        /* their MoE exports (Qwen3-MoE, 4 experts) */
+                                        /* their MoE exports (Qwen3-MoE, Mixtral; 4 experts) */
                                         "modelopt_moe", "ct_moe", "ct_moe_a16",
+                                        "modelopt_mixtral",
                                         /* Quark exclusions that split fused groups */
                                         "llama_excl_k", "llama_excl_block",
                                         "llama_w4a16_excl_gate", "llama_excl_gate",

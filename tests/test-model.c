@@ -888,10 +888,12 @@ START_TEST(test_synth_like_quark)
 END_TEST
 
 /* The same for the architectures whose layers synth writes beside the
- * Llama ones: Gemma 3 (four norms, q/k norms, tied embeddings) and gpt-oss
- * (biases, sinks, the biased router, fused gate_up_proj per expert), against
- * gen_models.py's Quark exports. */
-static const char *const synth_arch_models[] = {"gemma3", "gpt_oss"};
+ * Llama ones: Gemma 3 (four norms, q/k norms, tied embeddings), gpt-oss
+ * (biases, sinks, the biased router, fused gate_up_proj per expert) and
+ * DeepSeek-V3/V2 (BF16 latent attention, routers), against gen_models.py's
+ * Quark exports. */
+static const char *const synth_arch_models[] = {"gemma3", "gpt_oss", "deepseek_v3",
+                                                "deepseek_v2"};
 
 START_TEST(test_synth_like_quark_arch)
 {

@@ -1707,7 +1707,7 @@ END_TEST
  * packed resolves to the fixture's scheme, every other one to none. */
 static const char *const dialect_models[] = {"modelopt_nvfp4", "modelopt_w4a16", "ct_nvfp4",
                                              "ct_nvfp4a16", "ct_mixed", "modelopt_moe",
-                                             "ct_moe", "ct_moe_a16"};
+                                             "ct_moe", "ct_moe_a16", "modelopt_mixtral"};
 
 START_TEST(test_tool_inspect_dialects)
 {

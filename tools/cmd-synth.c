@@ -381,7 +381,7 @@ static int read_shape(const char *src, json_t *cfg, shape_t *s)
 }
 
 /* A BF16 Linear that Quark's deepseek_v3 template leaves unquantized
- * (self_attn, the router): its weight, and its name in the exclusions. */
+ * (self_attn): its weight, and its name in the exclusions. */
 static int add_excluded(plan *p, const char *prefix, int64_t n, int64_t k)
 {
     if (add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 2, n, k, SIGMA, 0, "%s.weight", prefix))
@@ -434,8 +434,10 @@ static int make_deepseek(plan *p, const shape_t *s)
                 L_("post_attention_layernorm.weight"), l))
             return -1;
         if (moe) {
-            PRE("mlp.gate");
-            if (add_excluded(p, pre, s->experts, H) ||
+            /* BF16 but not listed in exclude: transformers' router is no
+             * nn.Linear, so Quark's export leaves it out of the list */
+            if (add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 2, s->experts, H, SIGMA, 0,
+                    L_("mlp.gate.weight"), l) ||
                 (s->ds_bias && add(p, T_BF16_RANDOM, NVFP4_DTYPE_BF16, 1, s->experts, 0, SIGMA,
                                    0, L_("mlp.gate.e_score_correction_bias"), l)))
                 return -1;
