@@ -1360,7 +1360,8 @@ START_TEST(test_fuse_unshared_scales)
     assert_contains(err.text, "model.layers.1.self_attn.qkv_proj");
     for (int i = 0; i < 3; i++) {
         assert_contains(err.text, sh[i].prefix);
-        snprintf(want, sizeof(want), "%s = %.9g", sh[i].prefix, (double)sh[i].weight_scale_2);
+        snprintf(want, sizeof(want), "%.*s = %.9g", (int)sizeof(sh[i].prefix) - 1, sh[i].prefix,
+                 (double)sh[i].weight_scale_2);
         assert_contains(err.text, want);
         ck_assert(sh[i].scales == orig[i].scales); /* untouched */
         if (sh[i].weight_scale_2 > gmax)
