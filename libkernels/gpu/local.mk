@@ -15,11 +15,13 @@ GPU_HDRS = \
 	%reldir%/gpu.h \
 	%reldir%/gpu-cuda.h \
 	%reldir%/gpu-hip.h \
+	%reldir%/comm-abi.h \
 	libquant/numerics.h \
 	%reldir%/kernels.h \
 	libkernels/backend-impl.h
 EXTRA_DIST += \
 	%reldir%/gpu.h \
+	%reldir%/comm-abi.h \
 	%reldir%/gpu-cuda.h \
 	%reldir%/gpu-hip.h \
 	%reldir%/kernels.h \
@@ -36,7 +38,7 @@ EXTRA_DIST += \
 # 32 and 64 lanes (about a minute on two cores; SKIP without python3/g++).
 if HAVE_CHECK
 TESTS += tests/gpu-emu.test
-EXTRA_DIST += tests/gpu-emu.test
+EXTRA_DIST += tests/gpu-emu.test tests/nccl-emu.c
 endif
 GPU_EMU_OUT = %reldir%/emu/emu-kernels.cc
 GPU_EMU_OUT += $(foreach w,32 64,$(addprefix %reldir%/emu/warp$(w)/,kernels.o backend.o \
