@@ -183,6 +183,31 @@ print("gpu-emu-check: -np 2 over the device communicator: %d logits, max |diff| 
 sys.exit(0 if d <= 2e-5 else 1)
 PYEOF
     fi
+    # a vocabulary that does not divide by the ranks (500 + 501 rows): the
+    # logits' all-gather pads to equal counts
+    mkdir -p "$E/odd"
+    cat > "$E/odd/like.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+ "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "head_dim": 64, "num_hidden_layers": 2, "vocab_size": 1001,
+ "max_position_embeddings": 512, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+ "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2,
+ "hidden_act": "silu", "torch_dtype": "bfloat16"}
+JSON
+    if ! "$B/tools/nvfp4" synth --like "$E/odd/like.json" --out "$E/odd/m" >"$E/mpi.err" 2>&1 ||
+        ! "$B/tools/nvfp4" logits "$E/odd/m" --tokens 5,1000,999,7,500 --out "$E/odd/l1" ||
+        ! timeout -k 5 120 mpirun --oversubscribe $X -np 2 "$B/tools/nvfp4" logits "$E/odd/m" \
+            --tokens 5,1000,999,7,500 --out "$E/odd/l2" >/dev/null 2>"$E/mpi.err"; then
+        echo "FAIL: a vocabulary of 1001 over 2 ranks"; cat "$E/mpi.err"; status=1
+    else
+        python3 - "$E/odd/l1" "$E/odd/l2" <<'PYEOF' || status=1
+import array, sys
+a, b = (array.array('f', open(p, 'rb').read()) for p in sys.argv[1:3])
+d = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) == 5 * 1001 else float('inf')
+print("gpu-emu-check: a vocabulary of 1001 over 2 ranks: max |diff| %.3g" % d)
+sys.exit(0 if d <= 2e-5 else 1)
+PYEOF
+    fi
     rc=0
     t0=$(date +%s)
     NVFP4_TEST_DEVICE_COMM_FAIL=1 NVFP4_COMM_TIMEOUT=3 timeout -k 5 60 mpirun --oversubscribe \
