@@ -285,7 +285,7 @@ static void vote(dev_vote *v, int code, const nvfp4_error *e)
 
 /* NVFP4_TEST_DEVICE_COMM_FAIL=R: rank R's open fails before it joins (what
  * a rank that dies or errs between the id's broadcast and the library's
- * init looks like to the others; tests/mpi.test). */
+ * init looks like to the others; scripts/gpu-emu-check.sh). */
 static int test_fail_rank(void)
 {
     const char *s = getenv("NVFP4_TEST_DEVICE_COMM_FAIL");
@@ -321,7 +321,7 @@ nvfp4_comm *nvfp4_comm_open_device(nvfp4_backend *be, nvfp4_comm *host, nvfp4_er
 
     nvfp4_error_clear(err);
     nvfp4_error_clear(&e);
-    if (!be || !host) {
+    if (!be || !host || host->dev) {
         nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
                         "nvfp4_comm_open_device needs a backend and a host communicator");
         return NULL;

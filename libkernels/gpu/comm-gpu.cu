@@ -184,10 +184,13 @@ typedef struct {
 } gcomm;
 
 /* Poll a non-blocking communicator until its pending call completes, or
- * until TIMEOUT_S (> 0) seconds pass: GCOMM_IN_PROGRESS then. */
+ * until TIMEOUT_S (> 0) seconds pass: GCOMM_IN_PROGRESS then.  Yielding
+ * for the first millisecond (a collective's enqueue), then sleeping 1 ms
+ * between polls (an init, which may wait for minutes). */
 static gcomm_result settle(gcomm_t comm, double timeout_s)
 {
-    double t0 = now();
+    const struct timespec ms = {0, 1000000L};
+    double t0 = now(), t;
     gcomm_result r, async;
 
     for (;;) {
@@ -195,9 +198,13 @@ static gcomm_result settle(gcomm_t comm, double timeout_s)
             return r;
         if (async != GCOMM_IN_PROGRESS)
             return async;
-        if (timeout_s > 0 && now() - t0 > timeout_s)
+        t = now() - t0;
+        if (timeout_s > 0 && t > timeout_s)
             return GCOMM_IN_PROGRESS;
-        sched_yield();
+        if (t < 1e-3)
+            sched_yield();
+        else
+            nanosleep(&ms, NULL);
     }
 }
 
