@@ -93,6 +93,9 @@ EOF
 # the device communicator's library: tests/nccl-emu.c (NVFP4_COMM_LIBRARY)
 ${CC:-cc} -std=c11 -O1 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra ${SAN:-} \
     -o "$E/libnccl-emu.so" "$ROOT/tests/nccl-emu.c" -lrt
+# and as a library before NCCL 2.14 (no ncclCommInitRankConfig)
+${CC:-cc} -std=c11 -O1 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra ${SAN:-} \
+    -DNCCL_EMU_BEFORE_2_14 -o "$E/libnccl-emu-old.so" "$ROOT/tests/nccl-emu.c" -lrt
 
 status=0
 SAN=${SAN:-}
@@ -153,12 +156,13 @@ if [ -z "$SAN" ] && grep -q '^#define HAVE_MPI 1' "$B/config.h" 2>/dev/null &&
     command -v mpirun >/dev/null 2>&1 && [ -x "$B/tools/nvfp4" ]; then
     d="$E/warp32"
     m="$ROOT/tests/data/models/llama"
-    toks=$(python3 -c "import json,sys;print(','.join(map(str,json.load(open(sys.argv[1]))['tokens'])))" \
-        "$m/reference.json")
+    toks=$(python3 -c "import json, sys
+print(','.join(map(str, json.load(open(sys.argv[1]))['tokens'])))" "$m/reference.json")
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
     export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
     export NVFP4_BACKEND=cuda NVFP4_BACKEND_PATH="$d" NVFP4_COMM_LIBRARY="$E/libnccl-emu.so"
-    export LD_LIBRARY_PATH="$B/libmodel/.libs:$B/libquant/.libs:$B/libformat/.libs:$B/libkernels/.libs"
+    LD_LIBRARY_PATH="$B/libmodel/.libs:$B/libquant/.libs:$B/libformat/.libs"
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$B/libkernels/.libs"
     unset NVFP4_COMM NVFP4_COMM_TIMEOUT NVFP4_DEVICE_COMM NVFP4_TEST_DEVICE_COMM_FAIL
     X="-x NVFP4_BACKEND -x NVFP4_BACKEND_PATH -x NVFP4_COMM_LIBRARY -x LD_LIBRARY_PATH"
     echo "gpu-emu-check: the device communicator under mpirun"
@@ -208,6 +212,34 @@ print("gpu-emu-check: a vocabulary of 1001 over 2 ranks: max |diff| %.3g" % d)
 sys.exit(0 if d <= 2e-5 else 1)
 PYEOF
     fi
+    # a library before 2.14: the blocking init, and rank 0 says so
+    if ! NVFP4_COMM_LIBRARY="$E/libnccl-emu-old.so" NVFP4_NCCL_EMU_TRACE=1 timeout -k 5 120 \
+            mpirun --oversubscribe $X -x NVFP4_NCCL_EMU_TRACE -np 2 "$B/tools/nvfp4" logits \
+            "$m" --tokens "$toks" --out "$E/mpi.3" >/dev/null 2>"$E/mpi.err" ||
+        ! cmp -s "$E/mpi.2" "$E/mpi.3"; then
+        echo "FAIL: -np 2 over a library before 2.14 (logits: the same bits as over 2.14)"
+        cat "$E/mpi.err"; status=1
+    fi
+    grep -q 'nccl-emu: rank 1 of 2: init (blocking)' "$E/mpi.err" &&
+        grep -q 'nvfp4: note: nccl: the library has no ncclCommInitRankConfig' "$E/mpi.err" ||
+        { echo "FAIL: a library before 2.14: no blocking init, or not said"; status=1; }
+    # no library on any rank: a warning, and the collectives through host
+    # memory (MPI)
+    if ! NVFP4_COMM_LIBRARY="$E/no-such-libnccl.so" timeout -k 5 120 mpirun --oversubscribe \
+            $X -np 2 "$B/tools/nvfp4" logits "$m" --tokens "$toks" --out "$E/mpi.4" \
+            >/dev/null 2>"$E/mpi.err"; then
+        echo "FAIL: -np 2 without the library"; cat "$E/mpi.err"; status=1
+    fi
+    grep -q "warning: nccl on rank 0: cannot load .*no-such-libnccl.so.*through host memory" \
+        "$E/mpi.err" ||
+        { echo "FAIL: without the library: no warning"; cat "$E/mpi.err"; status=1; }
+    python3 - "$E/mpi.1" "$E/mpi.4" <<'PYEOF' || status=1
+import array, sys
+a, b = (array.array('f', open(p, 'rb').read()) for p in sys.argv[1:3])
+d = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) and a else float('inf')
+print("gpu-emu-check: -np 2 without the library (host staging): max |diff| %.3g" % d)
+sys.exit(0 if d <= 2e-5 else 1)
+PYEOF
     rc=0
     t0=$(date +%s)
     NVFP4_TEST_DEVICE_COMM_FAIL=1 NVFP4_COMM_TIMEOUT=3 timeout -k 5 60 mpirun --oversubscribe \
@@ -216,7 +248,7 @@ PYEOF
     echo "gpu-emu-check: a rank's open fails: exit $rc after $(($(date +%s) - t0)) s"
     cat "$E/mpi.err"
     [ "$rc" -eq 1 ] || { echo "FAIL: a failing open: exit status $rc, expected 1"; status=1; }
-    grep -q 'the nccl communicator could not be set up: rank 1 of 2 failed: nccl on rank 1: the open failed' \
+    grep -q 'could not be set up: rank 1 of 2 failed: nccl on rank 1: the open failed' \
         "$E/mpi.err" || { echo "FAIL: a failing open: rank 1 is not named"; status=1; }
 fi
 exit $status

@@ -18,7 +18,11 @@
  *   - ncclCommAbort leaves at once and removes the region if not every
  *     rank joined.
  * The emulator's device memory is host memory and its streams are
- * synchronous, so every collective is complete when it returns.  With
+ * synchronous, so every collective is complete when it returns.  Built
+ * with -DNCCL_EMU_BEFORE_2_14 it lacks what NCCL 2.14 added
+ * (ncclCommInitRankConfig; ncclCommGetAsyncError and ncclCommAbort are
+ * older, but comm-gpu.cu needs all three for the non-blocking init), as
+ * an older library would.  With
  * NVFP4_NCCL_EMU_TRACE=1 each call says so on stderr (the tests check that
  * the collectives ran here).  Not a transport for real use.
  */
@@ -162,11 +166,13 @@ static gcomm_result init(gcomm_t *comm, int nranks, gcomm_unique_id id, int rank
     return GCOMM_SUCCESS;
 }
 
+#ifndef NCCL_EMU_BEFORE_2_14
 EMU_API gcomm_result ncclCommInitRankConfig(gcomm_t *comm, int nranks, gcomm_unique_id id,
                                             int rank, gcomm_config *config)
 {
     return init(comm, nranks, id, rank, config);
 }
+#endif
 
 EMU_API gcomm_result ncclCommInitRank(gcomm_t *comm, int nranks, gcomm_unique_id id, int rank)
 {

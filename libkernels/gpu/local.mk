@@ -43,7 +43,8 @@ endif
 GPU_EMU_OUT = %reldir%/emu/emu-kernels.cc
 GPU_EMU_OUT += $(foreach w,32 64,$(addprefix %reldir%/emu/warp$(w)/,kernels.o backend.o \
 	emu.o comm.o nvfp4-backend-cuda.so test-gpu.log test-gpu-model.log))
-GPU_EMU_OUT += $(addprefix %reldir%/emu/,libnccl-emu.so mpi.1 mpi.2 mpi.x mpi.err \
+GPU_EMU_OUT += $(addprefix %reldir%/emu/,libnccl-emu.so libnccl-emu-old.so mpi.1 mpi.2 mpi.3 \
+	mpi.4 mpi.x mpi.err \
 	odd/like.json odd/l1 odd/l2 odd/m/config.json odd/m/model.safetensors)
 CLEANFILES += $(GPU_EMU_OUT)
 
