@@ -241,25 +241,36 @@ static inline int nvfp4_backend_param_next(const char **p, char *key, size_t key
 /* A device communicator of a GPU plug-in (NCCL in the CUDA one, RCCL in
  * the HIP one), optional and versioned apart from the table above: the
  * plug-in exports NVFP4_BACKEND_COMM_SYMBOL, which returns this table for
- * NVFP4_BACKEND_COMM_VERSION, else NULL (built without NCCL/RCCL).  Buffers
- * are device memory of CTX (alloc()); every call is collective over the
- * ranks and returns when this rank's part is done (the stream synced).
- * The host side (comm.c) makes the unique id on rank 0 and broadcasts it
- * over the host communicator: plug-ins know no MPI.  Errors name the rank
- * and the library's own error string. */
-#define NVFP4_BACKEND_COMM_VERSION 1u
+ * NVFP4_BACKEND_COMM_VERSION, else NULL.  Buffers are device memory of CTX
+ * (alloc()); every collective is collective over the ranks and returns
+ * when this rank's part is done (the stream synced).  The host side
+ * (comm.c) has every rank check ready(), agrees over the host communicator
+ * that all are, makes the unique id on rank 0 and broadcasts it, opens,
+ * and agrees again that every open succeeded: plug-ins know no MPI.
+ * Errors name the rank and the library's own error string. */
+#define NVFP4_BACKEND_COMM_VERSION 2u
 #define NVFP4_BACKEND_COMM_SYMBOL "nvfp4_backend_comm_entry"
 typedef struct {
     uint32_t version;          /* NVFP4_BACKEND_COMM_VERSION */
     const char *name;          /* "nccl", "rccl" */
+    /* Whether this rank can join a communicator (its library loads, CTX's
+     * device can be selected); local, no communication. */
+    nvfp4_status (*ready)(void *ctx, int rank, nvfp4_error *err);
     /* The unique id of a new communicator into ID (at most CAP bytes;
      * *LEN its size).  Rank 0 only. */
     nvfp4_status (*make_id)(void *ctx, int rank, void *id, size_t cap, size_t *len,
                             nvfp4_error *err);
-    /* Join the communicator of ID as RANK of SIZE on CTX's device. */
+    /* Join the communicator of ID as RANK of SIZE on CTX's device, waiting
+     * at most INIT_TIMEOUT_S seconds (<= 0: no limit) for the others, then
+     * aborting it (*TIMED_OUT 1); TIMEOUT_S bounds each collective's wait
+     * likewise.  *NOTE: NULL, or a remark for the user (that the library's
+     * init blocks). */
     void *(*open)(void *ctx, const void *id, size_t len, int rank, int size,
+                  double init_timeout_s, double timeout_s, const char **note, int *timed_out,
                   nvfp4_error *err);
     void (*close)(void *dc);
+    /* Tear down without waiting for the other ranks (ncclCommAbort). */
+    void (*abort)(void *dc);
     nvfp4_status (*allreduce_sum)(void *dc, float *buf, size_t n, nvfp4_error *err);
     /* BYTES from every rank, in rank order, into RECV (size x BYTES). */
     nvfp4_status (*allgather)(void *dc, const void *send, size_t bytes, void *recv,

@@ -27,6 +27,8 @@ struct nvfp4_comm {
     float *red;                   /* all-reduce staging, [size * nred] */
     size_t nred;
     int *counts, *displs;         /* [size] */
+    double timeout_s;             /* NVFP4_COMM_TIMEOUT (comm-mpi.c); 0: none */
+    int timeout_set;              /* whether it was set */
     /* a device communicator (nvfp4_comm_open_device): the plug-in's table
      * and object, and the host communicator it was made over */
     const nvfp4_backend_comm_iface *dev;

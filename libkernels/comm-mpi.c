@@ -32,8 +32,6 @@ static nvfp4_status mpi_fail(int rc, const char *call, nvfp4_comm *c, nvfp4_erro
                            call, c ? c->rank : -1, len ? msg : "unknown MPI error");
 }
 
-static double timeout_s; /* NVFP4_COMM_TIMEOUT; 0: wait for ever */
-
 static double now(void)
 {
     struct timespec ts;
@@ -41,7 +39,7 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The watchdog: poll REQ until it completes or timeout_s pass. */
+/* The watchdog: poll REQ until it completes or C's timeout_s pass. */
 static nvfp4_status wait_bounded(nvfp4_comm *c, MPI_Request *req, const char *call,
                                  nvfp4_error *err)
 {
@@ -53,12 +51,12 @@ static nvfp4_status wait_bounded(nvfp4_comm *c, MPI_Request *req, const char *ca
             return mpi_fail(rc, call, c, err);
         if (done)
             return NVFP4_OK;
-        if (now() - t0 > timeout_s)
+        if (now() - t0 > c->timeout_s)
             /* the request stays pending: the job is to end (nvfp4_comm_abort) */
             return nvfp4_error_set(err, NVFP4_ERR_BACKEND, NULL, NULL, -1,
                                    "%s on rank %d of %d: not every rank took part within "
                                    "%g s (NVFP4_COMM_TIMEOUT); a rank is stuck or has "
-                                   "failed", call, c->rank, c->size, timeout_s);
+                                   "failed", call, c->rank, c->size, c->timeout_s);
     }
 }
 
@@ -68,7 +66,7 @@ static nvfp4_status m_allgatherv(nvfp4_comm *c, const void *send, const int *cou
     MPI_Request req;
     int rc;
 
-    if (timeout_s <= 0) {
+    if (c->timeout_s <= 0) {
         rc = MPI_Allgatherv(send, counts[c->rank], MPI_BYTE, recv, counts, displs, MPI_BYTE,
                             MPI_COMM_WORLD);
         return rc == MPI_SUCCESS ? NVFP4_OK : mpi_fail(rc, "MPI_Allgatherv", c, err);
@@ -85,7 +83,7 @@ static nvfp4_status m_bcast(nvfp4_comm *c, void *buf, int bytes, int root, nvfp4
     MPI_Request req;
     int rc;
 
-    if (timeout_s <= 0) {
+    if (c->timeout_s <= 0) {
         rc = MPI_Bcast(buf, bytes, MPI_BYTE, root, MPI_COMM_WORLD);
         return rc == MPI_SUCCESS ? NVFP4_OK : mpi_fail(rc, "MPI_Bcast", c, err);
     }
@@ -122,7 +120,8 @@ nvfp4_status nvfp4k_comm_mpi_init(nvfp4_comm *c, nvfp4_error *err)
         if (*end || !(v >= 0 && v <= 1e9))
             return nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, "NVFP4_COMM_TIMEOUT", -1,
                                    "expected seconds from 0 (no limit) to 1e9, got '%s'", t);
-        timeout_s = v;
+        c->timeout_s = v;
+        c->timeout_set = 1;
     }
     if (MPI_Initialized(&inited) != MPI_SUCCESS)
         inited = 0;

@@ -11,6 +11,7 @@
 #include "config.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -242,75 +243,188 @@ nvfp4_status nvfp4_comm_broadcast(nvfp4_comm *c, void *buf, size_t bytes, int ro
 
 /* ---- device communicators (NCCL, RCCL: backend-impl.h) ---------------------- */
 
+/* The init deadline of a device communicator without NVFP4_COMM_TIMEOUT:
+ * generous (a large job's first init may take minutes), yet bounded. */
+#define DEV_INIT_TIMEOUT_S 300.0
+
+/* Each rank's word in the agreements of nvfp4_comm_open_device. */
+enum { VOTE_OK, VOTE_NONE, VOTE_FAILED, VOTE_WAITED };
+typedef struct {
+    int32_t code;   /* VOTE_* */
+    int32_t status; /* its nvfp4_status */
+    char text[NVFP4_ERROR_TEXT_LENGTH]; /* its error */
+} dev_vote;
+
+/* All-gather MINE; the lowest rank whose code is FIRST, else SECOND (-1:
+ * none) into *WHO. */
+static nvfp4_status agree(nvfp4_comm *host, const dev_vote *mine, dev_vote *all, int first,
+                          int second, int *who, nvfp4_error *err)
+{
+    nvfp4_status st = nvfp4_comm_allgather(host, mine, sizeof(*mine), NULL, all, err);
+
+    *who = -1;
+    if (st != NVFP4_OK)
+        return st;
+    for (int r = 0; r < host->size && *who < 0; r++)
+        if (all[r].code == first)
+            *who = r;
+    for (int r = 0; r < host->size && *who < 0 && second >= 0; r++)
+        if (all[r].code == second)
+            *who = r;
+    return NVFP4_OK;
+}
+
+static void vote(dev_vote *v, int code, const nvfp4_error *e)
+{
+    memset(v, 0, sizeof(*v));
+    v->code = code;
+    v->status = e ? (int32_t)e->status : NVFP4_OK;
+    if (e)
+        snprintf(v->text, sizeof(v->text), "%s", e->text);
+}
+
+/* NVFP4_TEST_DEVICE_COMM_FAIL=R: rank R's open fails before it joins (what
+ * a rank that dies or errs between the id's broadcast and the library's
+ * init looks like to the others; scripts/gpu-emu-check.sh). */
+static int test_fail_rank(void)
+{
+    const char *s = getenv("NVFP4_TEST_DEVICE_COMM_FAIL");
+    char *end;
+    long r;
+
+    if (!s || !*s)
+        return -1;
+    r = strtol(s, &end, 10);
+    return *end || r < 0 || r > INT_MAX ? -1 : (int)r;
+}
+
 /* What rank 0 broadcasts: whether it made an id, and the id. */
 typedef struct {
     int32_t ok;
     uint32_t len;
     unsigned char id[1024];
+    char text[NVFP4_ERROR_TEXT_LENGTH]; /* why not */
 } dev_id;
 
 nvfp4_comm *nvfp4_comm_open_device(nvfp4_backend *be, nvfp4_comm *host, nvfp4_error *err)
 {
     const nvfp4_backend_comm_iface *ci;
-    void *ctx;
+    void *ctx, *dc = NULL;
     dev_id id;
-    nvfp4_comm *c;
-    nvfp4_error e0;
+    dev_vote mine, *all = NULL;
+    nvfp4_comm *c = NULL;
+    nvfp4_error e;
     size_t len = 0;
+    const char *note = NULL;
+    double init_s;
+    int who, timed_out = 0;
 
     nvfp4_error_clear(err);
-    nvfp4_error_clear(&e0);
-    if (!be || !host) {
+    nvfp4_error_clear(&e);
+    if (!be || !host || host->dev) {
         nvfp4_error_set(err, NVFP4_ERR_INVALID, NULL, NULL, -1,
                         "nvfp4_comm_open_device needs a backend and a host communicator");
         return NULL;
     }
+    all = calloc((size_t)host->size, sizeof(*all));
+    if (!all) {
+        nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        return NULL;
+    }
     ci = nvfp4k_backend_comm(be, &ctx);
-    /* every rank takes part in the broadcast below, even one whose backend
-     * has no device communicator, so that none waits for ever */
+    /* 1. every rank can join (its library loads, its device is there), or
+     * none enters the library's init: a rank that cannot would leave the
+     * others waiting inside it */
+    if (!ci)
+        nvfp4_error_set(&e, NVFP4_ERR_UNSUPPORTED, NULL, NULL, -1,
+                        "rank %d: the %s backend has no device communicator (a GPU "
+                        "plug-in has one)", host->rank, nvfp4_backend_name(be));
+    else
+        (void)ci->ready(ctx, host->rank, &e);
+    vote(&mine, !ci ? VOTE_NONE : e.status == NVFP4_OK ? VOTE_OK : VOTE_FAILED, &e);
+    if (agree(host, &mine, all, VOTE_NONE, VOTE_FAILED, &who, err) != NVFP4_OK)
+        goto out;
+    if (who >= 0) {
+        /* the ranks' own words (they name the rank) */
+        nvfp4_error_set(err, (nvfp4_status)all[who].status, NULL, NULL, -1, "%s",
+                        all[who].text);
+        goto out;
+    }
+    /* 2. rank 0 makes the id; every rank takes part in the broadcast */
     memset(&id, 0, sizeof(id));
-    if (host->rank == 0 && ci) {
-        if (ci->make_id(ctx, 0, id.id, sizeof(id.id), &len, &e0) == NVFP4_OK &&
+    if (host->rank == 0) {
+        nvfp4_error_clear(&e);
+        if (ci->make_id(ctx, 0, id.id, sizeof(id.id), &len, &e) == NVFP4_OK &&
             len <= sizeof(id.id)) {
             id.ok = 1;
             id.len = (uint32_t)len;
+        } else {
+            snprintf(id.text, sizeof(id.text), "%s", e.text);
         }
     }
     if (nvfp4_comm_broadcast(host, &id, sizeof(id), 0, err) != NVFP4_OK)
-        return NULL;
-    if (!ci) {
-        nvfp4_error_set(err, NVFP4_ERR_UNSUPPORTED, NULL, NULL, -1,
-                        "rank %d: the %s backend has no device communicator (a GPU "
-                        "plug-in built with NCCL or RCCL has one)",
-                        host->rank, nvfp4_backend_name(be));
-        return NULL;
-    }
+        goto out;
     if (!id.ok) {
-        if (host->rank == 0 && e0.status != NVFP4_OK && err)
-            *err = e0;
-        else
-            nvfp4_error_set(err, NVFP4_ERR_BACKEND, NULL, NULL, -1,
-                            "rank %d: rank 0 could not make the %s communicator's id",
-                            host->rank, ci->name);
-        return NULL;
+        nvfp4_error_set(err, NVFP4_ERR_BACKEND, NULL, NULL, -1,
+                        "rank %d: rank 0 could not make the %s communicator's id: %.*s",
+                        host->rank, ci->name, (int)sizeof(id.text), id.text);
+        goto out;
     }
+    /* 3. join, within the deadline, and agree that every rank did */
+    init_s = host->timeout_set ? host->timeout_s : DEV_INIT_TIMEOUT_S;
+    nvfp4_error_clear(&e);
+    if (host->rank == test_fail_rank())
+        nvfp4_error_set(&e, NVFP4_ERR_BACKEND, NULL, NULL, -1,
+                        "%s on rank %d: the open failed before the init "
+                        "(NVFP4_TEST_DEVICE_COMM_FAIL)", ci->name, host->rank);
+    else
+        dc = ci->open(ctx, id.id, id.len, host->rank, host->size, init_s,
+                      host->timeout_set ? host->timeout_s : 0, &note, &timed_out, &e);
+    vote(&mine, dc ? VOTE_OK : timed_out ? VOTE_WAITED : VOTE_FAILED, &e);
+    /* a rank that failed at once waits here for those still in the init,
+     * up to their deadline: the watchdog allows for it */
+    {
+        double t = host->timeout_s;
+        nvfp4_status st;
+        if (t > 0)
+            host->timeout_s = t + init_s;
+        st = agree(host, &mine, all, VOTE_FAILED, VOTE_WAITED, &who, err);
+        host->timeout_s = t;
+        if (st != NVFP4_OK)
+            who = -2;
+    }
+    if (who == -2) {
+        if (dc)
+            ci->abort(dc);
+        goto out;
+    }
+    if (who >= 0) {
+        if (dc)
+            ci->abort(dc);
+        nvfp4_error_set(err, NVFP4_ERR_BACKEND, NULL, NULL, -1,
+                        "the %s communicator could not be set up: rank %d of %d failed: %.*s",
+                        ci->name, who, host->size, (int)sizeof(all[who].text), all[who].text);
+        goto out;
+    }
+    if (note && host->rank == 0)
+        fprintf(stderr, "nvfp4: note: %s: %s\n", ci->name, note);
     c = calloc(1, sizeof(*c));
     if (!c) {
+        /* every rank holds a communicator that the others' collectives
+         * expect: the job cannot go on */
+        ci->abort(dc);
         nvfp4_error_set(err, NVFP4_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-        return NULL;
+        goto out;
     }
     c->name = ci->name;
     c->rank = host->rank;
     c->size = host->size;
     c->host = host;
     c->dev = ci;
+    c->dc = dc;
     pthread_mutex_init(&c->lock, NULL);
-    c->dc = ci->open(ctx, id.id, id.len, c->rank, c->size, err);
-    if (!c->dc) {
-        pthread_mutex_destroy(&c->lock);
-        free(c);
-        return NULL;
-    }
+out:
+    free(all);
     return c;
 }
 

@@ -134,17 +134,20 @@ nvfp4_status nvfp4m_par_open(nvfp4_model *m, nvfp4_error *err)
 }
 
 /* Every rank says whether it wants a device communicator, and only when all
- * do (and every open succeeds) do they use it: a collective on the device
+ * do does any open one (nvfp4_comm_open_device agrees over the ranks
+ * itself, and every rank gets the same outcome): a collective on the device
  * on some ranks and on the host on others would never meet.  The CPU
- * backend is not asked; a GPU plug-in built without NCCL/RCCL has none
- * (quietly); one whose library is missing says why on each rank that
- * failed, and the job goes on with host staging. */
+ * backend is not asked.  A plug-in without a device communicator
+ * (UNSUPPORTED) means host staging, quietly; a library that some rank
+ * cannot load (NOT_FOUND) the same with a warning; any other failure (a
+ * rank's init failed or did not finish in time) fails the load on every
+ * rank, naming the rank. */
 nvfp4_status nvfp4m_par_open_device(nvfp4_model *m, nvfp4_error *err)
 {
     nvfp4m_par *p = m->par;
     const char *env = getenv("NVFP4_DEVICE_COMM");
     uint8_t mine, *all;
-    int want = 1, ok = 1;
+    int want = 1;
     nvfp4_status st;
     nvfp4_error e;
 
@@ -158,34 +161,25 @@ nvfp4_status nvfp4m_par_open_device(nvfp4_model *m, nvfp4_error *err)
     if (!all)
         return nomem(err);
     mine = !(env && !strcmp(env, "0"));
-    if ((st = nvfp4_comm_allgather(p->comm, &mine, 1, NULL, all, err)) != NVFP4_OK) {
-        free(all);
-        return st;
-    }
-    for (int r = 0; r < p->size; r++)
+    st = nvfp4_comm_allgather(p->comm, &mine, 1, NULL, all, err);
+    for (int r = 0; st == NVFP4_OK && r < p->size; r++)
         want &= all[r];
-    if (want) {
-        nvfp4_error_clear(&e);
-        p->dcomm = nvfp4_comm_open_device(m->be, p->comm, &e);
-        mine = p->dcomm != NULL;
-        if ((st = nvfp4_comm_allgather(p->comm, &mine, 1, NULL, all, err)) != NVFP4_OK) {
-            nvfp4_comm_free(p->dcomm);
-            p->dcomm = NULL;
-            free(all);
-            return st;
-        }
-        for (int r = 0; r < p->size; r++)
-            ok &= all[r];
-        if (!ok) {
-            if (!p->dcomm && e.status != NVFP4_ERR_UNSUPPORTED && !m->opt.quiet)
-                fprintf(stderr, "nvfp4: warning: %s; the collectives go through host "
-                        "memory\n", e.text);
-            nvfp4_comm_free(p->dcomm);
-            p->dcomm = NULL;
-        }
-    }
     free(all);
-    return NVFP4_OK;
+    if (st != NVFP4_OK || !want)
+        return st;
+    nvfp4_error_clear(&e);
+    p->dcomm = nvfp4_comm_open_device(m->be, p->comm, &e);
+    if (p->dcomm || e.status == NVFP4_ERR_UNSUPPORTED)
+        return NVFP4_OK;
+    if (e.status == NVFP4_ERR_NOT_FOUND) {
+        if (!m->opt.quiet)
+            fprintf(stderr, "nvfp4: warning: %s; the collectives go through host "
+                    "memory\n", e.text);
+        return NVFP4_OK;
+    }
+    if (err)
+        *err = e;
+    return e.status;
 }
 
 void nvfp4m_par_free(nvfp4_model *m)
@@ -194,6 +188,8 @@ void nvfp4m_par_free(nvfp4_model *m)
 
     if (!p)
         return;
+    if (p->dgather)
+        nvfp4_backend_release(m->be, p->dgather);
     nvfp4_comm_free(p->dcomm);
     for (size_t i = 0; i < p->nowned; i++)
         free(p->owned[i]);
@@ -566,9 +562,23 @@ nvfp4_status nvfp4m_par_embed(nvfp4_model *m, int32_t *ids, const int32_t *h_ids
         int64_t id = h_ids[i] - p->v0;
         p->hid[i] = id >= 0 && id < p->vocab ? (int32_t)id : 0;
     }
-    TRY(staging(p, n * H, err));
     TRY(nvfp4_backend_upload(m->be, ids, p->hid, n * sizeof(int32_t), err));
     TRY(nvfp4_k_embed(m->be, m->embed, ids, n, x, err));
+    if (p->dcomm && nvfp4_backend_supports(m->be, NVFP4_OP_SCALE)) {
+        /* on the device: the rows of other ranks' tokens times 0 (a run of
+         * them at a time; 0 x a finite value is a zero, and the owner's
+         * value plus zeros is that value, as below), then the all-reduce */
+        for (size_t i = 0; i < n;) {
+            size_t j = i;
+            while (j < n && (h_ids[j] < p->v0 || h_ids[j] >= p->v0 + p->vocab))
+                j++;
+            if (j > i)
+                TRY(nvfp4_k_scale(m->be, x + i * H, (j - i) * H, 0.0f, x + i * H, err));
+            i = j + 1;
+        }
+        return nvfp4_comm_allreduce_sum(p->dcomm, x, n * H, err);
+    }
+    TRY(staging(p, n * H, err));
     TRY(nvfp4_backend_download(m->be, p->ha, x, n * H * sizeof(float), err));
     for (size_t i = 0; i < n; i++)
         if (h_ids[i] < p->v0 || h_ids[i] >= p->v0 + p->vocab)
@@ -656,6 +666,41 @@ nvfp4_status nvfp4m_par_moe(nvfp4_model *m, nvfp4_kweight *const *w13,
     return nvfp4_backend_upload(m->be, y, p->ha, n * H * sizeof(float), err);
 }
 
+/* The logits' all-gather on the device communicator, which gathers equal
+ * counts: every rank sends rows x vmax floats (its rows x vocab logits,
+ * then padding when the vocabulary does not divide by the ranks) into
+ * dgather, rank-major, and the [row][vocab] layout is put together on the
+ * device by copies (nvfp4_k_scale by 1, exact), one per rank and row. */
+static nvfp4_status lm_head_device(nvfp4_model *m, size_t rows, float *logits,
+                                   nvfp4_error *err)
+{
+    nvfp4m_par *p = m->par;
+    size_t V = (size_t)m->hp.vocab, vmax = 0, need;
+
+    for (int r = 0; r < p->size; r++)
+        if ((size_t)(p->vstart[r + 1] - p->vstart[r]) > vmax)
+            vmax = (size_t)(p->vstart[r + 1] - p->vstart[r]);
+    need = (size_t)p->size * rows * vmax;
+    if (p->dgcap < need) {
+        if (p->dgather)
+            nvfp4_backend_release(m->be, p->dgather);
+        p->dgcap = 0;
+        if (!(p->dgather = nvfp4_backend_alloc(m->be, need * sizeof(float), err)))
+            return err ? err->status : NVFP4_ERR_DEVICE_OOM;
+        p->dgcap = need;
+    }
+    /* LOGITS holds rows x V >= rows x vmax floats: the padding is read, never used */
+    TRY(nvfp4_comm_allgather(p->dcomm, logits, rows * vmax * sizeof(float), NULL, p->dgather,
+                             err));
+    for (int r = 0; r < p->size; r++) {
+        size_t v0 = (size_t)p->vstart[r], n = (size_t)(p->vstart[r + 1] - p->vstart[r]);
+        const float *src = p->dgather + (size_t)r * rows * vmax;
+        for (size_t t = 0; t < rows; t++)
+            TRY(nvfp4_k_scale(m->be, src + t * n, n, 1.0f, logits + t * V + v0, err));
+    }
+    return NVFP4_OK;
+}
+
 nvfp4_status nvfp4m_par_lm_head(nvfp4_model *m, const float *h, size_t rows, float *logits,
                                 nvfp4_error *err)
 {
@@ -665,6 +710,8 @@ nvfp4_status nvfp4m_par_lm_head(nvfp4_model *m, const float *h, size_t rows, flo
     TRY(nvfp4_k_linear(m->be, m->lm_head, h, rows, logits, err));
     if (p->size == 1)
         return NVFP4_OK;
+    if (p->dcomm && nvfp4_backend_supports(m->be, NVFP4_OP_SCALE))
+        return lm_head_device(m, rows, logits, err);
     TRY(staging(p, rows * V, err));
     TRY(nvfp4_backend_download(m->be, p->ha, logits, rows * vn * sizeof(float), err));
     for (int r = 0; r < p->size; r++)

@@ -26,6 +26,8 @@ typedef struct nvfp4m_par {
     size_t hcap;
     int32_t *hid;              /* local token ids, idcap */
     size_t idcap;
+    float *dgather;            /* device all-gather of the logits (dcomm), dgcap floats */
+    size_t dgcap;
     struct nvfp4m_par_range {  /* mapped ranges of split views: the whole */
         const uint8_t *lo, *hi; /* tensor and this rank's rows of it */
         const uint8_t *mine_lo, *mine_hi;

@@ -74,17 +74,24 @@ _NVFP4_EOF
   AS_IF([$NVCC -c $NVCC_ARCHFLAGS conftest.cu -o conftest.$OBJEXT >&AS_MESSAGE_LOG_FD 2>&1],
         [AC_MSG_RESULT([yes])],
         [AC_MSG_RESULT([no]); AC_MSG_ERROR([$NVCC cannot build for $with_cuda_arch (see config.log)])])
-  # NCCL's header (the CUDA toolkit's, or /usr/include): the plug-in's device
-  # communicator (libkernels/gpu/comm-gpu.cu), which dlopen()s libnccl.so.2
+  # The plug-in's device communicator (libkernels/gpu/comm-gpu.cu) dlopen()s
+  # libnccl.so.2 and calls it through our own declaration of NCCL's ABI
+  # (libkernels/gpu/comm-abi.h), so it is always built.  Where NCCL's header
+  # (2.14 or later: non-blocking init) is present, HAVE_NCCL_H makes
+  # comm-gpu.cu check our declarations against it at compile time.
   cat > conftest.cu <<_NVFP4_EOF
 #include <nccl.h>
+#if NCCL_VERSION_CODE < 21400
+#error NCCL before 2.14
+#endif
 int nvfp4_nccl_major = NCCL_MAJOR;
 _NVFP4_EOF
-  AC_MSG_CHECKING([whether $NVCC finds nccl.h])
+  AC_MSG_CHECKING([whether $NVCC finds nccl.h of NCCL 2.14 or later (to check comm-abi.h)])
   AS_IF([$NVCC -c conftest.cu -o conftest.$OBJEXT >&AS_MESSAGE_LOG_FD 2>&1],
         [AC_MSG_RESULT([yes])
-         AC_DEFINE([HAVE_NCCL], [1], [Define to 1 for the CUDA plug-in's NCCL communicator.])],
-        [AC_MSG_RESULT([no (the CUDA plug-in has no device communicator)])])
+         AC_DEFINE([HAVE_NCCL_H], [1],
+                   [Define to 1 to check libkernels/gpu/comm-abi.h against nccl.h.])],
+        [AC_MSG_RESULT([no (the NCCL ABI declarations go unchecked)])])
   rm -f conftest.cu conftest.$OBJEXT
   # Shared runtime, found at run time by the dynamic loader (ldconfig, as the
   # CUDA packages set it up, or LD_LIBRARY_PATH): no RPATH in an installed
@@ -111,17 +118,22 @@ _NVFP4_EOF
   AS_IF([$HIPCC -x hip -c $HIP_ARCHFLAGS conftest.cu -o conftest.$OBJEXT >&AS_MESSAGE_LOG_FD 2>&1],
         [AC_MSG_RESULT([yes])],
         [AC_MSG_RESULT([no]); AC_MSG_ERROR([$HIPCC cannot build for $with_hip_arch (see config.log)])])
-  # RCCL's header (Debian: librccl-dev): the plug-in's device communicator
-  # (libkernels/gpu/comm-gpu.cu), which dlopen()s librccl.so.1
+  # As for NCCL: the RCCL communicator (librccl.so.1, dlopen()ed) is always
+  # built; RCCL's header (ROCm's rccl package, Debian's librccl-dev where the
+  # release has it), when present, checks libkernels/gpu/comm-abi.h.
   cat > conftest.cu <<_NVFP4_EOF
 #include <rccl/rccl.h>
+#if NCCL_VERSION_CODE < 21400
+#error RCCL before 2.14
+#endif
 int nvfp4_rccl_major = NCCL_MAJOR;
 _NVFP4_EOF
-  AC_MSG_CHECKING([whether $HIPCC finds rccl/rccl.h])
+  AC_MSG_CHECKING([whether $HIPCC finds rccl/rccl.h of RCCL 2.14 or later (to check comm-abi.h)])
   AS_IF([$HIPCC -x hip -c conftest.cu -o conftest.$OBJEXT >&AS_MESSAGE_LOG_FD 2>&1],
         [AC_MSG_RESULT([yes])
-         AC_DEFINE([HAVE_RCCL], [1], [Define to 1 for the HIP plug-in's RCCL communicator.])],
-        [AC_MSG_RESULT([no (the HIP plug-in has no device communicator)])])
+         AC_DEFINE([HAVE_RCCL_H], [1],
+                   [Define to 1 to check libkernels/gpu/comm-abi.h against rccl/rccl.h.])],
+        [AC_MSG_RESULT([no (the RCCL ABI declarations go unchecked)])])
   rm -f conftest.cu conftest.$OBJEXT
   nvfp4_save_LIBS=$LIBS
   nvfp4_hip_libdir=

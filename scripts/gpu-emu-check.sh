@@ -41,7 +41,7 @@ else
     [ -f Makefile ] || "$ROOT/configure" -q CFLAGS="-O2 -g"
     make -j2 libformat/libnvfp4-format.la libquant/libnvfp4-quant.la \
         libkernels/libnvfp4-kernels.la libmodel/libnvfp4-model.la tests/test-gpu \
-        tests/test-gpu-model >/dev/null
+        tests/test-gpu-model tools/nvfp4 >/dev/null
 fi
 E=$B/libkernels/gpu/emu
 mkdir -p "$E"
@@ -90,6 +90,13 @@ while True:
 open(sys.argv[2], 'w').write(''.join(out))
 EOF
 
+# the device communicator's library: tests/nccl-emu.c (NVFP4_COMM_LIBRARY)
+${CC:-cc} -std=c11 -O1 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra ${SAN:-} \
+    -o "$E/libnccl-emu.so" "$ROOT/tests/nccl-emu.c" -lrt
+# and as a library before NCCL 2.14 (no ncclCommInitRankConfig)
+${CC:-cc} -std=c11 -O1 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra ${SAN:-} \
+    -DNCCL_EMU_BEFORE_2_14 -o "$E/libnccl-emu-old.so" "$ROOT/tests/nccl-emu.c" -lrt
+
 status=0
 SAN=${SAN:-}
 WARPS="32 64"
@@ -103,11 +110,14 @@ for warp in $WARPS; do
     $CXX $flags -c "$E/emu-kernels.cc" -o "$d/kernels.o"
     $CXX $flags -x c++ -c "$ROOT/libkernels/gpu/backend-gpu.cu" -o "$d/backend.o"
     $CXX $flags -c "$ROOT/libkernels/gpu/emu.cc" -o "$d/emu.o"
+    $CXX $flags -x c++ -c "$ROOT/libkernels/gpu/comm-gpu.cu" -o "$d/comm.o"
     $CXX -shared $SAN -o "$d/nvfp4-backend-cuda.so" "$d/kernels.o" "$d/backend.o" "$d/emu.o" \
+        "$d/comm.o" \
         -Wl,--no-undefined -Wl,--version-script="$ROOT/libkernels/gpu/nvfp4-backend.sym" \
-        -L"$B/libquant/.libs" -L"$B/libformat/.libs" -lnvfp4-quant -lnvfp4-format -lm
+        -L"$B/libquant/.libs" -L"$B/libformat/.libs" -lnvfp4-quant -lnvfp4-format -lm -ldl \
+        -lpthread
     echo "gpu-emu-check: warp $warp"
-    NVFP4_BACKEND_PATH="$d" NVFP4_TEST_GPU_BACKEND=cuda \
+    NVFP4_BACKEND_PATH="$d" NVFP4_TEST_GPU_BACKEND=cuda NVFP4_COMM_LIBRARY="$E/libnccl-emu.so" \
         LD_LIBRARY_PATH="$B/libquant/.libs:$B/libformat/.libs:$B/libkernels/.libs" \
         "$B/tests/test-gpu" >"$d/test-gpu.log" 2>&1 || status=1
     tail -n 30 "$d/test-gpu.log"
@@ -133,4 +143,112 @@ for warp in $WARPS; do
         grep -q '100%: Checks' "$d/test-gpu-model.log" || status=1
     fi
 done
+
+# The device communicator under MPI (libkernels/gpu/comm-gpu.cu over
+# tests/nccl-emu.c, 32-lane warps; not in a sanitizer build: slow there and
+# Open MPI's own leaks): -np 2 logits through NCCL's collectives (the
+# embedding's, o_proj's and the MLP's all-reduces, the logits' all-gather)
+# equal the single process's within mpi.test's 2e-5, and a rank whose open fails
+# between the id's broadcast and the init (NVFP4_TEST_DEVICE_COMM_FAIL) ends
+# the job with exit status 1 naming it, after the others' init deadline
+# (NVFP4_COMM_TIMEOUT=3) instead of hanging there.
+if [ -z "$SAN" ] && grep -q '^#define HAVE_MPI 1' "$B/config.h" 2>/dev/null &&
+    command -v mpirun >/dev/null 2>&1 && [ -x "$B/tools/nvfp4" ]; then
+    d="$E/warp32"
+    m="$ROOT/tests/data/models/llama"
+    toks=$(python3 -c "import json, sys
+print(','.join(map(str, json.load(open(sys.argv[1]))['tokens'])))" "$m/reference.json")
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+    export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+    export NVFP4_BACKEND=cuda NVFP4_BACKEND_PATH="$d" NVFP4_COMM_LIBRARY="$E/libnccl-emu.so"
+    LD_LIBRARY_PATH="$B/libmodel/.libs:$B/libquant/.libs:$B/libformat/.libs"
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$B/libkernels/.libs"
+    unset NVFP4_COMM NVFP4_COMM_TIMEOUT NVFP4_DEVICE_COMM NVFP4_TEST_DEVICE_COMM_FAIL
+    X="-x NVFP4_BACKEND -x NVFP4_BACKEND_PATH -x NVFP4_COMM_LIBRARY -x LD_LIBRARY_PATH"
+    echo "gpu-emu-check: the device communicator under mpirun"
+    if ! "$B/tools/nvfp4" logits "$m" --tokens "$toks" --out "$E/mpi.1" 2>"$E/mpi.err"; then
+        echo "FAIL: emulated logits, one process"; cat "$E/mpi.err"; status=1
+    elif ! NVFP4_NCCL_EMU_TRACE=1 timeout -k 5 120 mpirun --oversubscribe $X \
+            -x NVFP4_NCCL_EMU_TRACE -np 2 "$B/tools/nvfp4" logits "$m" --tokens "$toks" \
+            --out "$E/mpi.2" >/dev/null 2>"$E/mpi.err"; then
+        echo "FAIL: emulated logits, mpirun -np 2"; cat "$E/mpi.err"; status=1
+    else
+        grep -q 'nccl-emu: rank 1 of 2: init (non-blocking)' "$E/mpi.err" &&
+            grep -q 'nccl-emu: rank 1: all-reduce' "$E/mpi.err" &&
+            grep -q 'nccl-emu: rank 1: all-gather' "$E/mpi.err" ||
+            { echo "FAIL: -np 2 did not run NCCL's non-blocking init, all-reduce, all-gather"
+              head -n 20 "$E/mpi.err"; status=1; }
+        python3 - "$E/mpi.1" "$E/mpi.2" <<'PYEOF' || status=1
+import array, sys
+a, b = (array.array('f', open(p, 'rb').read()) for p in sys.argv[1:3])
+d = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) and a else float('inf')
+print("gpu-emu-check: -np 2 over the device communicator: %d logits, max |diff| %.3g "
+      "against one process (bit-identical %s)" % (len(a), d, a.tobytes() == b.tobytes()))
+sys.exit(0 if d <= 2e-5 else 1)
+PYEOF
+    fi
+    # a vocabulary that does not divide by the ranks (500 + 501 rows): the
+    # logits' all-gather pads to equal counts
+    mkdir -p "$E/odd"
+    cat > "$E/odd/like.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+ "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "head_dim": 64, "num_hidden_layers": 2, "vocab_size": 1001,
+ "max_position_embeddings": 512, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+ "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2,
+ "hidden_act": "silu", "torch_dtype": "bfloat16"}
+JSON
+    if ! "$B/tools/nvfp4" synth --like "$E/odd/like.json" --out "$E/odd/m" >"$E/mpi.err" 2>&1 ||
+        ! "$B/tools/nvfp4" logits "$E/odd/m" --tokens 5,1000,999,7,500 --out "$E/odd/l1" ||
+        ! timeout -k 5 120 mpirun --oversubscribe $X -np 2 "$B/tools/nvfp4" logits "$E/odd/m" \
+            --tokens 5,1000,999,7,500 --out "$E/odd/l2" >/dev/null 2>"$E/mpi.err"; then
+        echo "FAIL: a vocabulary of 1001 over 2 ranks"; cat "$E/mpi.err"; status=1
+    else
+        python3 - "$E/odd/l1" "$E/odd/l2" <<'PYEOF' || status=1
+import array, sys
+a, b = (array.array('f', open(p, 'rb').read()) for p in sys.argv[1:3])
+d = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) == 5 * 1001 else float('inf')
+print("gpu-emu-check: a vocabulary of 1001 over 2 ranks: max |diff| %.3g" % d)
+sys.exit(0 if d <= 2e-5 else 1)
+PYEOF
+    fi
+    # a library before 2.14: the blocking init, and rank 0 says so
+    if ! NVFP4_COMM_LIBRARY="$E/libnccl-emu-old.so" NVFP4_NCCL_EMU_TRACE=1 timeout -k 5 120 \
+            mpirun --oversubscribe $X -x NVFP4_NCCL_EMU_TRACE -np 2 "$B/tools/nvfp4" logits \
+            "$m" --tokens "$toks" --out "$E/mpi.3" >/dev/null 2>"$E/mpi.err" ||
+        ! cmp -s "$E/mpi.2" "$E/mpi.3"; then
+        echo "FAIL: -np 2 over a library before 2.14 (logits: the same bits as over 2.14)"
+        cat "$E/mpi.err"; status=1
+    fi
+    grep -q 'nccl-emu: rank 1 of 2: init (blocking)' "$E/mpi.err" &&
+        grep -q 'nvfp4: note: nccl: the library has no ncclCommInitRankConfig' "$E/mpi.err" ||
+        { echo "FAIL: a library before 2.14: no blocking init, or not said"; status=1; }
+    # no library on any rank: a warning, and the collectives through host
+    # memory (MPI)
+    if ! NVFP4_COMM_LIBRARY="$E/no-such-libnccl.so" timeout -k 5 120 mpirun --oversubscribe \
+            $X -np 2 "$B/tools/nvfp4" logits "$m" --tokens "$toks" --out "$E/mpi.4" \
+            >/dev/null 2>"$E/mpi.err"; then
+        echo "FAIL: -np 2 without the library"; cat "$E/mpi.err"; status=1
+    fi
+    grep -q "warning: nccl on rank 0: cannot load .*no-such-libnccl.so.*through host memory" \
+        "$E/mpi.err" ||
+        { echo "FAIL: without the library: no warning"; cat "$E/mpi.err"; status=1; }
+    python3 - "$E/mpi.1" "$E/mpi.4" <<'PYEOF' || status=1
+import array, sys
+a, b = (array.array('f', open(p, 'rb').read()) for p in sys.argv[1:3])
+d = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) and a else float('inf')
+print("gpu-emu-check: -np 2 without the library (host staging): max |diff| %.3g" % d)
+sys.exit(0 if d <= 2e-5 else 1)
+PYEOF
+    rc=0
+    t0=$(date +%s)
+    NVFP4_TEST_DEVICE_COMM_FAIL=1 NVFP4_COMM_TIMEOUT=3 timeout -k 5 60 mpirun --oversubscribe \
+        $X -x NVFP4_TEST_DEVICE_COMM_FAIL -x NVFP4_COMM_TIMEOUT -np 2 "$B/tools/nvfp4" logits \
+        "$m" --tokens "$toks" --out "$E/mpi.x" >/dev/null 2>"$E/mpi.err" || rc=$?
+    echo "gpu-emu-check: a rank's open fails: exit $rc after $(($(date +%s) - t0)) s"
+    cat "$E/mpi.err"
+    [ "$rc" -eq 1 ] || { echo "FAIL: a failing open: exit status $rc, expected 1"; status=1; }
+    grep -q 'could not be set up: rank 1 of 2 failed: nccl on rank 1: the open failed' \
+        "$E/mpi.err" || { echo "FAIL: a failing open: rank 1 is not named"; status=1; }
+fi
 exit $status

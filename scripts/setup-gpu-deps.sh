@@ -15,9 +15,11 @@ SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 
 PKGS="hipcc libamdhip64-dev"
-# RCCL's header for the HIP plug-in's device communicator
-# (libkernels/gpu/comm-gpu.cu), where the distribution packages it; without
-# it the plug-in builds with none
+# The device communicators (libkernels/gpu/comm-gpu.cu: NCCL, RCCL) need no
+# header: they dlopen() libnccl.so.2 / librccl.so.1 at run time and call them
+# through libkernels/gpu/comm-abi.h.  RCCL's header, where the distribution
+# packages it (not Debian 12), lets configure check those declarations at
+# compile time (HAVE_RCCL_H), as the CUDA toolkit's nccl.h does for NCCL.
 if apt-cache show librccl-dev >/dev/null 2>&1; then
     PKGS="$PKGS librccl-dev"
 fi

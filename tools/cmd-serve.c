@@ -227,6 +227,14 @@ static int run(int argc, char **argv)
     srv.created = (long long)time(NULL);
     pthread_mutex_init(&srv.lock, NULL);
     pthread_mutex_init(&srv.tok_lock, NULL);
+    {
+        /* srv_http_drain's deadline is on srv_now()'s clock */
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&srv.idle, &ca);
+        pthread_condattr_destroy(&ca);
+    }
     srv_metrics_init(&srv.met);
 
     /* Every thread is made with these blocked; the main thread takes them
@@ -320,6 +328,7 @@ out:
     nvfp4_model_free(srv.model);
     pthread_mutex_destroy(&srv.lock);
     pthread_mutex_destroy(&srv.tok_lock);
+    pthread_cond_destroy(&srv.idle);
     pthread_mutex_destroy(&srv.met.lock);
     free(key);
     if (rc == CLI_OK)

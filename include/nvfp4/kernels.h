@@ -809,20 +809,27 @@ NVFP4_API void nvfp4_comm_abort(nvfp4_comm *c, int code);
 /**
  * A communicator over the ranks of @p host whose collectives run on device
  * buffers of @p be (memory from nvfp4_backend_alloc()): NCCL for the CUDA
- * backend, RCCL for the HIP one, when the plug-in was built with them.
+ * backend, RCCL for the HIP one (the library is loaded at the first call).
  * Collective: every rank of @p host calls it with its own backend (one
- * device per rank); rank 0 makes the unique id and broadcasts it over
- * @p host.  nvfp4_comm_allreduce_sum() (the library's reduction order),
- * nvfp4_comm_allgather() (equal counts) and nvfp4_comm_broadcast() then take
- * device pointers and return when this rank's part is done;
- * nvfp4_comm_abort() ends the job through @p host.  Errors name the rank
- * and the library's error string.
+ * device per rank).  The ranks first agree over @p host that each can join
+ * (its library loads), so that none enters the library's init alone; rank
+ * 0 makes the unique id and broadcasts it; each rank joins, waiting at most
+ * NVFP4_COMM_TIMEOUT seconds (300 when unset; 0: no limit) for the others
+ * before aborting its half-made communicator, and the ranks agree again
+ * that every one joined.  Every rank returns the same outcome, naming the
+ * first rank that failed.  nvfp4_comm_allreduce_sum() (the library's
+ * reduction order), nvfp4_comm_allgather() (equal counts) and
+ * nvfp4_comm_broadcast() then take device pointers and return when this
+ * rank's part is done; nvfp4_comm_abort() ends the job through @p host.
  * @param be an open GPU backend
  * @param host the host communicator (nvfp4_comm_world())
  * @param err filled on failure, or NULL
  * @return the communicator, to be freed with nvfp4_comm_free() before
- *   @p be is closed; NULL with ::NVFP4_ERR_UNSUPPORTED (no device
- *   communicator in this backend), ::NVFP4_ERR_BACKEND or ::NVFP4_ERR_NOMEM
+ *   @p be is closed; NULL with ::NVFP4_ERR_UNSUPPORTED (a rank's backend has
+ *   no device communicator) or ::NVFP4_ERR_NOT_FOUND (a rank cannot load the
+ *   library): no rank entered the library, the job may go on without;
+ *   ::NVFP4_ERR_BACKEND (a rank's device, id or init failed, or it did not
+ *   join in time) or ::NVFP4_ERR_NOMEM
  */
 NVFP4_API nvfp4_comm *nvfp4_comm_open_device(nvfp4_backend *be, nvfp4_comm *host,
                                              nvfp4_error *err);

@@ -191,12 +191,10 @@ GPU_DEV void gpu_mma_fp4(float *d, const uint32_t *a, const uint32_t *b, uint32_
 #endif /* __CUDACC__ */
 
 /* ---- the collective library of libkernels/gpu/comm-gpu.cu ------------------ */
-/* NCCL: its header at build time (configure: HAVE_NCCL), the library
- * dlopen()ed at the first communicator, so the plug-in needs it only then. */
-#ifdef HAVE_NCCL
-#include <nccl.h>
+/* NCCL, dlopen()ed at the first communicator and called through the ABI of
+ * libkernels/gpu/comm-abi.h (no header needed), so the plug-in needs it
+ * only then. */
 #define GPU_COMM_NAME "nccl"
 #define GPU_COMM_LIBRARY "libnccl.so.2"
-#endif
 
 #endif /* NVFP4_GPU_CUDA_H */

@@ -254,4 +254,9 @@ static inline int gpu_atomic_add(int *p, int v)
 
 #endif /* __cplusplus */
 
+/* The emulated plug-in is backend "cuda": its communicator is NCCL's,
+ * pointed at tests/nccl-emu.c's stand-in by NVFP4_COMM_LIBRARY. */
+#define GPU_COMM_NAME "nccl"
+#define GPU_COMM_LIBRARY "libnccl.so.2"
+
 #endif /* NVFP4_GPU_EMU_H */

@@ -160,12 +160,10 @@ GPU_DEV void gpu_mma_bf16(float *d, const uint32_t *a, const uint32_t *b)
 #endif /* __HIPCC__ */
 
 /* ---- the collective library of libkernels/gpu/comm-gpu.cu ------------------ */
-/* RCCL (NCCL's API and names): its header at build time (configure:
- * HAVE_RCCL), the library dlopen()ed at the first communicator. */
-#ifdef HAVE_RCCL
-#include <rccl/rccl.h>
+/* RCCL (NCCL's API, names and values), dlopen()ed at the first
+ * communicator and called through libkernels/gpu/comm-abi.h (no header
+ * needed). */
 #define GPU_COMM_NAME "rccl"
 #define GPU_COMM_LIBRARY "librccl.so.1"
-#endif
 
 #endif /* NVFP4_GPU_HIP_H */

@@ -15,11 +15,13 @@ GPU_HDRS = \
 	%reldir%/gpu.h \
 	%reldir%/gpu-cuda.h \
 	%reldir%/gpu-hip.h \
+	%reldir%/comm-abi.h \
 	libquant/numerics.h \
 	%reldir%/kernels.h \
 	libkernels/backend-impl.h
 EXTRA_DIST += \
 	%reldir%/gpu.h \
+	%reldir%/comm-abi.h \
 	%reldir%/gpu-cuda.h \
 	%reldir%/gpu-hip.h \
 	%reldir%/kernels.h \
@@ -36,11 +38,14 @@ EXTRA_DIST += \
 # 32 and 64 lanes (about a minute on two cores; SKIP without python3/g++).
 if HAVE_CHECK
 TESTS += tests/gpu-emu.test
-EXTRA_DIST += tests/gpu-emu.test
+EXTRA_DIST += tests/gpu-emu.test tests/nccl-emu.c
 endif
 GPU_EMU_OUT = %reldir%/emu/emu-kernels.cc
 GPU_EMU_OUT += $(foreach w,32 64,$(addprefix %reldir%/emu/warp$(w)/,kernels.o backend.o \
-	emu.o nvfp4-backend-cuda.so test-gpu.log test-gpu-model.log))
+	emu.o comm.o nvfp4-backend-cuda.so test-gpu.log test-gpu-model.log))
+GPU_EMU_OUT += $(addprefix %reldir%/emu/,libnccl-emu.so libnccl-emu-old.so mpi.1 mpi.2 mpi.3 \
+	mpi.4 mpi.x mpi.err \
+	odd/like.json odd/l1 odd/l2 odd/m/config.json odd/m/model.safetensors)
 CLEANFILES += $(GPU_EMU_OUT)
 
 backendsdir = $(pkglibdir)/backends

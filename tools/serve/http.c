@@ -959,7 +959,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         /* The response has been written out in full (or the request
          * failed): srv_http_drain no longer waits for it. */
         pthread_mutex_lock(&srv->lock);
-        srv->in_flight--;
+        if (--srv->in_flight == 0)
+            pthread_cond_broadcast(&srv->idle);
         pthread_mutex_unlock(&srv->lock);
         free(cx->body);
         free(cx);
@@ -1024,18 +1025,24 @@ void srv_http_quiesce(srv_server *srv)
  * first. */
 int srv_http_drain(srv_server *srv, double seconds)
 {
-    const double end = srv_now() + seconds;
-    const struct timespec tick = {0, 10 * 1000000L};
+    struct timespec end;
     int n;
 
-    for (;;) {
-        pthread_mutex_lock(&srv->lock);
-        n = srv->in_flight;
-        pthread_mutex_unlock(&srv->lock);
-        if (n == 0 || srv_now() >= end)
-            return n;
-        nanosleep(&tick, NULL);
+    /* the deadline on CLOCK_MONOTONIC, srv->idle's clock (cmd-serve.c) */
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += (time_t)seconds;
+    end.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
+    if (end.tv_nsec >= 1000000000L) {
+        end.tv_sec++;
+        end.tv_nsec -= 1000000000L;
     }
+    pthread_mutex_lock(&srv->lock);
+    while (srv->in_flight > 0 &&
+           pthread_cond_timedwait(&srv->idle, &srv->lock, &end) != ETIMEDOUT)
+        ;
+    n = srv->in_flight;
+    pthread_mutex_unlock(&srv->lock);
+    return n;
 }
 
 void srv_http_stop(srv_server *srv)

@@ -218,6 +218,7 @@ typedef struct {
     srv_sched *sched;            /* NULL while loading */
     int stopping;
     int in_flight;               /* requests begun and not yet completed */
+    pthread_cond_t idle;         /* signalled when in_flight drops to 0 (CLOCK_MONOTONIC) */
     const nvfp4_tokenizer *tok;
     pthread_mutex_t tok_lock;    /* encoding */
     const nvfp4_chat_template *chat;  /* the model's template, or NULL: ChatML */
