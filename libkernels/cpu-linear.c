@@ -899,14 +899,16 @@ __attribute__((target("amx-tile,amx-int8"))) static void amx_begin(void)
 
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
-    /* tmm0, tmm3: C (16 tokens x 16 int32); tmm1, tmm4: A (16 tokens x 16
-     * bytes); tmm2, tmm5: B (4 x 64 bytes) */
-    cfg.rows[0] = cfg.rows[3] = AMX_T;
-    cfg.colsb[0] = cfg.colsb[3] = 64;
-    cfg.rows[1] = cfg.rows[4] = AMX_T;
-    cfg.colsb[1] = cfg.colsb[4] = 16;
-    cfg.rows[2] = cfg.rows[5] = 4;
-    cfg.colsb[2] = cfg.colsb[5] = 64;
+    /* tmm0..3: C (16 tokens x 16 int32); tmm4, tmm6: A (16 tokens x 16
+     * bytes); tmm5, tmm7: B (4 x 64 bytes) */
+    for (int i = 0; i < 4; i++) {
+        cfg.rows[i] = AMX_T;
+        cfg.colsb[i] = 64;
+    }
+    cfg.rows[4] = cfg.rows[6] = AMX_T;
+    cfg.colsb[4] = cfg.colsb[6] = 16;
+    cfg.rows[5] = cfg.rows[7] = 4;
+    cfg.colsb[5] = cfg.colsb[7] = 64;
     AMX_BARRIER();
     _tile_loadconfig(&cfg);
 }
@@ -976,41 +978,108 @@ amx_pack_b(const cpu_kweight *w, int64_t r, int8_t *bp, float *wst)
     }
 }
 
+/* One block's exact sums into BUF [token][row] (int32), on tiles C, A, B. */
+#define AMX_BLOCK(c, ta, tb, b, buf)                                     \
+    do {                                                                 \
+        _tile_loadd(ta, aq + (b) * AMX_T * 16, 16);                      \
+        _tile_loadd(tb, bp + (b) * 256, 64);                             \
+        _tile_zero(c);                                                   \
+        _tile_dpbssd(c, ta, tb);                                         \
+        _tile_stored(c, buf, 64);                                        \
+    } while (0)
+
+/* row_vnni_body's float step of block B for 16 tokens, over 16 rows. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
+    __attribute__((always_inline)) void
+amx_fstep(__m512 *ac, const int32_t *buf, const float *wst, const float *xs, size_t xst,
+          size_t b)
+{
+    const __m512 wsv = _mm512_load_ps(wst + b * 16);
+
+#pragma GCC unroll 16
+    for (size_t t = 0; t < AMX_T; t++)
+        ac[t] = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(buf + t * 16))),
+            _mm512_mul_ps(wsv, _mm512_set1_ps(xs[t * xst + b])), ac[t]);
+}
+
+/* The exact sums of lane (block index mod 16) J's blocks in chunks [CH0,
+ * CH0 + CNT), CNT <= 6 (one stretch), into BUF [CNT][16 tokens][16 rows]:
+ * four C tiles in turn and two pairs of A and B tiles, so that the tile
+ * unit's work overlaps. */
+__attribute__((target("amx-tile,amx-int8"))) static inline __attribute__((always_inline)) void
+amx_lane(const int8_t *aq, const int8_t *bp, size_t b0, size_t cnt, int32_t *buf)
+{
+    if (cnt > 0)
+        AMX_BLOCK(0, 4, 5, b0, buf);
+    if (cnt > 1)
+        AMX_BLOCK(1, 6, 7, b0 + 16, buf + 256);
+    if (cnt > 2)
+        AMX_BLOCK(2, 4, 5, b0 + 32, buf + 512);
+    if (cnt > 3)
+        AMX_BLOCK(3, 6, 7, b0 + 48, buf + 768);
+    if (cnt > 4)
+        AMX_BLOCK(0, 4, 5, b0 + 64, buf + 1024);
+    if (cnt > 5)
+        AMX_BLOCK(1, 6, 7, b0 + 80, buf + 1280);
+}
+
+/* Chunks of lane J in a stretch [CH0, CH1) that hold block J (a tail
+ * chunk of c blocks has none past c: there the lane stays +0, as in the
+ * VNNI kernels, which add a zero product to +0). */
+static inline size_t amx_lane_cnt(size_t ch0, size_t ch1, size_t j, size_t nb)
+{
+    size_t cnt = ch1 - ch0;
+    while (cnt && (ch0 + cnt - 1) * CPU_CHUNK_BLOCKS + j >= nb)
+        cnt--;
+    return cnt;
+}
+
 /* Outputs of tokens T0 .. T0+15, rows R .. R+15 over chunks [kr->b0,
- * kr->b1): XS is act_q8's xs of token T0 (stride NCH * 16), AQ and BP the
- * tiles of amx_pack_a / amx_pack_b. */
+ * kr->b1) (at most 6): XS is act_q8's xs of token T0 (stride NCH * 16), AQ
+ * and BP the tiles of amx_pack_a / amx_pack_b.  The tile unit computes the
+ * next lane's sums while the float step takes this lane's. */
 __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq"))) static void
 amx_tile16(const int8_t *aq, const int8_t *bp, const float *wst, const float *xs, size_t nch,
            size_t nb, const krange *kr, float *y, size_t n)
 {
     __m512 acc[AMX_T][CPU_CHUNK_BLOCKS]; /* [token][lane j], over 16 rows */
-    int32_t cb[2][AMX_T * 16] __attribute__((aligned(64)));
-    const size_t xst = nch * CPU_CHUNK_BLOCKS;
+    int32_t cb[2][6 * AMX_T * 16] __attribute__((aligned(64)));
+    const size_t xst = nch * CPU_CHUNK_BLOCKS, ch0 = kr->b0, ch1 = kr->b1;
 
+    amx_lane(aq, bp, ch0 * CPU_CHUNK_BLOCKS, amx_lane_cnt(ch0, ch1, 0, nb), cb[0]);
     for (size_t j = 0; j < CPU_CHUNK_BLOCKS; j++) {
         __m512 ac[AMX_T];
+        const size_t cnt = amx_lane_cnt(ch0, ch1, j, nb);
+        const size_t cn = j + 1 < CPU_CHUNK_BLOCKS ? amx_lane_cnt(ch0, ch1, j + 1, nb) : 0;
+        const size_t bn = ch0 * CPU_CHUNK_BLOCKS + j + 1;
+        const int32_t *buf = cb[j & 1];
+        int32_t *nbuf = cb[(j + 1) & 1];
 
 #pragma GCC unroll 16
         for (size_t t = 0; t < AMX_T; t++)
             ac[t] = _mm512_setzero_ps();
-        for (size_t ch = kr->b0; ch < kr->b1; ch++) {
-            const size_t b = ch * CPU_CHUNK_BLOCKS + j;
-            __m512 wsv;
-
-            if (b >= nb)
-                break; /* past a tail chunk's blocks: the lane stays +0 */
-            _tile_loadd(1, aq + b * AMX_T * 16, 16);
-            _tile_loadd(2, bp + b * 256, 64);
-            _tile_zero(0);
-            _tile_dpbssd(0, 1, 2);
-            _tile_stored(0, cb[0], 64);
-            wsv = _mm512_loadu_ps(wst + b * 16);
-#pragma GCC unroll 16
-            for (size_t t = 0; t < AMX_T; t++)
-                ac[t] = _mm512_fmadd_ps(
-                    _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb[0] + t * 16))),
-                    _mm512_mul_ps(wsv, _mm512_set1_ps(xs[t * xst + b])), ac[t]);
-        }
+        /* block i of the next lane on the tile unit, block i of this one
+         * in float, then the next lane's sums stored (a store right after
+         * its TDPBSSD would wait for it, and the float step behind it) */
+#define AMX_STEP(i, c, ta, tb)                                                    \
+    if ((i) < cn) {                                                               \
+        _tile_loadd(ta, aq + (bn + (i) * CPU_CHUNK_BLOCKS) * AMX_T * 16, 16);     \
+        _tile_loadd(tb, bp + (bn + (i) * CPU_CHUNK_BLOCKS) * 256, 64);            \
+        _tile_zero(c);                                                            \
+        _tile_dpbssd(c, ta, tb);                                                  \
+    }                                                                             \
+    if ((i) < cnt)                                                                \
+        amx_fstep(ac, buf + (i) * 256, wst, xs, xst, (ch0 + (i)) * CPU_CHUNK_BLOCKS + j); \
+    if ((i) < cn)                                                                 \
+        _tile_stored(c, nbuf + (i) * 256, 64);
+        AMX_STEP(0, 0, 4, 5)
+        AMX_STEP(1, 1, 6, 7)
+        AMX_STEP(2, 2, 4, 5)
+        AMX_STEP(3, 3, 6, 7)
+        AMX_STEP(4, 0, 4, 5)
+        AMX_STEP(5, 1, 6, 7)
+#undef AMX_STEP
 #pragma GCC unroll 16
         for (size_t t = 0; t < AMX_T; t++)
             acc[t][j] = ac[t];
@@ -1525,17 +1594,19 @@ static void vnni_rows(const tiles_job *j, size_t m0, size_t m1, size_t r0, size_
     }
 }
 
-/* Row tiles TILE0 .. TILE1-1 on the tile unit: per group of 16 rows, its B
- * tiles unpacked once into this thread's buffer (L2-sized: 16 k + 4 k
- * bytes) and used by every group of 16 tokens; the rest on the VNNI
- * kernels.  Same stretches, same bits. */
+/* Row tiles TILE0 .. TILE1-1 on the tile unit: a tile's B tiles (every
+ * group of 16 rows) unpacked once into this thread's buffer (about 1 MB,
+ * L2-sized: run_tiles' tiles hold 512 KB of NVFP4 weights, 20 bytes per 9
+ * here), then per group of 16 tokens and stretch, every row group in turn,
+ * so that the A tiles of the stretch stay in L1.  The rest on the VNNI kernels.  Same
+ * stretches, same bits. */
 static void amx_range(const tiles_job *j, size_t tile0, size_t tile1)
 {
     const cpu_kweight *w = j->w;
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
     const size_t m = j->m, mt = m / AMX_T * AMX_T, nch = j->nch, rt = j->rt;
-    int8_t *bp = nvfp4k_cpu_aligned_alloc(nb * 256 + nb * 16 * sizeof(float));
-    float *wst = (float *)(void *)(bp + nb * 256);
+    const size_t pbytes = nb * 256 + nb * 16 * sizeof(float); /* one group of 16 rows */
+    int8_t *bp = nvfp4k_cpu_aligned_alloc(rt / AMX_T * pbytes);
 
     if (!bp) {
         /* no buffer: the VNNI kernels, same bits */
@@ -1545,19 +1616,21 @@ static void amx_range(const tiles_job *j, size_t tile0, size_t tile1)
     amx_begin();
     for (size_t tile = tile0; tile < tile1; tile++) {
         const size_t r0 = tile * rt, r1 = r0 + rt < n ? r0 + rt : n;
-        const size_t ra = r0 + (r1 - r0) / AMX_T * AMX_T;
+        const size_t ra = r0 + (r1 - r0) / AMX_T * AMX_T, np = (ra - r0) / AMX_T;
 
-        for (size_t r = r0; r < ra; r += AMX_T) {
-            amx_pack_b(w, (int64_t)r, bp, wst);
-            AMX_BARRIER();
-            for (size_t t0 = 0; t0 < mt; t0 += AMX_T)
-                for (size_t u0 = 0; u0 < j->units; u0 += j->ku) {
-                    krange kr = {u0, u0 + j->ku < j->units ? u0 + j->ku : j->units, u0 > 0, 0};
-                    amx_tile16(j->a->aq + t0 / AMX_T * nb * AMX_T * 16, bp, wst,
+        for (size_t p = 0; p < np; p++)
+            amx_pack_b(w, (int64_t)(r0 + p * AMX_T), bp + p * pbytes,
+                       (float *)(void *)(bp + p * pbytes + nb * 256));
+        AMX_BARRIER();
+        for (size_t t0 = 0; t0 < mt; t0 += AMX_T)
+            for (size_t u0 = 0; u0 < j->units; u0 += j->ku) {
+                krange kr = {u0, u0 + j->ku < j->units ? u0 + j->ku : j->units, u0 > 0, 0};
+                for (size_t p = 0; p < np; p++)
+                    amx_tile16(j->a->aq + t0 / AMX_T * nb * AMX_T * 16, bp + p * pbytes,
+                               (const float *)(const void *)(bp + p * pbytes + nb * 256),
                                j->a->xs + t0 * nch * CPU_CHUNK_BLOCKS, nch, nb, &kr,
-                               j->y + t0 * n + r, n);
-                }
-        }
+                               j->y + t0 * n + r0 + p * AMX_T, n);
+            }
         if (mt < m)
             vnni_rows(j, mt, m, r0, ra);
         if (ra < r1)
