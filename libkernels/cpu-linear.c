@@ -867,9 +867,12 @@ CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni", row_vnni,
 
 /* Tokens and rows per AMX output tile; tokens below a multiple of this (and
  * rows past the last full group of a thread's row tile) take the VNNI
- * kernels, which give the same bits. */
+ * kernels, which give the same bits.  Products of fewer tokens than
+ * AMX_MIN_TOKENS stay on VNNI: unpacking the B tiles costs about as much as
+ * 16 tokens of product (measured on 4096x4096, one thread, against VNNI:
+ * 0.71x at m = 16, 1.05x at 64, 1.14x at 128, 1.21x at 512). */
 #define AMX_T 16
-#define AMX_MIN_TOKENS 16
+#define AMX_MIN_TOKENS 64
 
 /* The tile unit computes the exact integer sum of one block for 16 tokens
  * x 16 rows in one TDPBSSD (A: 16 tokens x the block's 16 codes; B: 4 rows
@@ -941,9 +944,41 @@ amx_pack_a(const act_q8 *a, size_t kp, size_t nb, size_t t0, int8_t *aq)
     }
 }
 
+/* OUT[j] lane i = IN[i] lane j: a 16 x 16 transpose of 32-bit elements
+ * (pairs, quads, then 128-bit lanes). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
+    __attribute__((always_inline)) void
+amx_tr16(const __m512i *in, __m512i *out)
+{
+    __m512i t[16], u[4][4];
+
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+    }
+    /* u[g][c], lane l: column 4l + c of rows 4g .. 4g+3 */
+    for (int g = 0; g < 4; g++) {
+        u[g][0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        u[g][1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        u[g][2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        u[g][3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512i x0 = _mm512_shuffle_i32x4(u[0][c], u[1][c], 0x44);
+        const __m512i x1 = _mm512_shuffle_i32x4(u[0][c], u[1][c], 0xEE);
+        const __m512i x2 = _mm512_shuffle_i32x4(u[2][c], u[3][c], 0x44);
+        const __m512i x3 = _mm512_shuffle_i32x4(u[2][c], u[3][c], 0xEE);
+        out[c] = _mm512_shuffle_i32x4(x0, x2, 0x88);
+        out[4 + c] = _mm512_shuffle_i32x4(x0, x2, 0xDD);
+        out[8 + c] = _mm512_shuffle_i32x4(x1, x3, 0x88);
+        out[12 + c] = _mm512_shuffle_i32x4(x1, x3, 0xDD);
+    }
+}
+
 /* The B tiles and scales of rows R .. R+15: bp [nb][4][64] (byte 64s + 4i +
  * e of block b: element 4s + e of row R+i, 2 * E2M1 signed), wst [nb][16]
- * (row i's block scale times the global one, as chunk_load decodes it). */
+ * (row i's block scale times the global one, as chunk_load decodes it).
+ * Per chunk, step s of the 16 rows (dword j: block j) transposed. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
 amx_pack_b(const cpu_kweight *w, int64_t r, int8_t *bp, float *wst)
 {
@@ -952,29 +987,34 @@ amx_pack_b(const cpu_kweight *w, int64_t r, int8_t *bp, float *wst)
     const __m512i lut = _mm512_broadcast_i32x4(
         _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i idxb = _mm512_mullo_epi32(lane, _mm512_set1_epi32(256));
-    const __m512i idxs = _mm512_mullo_epi32(lane, _mm512_set1_epi32(16));
 
-    for (int i = 0; i < AMX_T; i++) {
-        const uint8_t *row = w->packed + (size_t)(r + i) * k / 2;
-        const uint8_t *srow = w->scales + (size_t)(r + i) * nb;
-        for (size_t ch = 0; ch * CPU_CHUNK_BLOCKS < nb; ch++) {
-            const size_t c = nb - ch * CPU_CHUNK_BLOCKS;
-            const __mmask16 mk = c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << c) - 1);
-            int8_t *dst = bp + ch * CPU_CHUNK_BLOCKS * 256 + 4 * i;
-            __m512i p0, p1, v[4];
+    for (size_t ch = 0; ch * CPU_CHUNK_BLOCKS < nb; ch++) {
+        const size_t c = nb - ch * CPU_CHUNK_BLOCKS < CPU_CHUNK_BLOCKS
+                             ? nb - ch * CPU_CHUNK_BLOCKS
+                             : CPU_CHUNK_BLOCKS;
+        __m512i v[5][AMX_T], o[16];
+
+        for (int i = 0; i < AMX_T; i++) {
+            __m512i p0, p1;
             __m512 ws;
 
-            chunk_load(row, srow, nb, ch, s2, &p0, &p1, &ws);
-            v[0] = _mm512_shuffle_epi8(lut, _mm512_and_si512(p0, lo4));
-            v[1] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p0, 4), lo4));
-            v[2] = _mm512_shuffle_epi8(lut, _mm512_and_si512(p1, lo4));
-            v[3] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p1, 4), lo4));
-            for (int s = 0; s < 4; s++)
-                _mm512_mask_i32scatter_epi32(dst + 64 * s, mk, idxb, v[s], 1);
-            _mm512_mask_i32scatter_ps(wst + ch * CPU_CHUNK_BLOCKS * 16 + i, mk, idxs, ws, 4);
+            chunk_load(w->packed + (size_t)(r + i) * k / 2, w->scales + (size_t)(r + i) * nb,
+                       nb, ch, s2, &p0, &p1, &ws);
+            v[0][i] = _mm512_shuffle_epi8(lut, _mm512_and_si512(p0, lo4));
+            v[1][i] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p0, 4), lo4));
+            v[2][i] = _mm512_shuffle_epi8(lut, _mm512_and_si512(p1, lo4));
+            v[3][i] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p1, 4), lo4));
+            v[4][i] = _mm512_castps_si512(ws);
         }
+        for (int st = 0; st < 4; st++) {
+            amx_tr16(v[st], o);
+            for (size_t jj = 0; jj < c; jj++)
+                _mm512_store_si512((void *)(bp + (ch * CPU_CHUNK_BLOCKS + jj) * 256 + 64 * st),
+                                   o[jj]);
+        }
+        amx_tr16(v[4], o);
+        for (size_t jj = 0; jj < c; jj++)
+            _mm512_store_si512((void *)(wst + (ch * CPU_CHUNK_BLOCKS + jj) * 16), o[jj]);
     }
 }
 

@@ -556,19 +556,19 @@ static int test_amx_ok(void)
 /* The AMX W4A4 GEMM gives the VNNI kernels' bits (which test_linear_w4a4
  * checks against the float64 reference; the scalar and float paths sum in
  * another order), at 1..3 threads (run_linear_all_threads): every m from 1
- * to 70 (token groups of 16 with every tail; below 16 the VNNI path) on
- * N = 37, K = 1040 (65 blocks: a tail chunk of one block, a 6-chunk
- * stretch; row groups of 16 with a tail of 5), then N = 500, K = 4096 at
- * m = 40 and 64 (row tiles of 224, so several threads run tiles; multiples
- * of 16 tokens and tails) and N = 64, K = 14336 (16-multiples, the width of
- * Llama's down projection: many stretches). */
+ * to 100 (below 64 tokens the VNNI path; above, token groups of 16 with
+ * every tail) on N = 37, K = 1040 (65 blocks: a tail chunk of one block, a
+ * 6-chunk stretch; row groups of 16 with a tail of 5), then N = 500,
+ * K = 4096 at m = 72 and 64 (row tiles of 224, so several threads run
+ * tiles; multiples of 16 tokens and a tail) and N = 64, K = 14336
+ * (16-multiples, the width of Llama's down projection: many stretches). */
 START_TEST(test_amx_gemm)
 {
     static const struct {
         int64_t n, k;
         size_t m0, m1;
-    } shapes[] = {{37, 1040, 1, 70}, {500, 4096, 40, 40}, {500, 4096, 64, 64},
-                  {64, 14336, 32, 32}};
+    } shapes[] = {{37, 1040, 1, 100}, {500, 4096, 72, 72}, {500, 4096, 64, 64},
+                  {64, 14336, 64, 64}};
     static const char *const lv[] = {"vnni", "amx"};
 
     if (!test_amx_ok()) {
