@@ -35,8 +35,9 @@
  * MiB (1024 for scripts/bench-llama.sh), best of 5 at each thread count, one
  * line "probe MIB MiB th=T GB/s" each.  -i ISA,..: only the W4A4 GEMM of
  * each shape and -m token count at each of these isa= levels (e.g.
- * vnni,amx), interleaved, wall and CPU-time GFLOPS and the ratios.  A SHAPE is NxK (outputs x inputs), NVFP4;
- * NxKb or NxKh: a BF16 or F16 dense weight (GEMV only).  Each figure is the
+ * vnni,amx), interleaved, wall and CPU-time GFLOPS and the ratios (give
+ * -r 2 or more at 2 threads: each product measures 1 and 2 threads before
+ * it settles).  A SHAPE is NxK (outputs x inputs), NVFP4; NxKb or NxKh: a BF16 or F16 dense weight (GEMV only).  Each figure is the
  * best of timed repetitions filling about SECONDS, kernel and references
  * interleaved. */
 #include "config.h"

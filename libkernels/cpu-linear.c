@@ -23,7 +23,9 @@
  *   consecutive elements of one block per 32-bit lane, vpdpbusd sums exactly
  *   one block per lane: in W4A4 both operands lie on the E2M1 grid (§5), so
  *   the 16 products of a block form an exact integer and the two block
- *   scales are applied once per block in float32.
+ *   scales are applied once per block in float32.  The AMX GEMM (W4A4
+ *   prefill, isa=amx) unpacks these chunks into tiles per call and forms
+ *   the same integers on the tile unit (see amx_tile16).
  *
  * Outputs (rows) are partitioned across threads; every output is reduced by
  * one thread in a fixed order, so results do not depend on thread count.

@@ -9,7 +9,8 @@
  *
  * Every Linear test runs at each SIMD level the machine has (scalar, AVX2,
  * AVX-512, AVX-512 VNNI; $NVFP4_CPU_ISA caps the level at backend open) and
- * checks that 1, 2 and 3 threads give the same bits.
+ * checks that 1, 2 and 3 threads give the same bits; test_amx_gemm holds
+ * the AMX level to the VNNI one's bits where the CPU has AMX.
  *
  * Tolerances: a float32 dot product of K terms summed in any order is
  * within gamma_K * sum|a_i b_i| of the exact value, gamma_K = K u / (1 - K u),
