@@ -864,7 +864,8 @@ CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni", row_vnni,
 
 /* ---- AMX int8 GEMM (CHUNK layout, W4A4, 16 tokens x 16 rows) ----------------- */
 
-#if defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11
+/* tile instructions exist in 64-bit mode only */
+#if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
 #define CPU_AMX 1
 
 /* Tokens and rows per AMX output tile; tokens below a multiple of this (and

@@ -571,7 +571,12 @@ START_TEST(test_amx_gemm)
     } shapes[] = {{37, 1040, 1, 100}, {500, 4096, 72, 72}, {500, 4096, 64, 64},
                   {64, 14336, 64, 64}};
     static const char *const lv[] = {"vnni", "amx"};
+    nvfp4_error err;
+    nvfp4_backend *be = nvfp4_backend_open_with("cpu", "isa=amx", &err);
 
+    /* the option is known everywhere (a cap: without AMX, the best level) */
+    ck_assert_msg(be != NULL, "isa=amx: %s", err.text);
+    nvfp4_backend_free(be);
     if (!test_amx_ok()) {
         printf("test_amx_gemm: skipped, this CPU (or OS) gives no AMX tiles\n");
         return;
