@@ -1649,7 +1649,8 @@ static void amx_range(const tiles_job *j, size_t tile0, size_t tile1)
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
     const size_t m = j->m, mt = m / AMX_T * AMX_T, nch = j->nch, rt = j->rt;
     const size_t pbytes = nb * 256 + nb * 16 * sizeof(float); /* one group of 16 rows */
-    int8_t *bp = nvfp4k_cpu_aligned_alloc(rt / AMX_T * pbytes);
+    /* amx_tile16 takes stretches of at most 6 chunks (its AMX_STEPs) */
+    int8_t *bp = j->ku <= 6 ? nvfp4k_cpu_aligned_alloc(rt / AMX_T * pbytes) : NULL;
 
     if (!bp) {
         /* no buffer: the VNNI kernels, same bits */
