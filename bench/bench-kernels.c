@@ -26,14 +26,18 @@
  *
  * Usage: bench/bench-kernels [-t THREADS,..] [-s SHAPE,..] [-m TOKENS,..]
  *                            [-b BATCH,..] [-r SECONDS] [-q] [-g] [-P MIB]
+ *                            [-i ISA,..]
  * defaults: -t 1,2  -s the decode shapes of SmolLM2, Llama-3.2-1B,
  * Llama-3-8B, Qwen3-30B-A3B's experts and a BF16 vocabulary head (GEMM on
  * the 8B ones and 576x576)  -m 16,64,128,512  -b 4,16,64 (-b 0: none)
  * -r 0.15
  * -q: GEMV only; -g: GEMM only; -P MIB: only the read probe, a sum over MIB
  * MiB (1024 for scripts/bench-llama.sh), best of 5 at each thread count, one
- * line "probe MIB MiB th=T GB/s" each.  A SHAPE is NxK (outputs x inputs), NVFP4;
- * NxKb or NxKh: a BF16 or F16 dense weight (GEMV only).  Each figure is the
+ * line "probe MIB MiB th=T GB/s" each.  -i ISA,..: only the W4A4 GEMM of
+ * each shape and -m token count at each of these isa= levels (e.g.
+ * vnni,amx), interleaved, wall and CPU-time GFLOPS and the ratios (give
+ * -r 2 or more at 2 threads: each product measures 1 and 2 threads before
+ * it settles).  A SHAPE is NxK (outputs x inputs), NVFP4; NxKb or NxKh: a BF16 or F16 dense weight (GEMV only).  Each figure is the
  * best of timed repetitions filling about SECONDS, kernel and references
  * interleaved. */
 #include "config.h"
@@ -365,6 +369,112 @@ static int probe_only(long mib, const long *threads, size_t nthreads)
     return 0;
 }
 
+/* -i ISA,..: the W4A4 GEMM of each shape at each ISA level (a backend per
+ * level, isa=LEVEL), the levels interleaved call by call; best wall time
+ * and best process CPU time per call (on a loaded machine the CPU time is
+ * the steadier; at more threads it sums them all), as GFLOPS, and each
+ * level's ratio to the first.  Also checks that the levels give the same
+ * bits (the AMX and VNNI kernels do). */
+static int isa_gemm(char *isas, const shape *shapes, size_t nshapes, const long *threads,
+                    size_t nthreads, const long *toks, size_t ntoks, double budget)
+{
+    char *lv[8];
+    size_t nlv = 0;
+
+    for (char *t = strtok(isas, ","); t && nlv < 8; t = strtok(NULL, ","))
+        lv[nlv++] = t;
+    printf("# W4A4 GEMM by ISA level: GFLOPS = 2*m*n*k / best wall time (cpu: / best process\n"
+           "# CPU time of a call), levels interleaved call by call; ratio to %s\n", lv[0]);
+    for (size_t si = 0; si < nshapes; si++) {
+        const size_t n = (size_t)shapes[si].n, k = (size_t)shapes[si].k;
+        size_t mmax = 1;
+        uint8_t *packed, *scales;
+        float *x, *y, *y0;
+        nvfp4_linear lin;
+
+        if (shapes[si].dense || k % 16 || n == 0)
+            continue;
+        for (size_t mi = 0; mi < ntoks; mi++)
+            if ((size_t)toks[mi] > mmax)
+                mmax = (size_t)toks[mi];
+        packed = malloc(n * k / 2);
+        scales = malloc(n * k / 16);
+        x = malloc(mmax * k * sizeof(float));
+        y = malloc(mmax * n * sizeof(float));
+        y0 = malloc(mmax * n * sizeof(float));
+        if (!packed || !scales || !x || !y || !y0) {
+            fprintf(stderr, "out of memory for %zux%zu\n", n, k);
+            return 1;
+        }
+        for (size_t i = 0; i < n * k / 2; i++)
+            packed[i] = (uint8_t)rnd();
+        for (size_t i = 0; i < n * k / 16; i++)
+            scales[i] = (uint8_t)(0x28 + rnd() % 0x30);
+        for (size_t i = 0; i < mmax * k; i++)
+            x[i] = (float)((int)(rnd() % 2001) - 1000) / 300.0f;
+        fill_lin(&lin, n, k, packed, scales, NULL);
+        lin.scheme = NVFP4_SCHEME_W4A4;
+        for (size_t ti = 0; ti < nthreads; ti++) {
+            nvfp4_backend *be[8];
+            nvfp4_kweight *w[8];
+            nvfp4_error err;
+
+            for (size_t l = 0; l < nlv; l++) {
+                char opt[64];
+                snprintf(opt, sizeof opt, "isa=%s,threads=%ld", lv[l], threads[ti]);
+                be[l] = nvfp4_backend_open_with("cpu", opt, &err);
+                w[l] = be[l] ? nvfp4_kweight_upload(be[l], &lin, 1, &err) : NULL;
+                if (!w[l]) {
+                    fprintf(stderr, "%s: %s\n", opt, err.text);
+                    return 1;
+                }
+            }
+            for (size_t mi = 0; mi < ntoks; mi++) {
+                const size_t m = (size_t)toks[mi];
+                const double flop = 2.0 * (double)m * (double)n * (double)k;
+                double g[8], c[8], t0 = now();
+                int reps = 0, same = 1;
+
+                for (size_t l = 0; l < nlv; l++)
+                    g[l] = c[l] = 1e30;
+                do {
+                    for (size_t l = 0; l < nlv; l++) {
+                        double a = now(), ca = cpu_now();
+                        if (nvfp4_k_linear(be[l], w[l], x, m, l ? y : y0, &err) != NVFP4_OK) {
+                            fprintf(stderr, "%s\n", err.text);
+                            return 1;
+                        }
+                        ca = cpu_now() - ca;
+                        a = now() - a;
+                        g[l] = a < g[l] ? a : g[l];
+                        c[l] = ca < c[l] ? ca : c[l];
+                        if (l && memcmp(y, y0, m * n * sizeof(float)))
+                            same = 0;
+                    }
+                    reps++;
+                } while (now() - t0 < budget || reps < 3);
+                printf("%6zux%-6zu th=%ld m=%-4zu", n, k, threads[ti], m);
+                for (size_t l = 0; l < nlv; l++)
+                    printf("  %s %7.1f cpu %7.1f", lv[l], flop / g[l] * 1e-9, flop / c[l] * 1e-9);
+                for (size_t l = 1; l < nlv; l++)
+                    printf("  %s/%s %.2f cpu %.2f", lv[l], lv[0], g[0] / g[l], c[0] / c[l]);
+                printf("  %s (%d reps)\n", same ? "same bits" : "BITS DIFFER", reps);
+                fflush(stdout);
+            }
+            for (size_t l = 0; l < nlv; l++) {
+                nvfp4_kweight_free(w[l]);
+                nvfp4_backend_free(be[l]);
+            }
+        }
+        free(packed);
+        free(scales);
+        free(x);
+        free(y);
+        free(y0);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     long threads[8] = {1, 2}, toks[16] = {16, 64, 128, 512}, batches[16] = {4, 16, 64};
@@ -384,6 +494,7 @@ int main(int argc, char **argv)
     double budget = 0.15;
     int gemv_only = 0, gemm_only = 0;
     long probe_mib = 0;
+    char *isas = NULL;
     nvfp4_error err;
     nvfp4_backend *be;
     uint8_t *big;
@@ -406,6 +517,8 @@ int main(int argc, char **argv)
             gemv_only = 1;
         else if (!strcmp(argv[i], "-g"))
             gemm_only = 1;
+        else if (!strcmp(argv[i], "-i") && i + 1 < argc)
+            isas = argv[++i];
         else if (!strcmp(argv[i], "-P") && i + 1 < argc && atol(argv[i + 1]) > 0)
             probe_mib = atol(argv[++i]);
         else if (!strcmp(argv[i], "-s") && i + 1 < argc) {
@@ -424,12 +537,14 @@ int main(int argc, char **argv)
             }
         } else {
             fprintf(stderr, "usage: bench-kernels [-t T,..] [-s NxK[b|h],..] [-m M,..] [-b B,..] [-r SEC] "
-                            "[-q] [-g] [-P MIB]\n");
+                            "[-q] [-g] [-P MIB] [-i ISA,..]\n");
             return 2;
         }
     }
     if (probe_mib)
         return probe_only(probe_mib, threads, nthreads);
+    if (isas)
+        return isa_gemm(isas, shapes, nshapes, threads, nthreads, toks, ntoks, budget);
     be = nvfp4_backend_open("cpu", &err);
     if (!be) {
         fprintf(stderr, "%s\n", err.text);

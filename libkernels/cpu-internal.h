@@ -10,14 +10,21 @@
 #include "backend-impl.h"
 
 /* Instruction-set levels, lowest first.  The backend runs the highest one the
- * CPU has, capped by $NVFP4_CPU_ISA (scalar|avx2|avx512|vnni) so that tests
- * and benchmarks can exercise every path on one machine. */
+ * CPU has, capped by $NVFP4_CPU_ISA (scalar|avx2|avx512|vnni|amx) so that
+ * tests and benchmarks can exercise every path on one machine. */
 typedef enum {
     CPU_ISA_SCALAR = 0,
     CPU_ISA_AVX2,       /* AVX2 + FMA */
     CPU_ISA_AVX512,     /* F, BW, VL, DQ */
     CPU_ISA_VNNI,       /* AVX512 + VNNI: the int8 W4A4 kernel */
+    CPU_ISA_AMX,        /* VNNI + AMX-TILE, AMX-INT8 usable (the OS grants the
+                         * tile state): the W4A4 GEMM of prefill */
 } cpu_isa;
+
+/* Whether AMX tiles are usable by this process: the CPU has AMX-TILE and
+ * AMX-INT8, XCR0 enables the tile state and Linux granted this process the
+ * tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked once per process). */
+int nvfp4k_cpu_amx_ok(void);
 
 /* The backend's worker threads (cpu-pool.c). */
 typedef struct cpu_pool cpu_pool;

@@ -7,8 +7,17 @@
 #include "config.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
+#endif
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -19,8 +28,41 @@
 
 /* ---- context, memory ------------------------------------------------------ */
 
-/* The best level this CPU has, capped by CAP (scalar|avx2|avx512|vnni; NULL:
- * no cap; anything else is refused before this is called). */
+/* AMX: CPUID.(7,0):EDX bits 24 (AMX-TILE) and 25 (AMX-INT8), XCR0 bits 17
+ * and 18 (XTILECFG, XTILEDATA) set by the OS, and Linux's permission for
+ * this process to use the tile data (without it the first tile instruction
+ * raises SIGILL).  The permission is process-wide; asked for once. */
+static int amx_usable;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_probe(void)
+{
+#if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__) && defined(SYS_arch_prctl)
+    unsigned a, b, c, d, lo, hi;
+
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25)))
+        return;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) /* OSXSAVE: xgetbv */
+        return;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    if ((lo & (3u << 17)) != (3u << 17))
+        return;
+    /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18) */
+    if (syscall(SYS_arch_prctl, 0x1023, 18) != 0)
+        return;
+    amx_usable = 1;
+#endif
+}
+
+int nvfp4k_cpu_amx_ok(void)
+{
+    pthread_once(&amx_once, amx_probe);
+    return amx_usable;
+}
+
+/* The best level this CPU has, capped by CAP (scalar|avx2|avx512|vnni|amx;
+ * NULL: no cap; anything else is refused before this is called). */
 static cpu_isa detect_isa(const char *cap)
 {
     cpu_isa isa = CPU_ISA_SCALAR;
@@ -35,6 +77,8 @@ static cpu_isa detect_isa(const char *cap)
         isa = CPU_ISA_AVX512;
     if (isa == CPU_ISA_AVX512 && __builtin_cpu_supports("avx512vnni"))
         isa = CPU_ISA_VNNI;
+    if (isa == CPU_ISA_VNNI && nvfp4k_cpu_amx_ok())
+        isa = CPU_ISA_AMX;
 #endif
     if (cap) {
         cpu_isa lim = isa;
@@ -46,6 +90,8 @@ static cpu_isa detect_isa(const char *cap)
             lim = CPU_ISA_AVX512;
         else if (strcmp(cap, "vnni") == 0)
             lim = CPU_ISA_VNNI;
+        else if (strcmp(cap, "amx") == 0)
+            lim = CPU_ISA_AMX;
         if (lim < isa)
             isa = lim;
     }
@@ -60,7 +106,7 @@ static int cpu_available(void)
 static int isa_name_ok(const char *s)
 {
     return !strcmp(s, "scalar") || !strcmp(s, "avx2") || !strcmp(s, "avx512") ||
-           !strcmp(s, "vnni");
+           !strcmp(s, "vnni") || !strcmp(s, "amx");
 }
 
 /* Options (nvfp4_backend_open_with()): isa=..., threads=N; the environment's
@@ -94,7 +140,7 @@ static void *cpu_open(const char *params, nvfp4_error *err)
         }
         nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "cpu", -1,
                         !strcmp(key, "isa") || !strcmp(key, "threads")
-                            ? "backend option %s=%s: expected isa=scalar|avx2|avx512|vnni or "
+                            ? "backend option %s=%s: expected isa=scalar|avx2|avx512|vnni|amx or "
                               "threads=0..4096"
                             : "unknown backend option \"%s\" (=%s); the cpu backend knows "
                               "isa and threads",

@@ -9,7 +9,8 @@
  *
  * Every Linear test runs at each SIMD level the machine has (scalar, AVX2,
  * AVX-512, AVX-512 VNNI; $NVFP4_CPU_ISA caps the level at backend open) and
- * checks that 1, 2 and 3 threads give the same bits.
+ * checks that 1, 2 and 3 threads give the same bits; test_amx_gemm holds
+ * the AMX level to the VNNI one's bits where the CPU has AMX.
  *
  * Tolerances: a float32 dot product of K terms summed in any order is
  * within gamma_K * sum|a_i b_i| of the exact value, gamma_K = K u / (1 - K u),
@@ -24,6 +25,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include <nvfp4/kernels.h>
 
@@ -518,6 +523,90 @@ START_TEST(test_batch_invariance)
             }
         }
         syn_free(&sl);
+    }
+}
+END_TEST
+
+/* ---- AMX --------------------------------------------------------------------- */
+
+/* Whether this process may run AMX tiles, found here independently of the
+ * backend: CPUID.(7,0):EDX bits 24, 25 (AMX-TILE, AMX-INT8), XCR0 bits
+ * 17, 18, and Linux's grant of the tile data (ARCH_REQ_XCOMP_PERM). */
+static int test_amx_ok(void)
+{
+#if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__)
+    unsigned a, b, c, d, lo, hi;
+
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
+    if (a < 7)
+        return 0;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (!(d & (1u << 24)) || !(d & (1u << 25)))
+        return 0;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+    if (!(c & (1u << 27)))
+        return 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    return (lo & (3u << 17)) == (3u << 17) && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return 0;
+#endif
+}
+
+/* The AMX W4A4 GEMM gives the VNNI kernels' bits (which test_linear_w4a4
+ * checks against the float64 reference; the scalar and float paths sum in
+ * another order), at 1..3 threads (run_linear_all_threads): every m from 1
+ * to 100 (below 64 tokens the VNNI path; above, token groups of 16 with
+ * every tail) on N = 37, K = 1040 (65 blocks: a tail chunk of one block, a
+ * 6-chunk stretch; row groups of 16 with a tail of 5), then N = 500,
+ * K = 4096 at m = 72 and 64 (row tiles of 224, so several threads run
+ * tiles; multiples of 16 tokens and a tail) and N = 64, K = 14336
+ * (16-multiples, the width of Llama's down projection: many stretches). */
+START_TEST(test_amx_gemm)
+{
+    static const struct {
+        int64_t n, k;
+        size_t m0, m1;
+    } shapes[] = {{37, 1040, 1, 100}, {500, 4096, 72, 72}, {500, 4096, 64, 64},
+                  {64, 14336, 64, 64}};
+    static const char *const lv[] = {"vnni", "amx"};
+    nvfp4_error err;
+    nvfp4_backend *be = nvfp4_backend_open_with("cpu", "isa=amx", &err);
+
+    /* the option is known everywhere (a cap: without AMX, the best level) */
+    ck_assert_msg(be != NULL, "isa=amx: %s", err.text);
+    nvfp4_backend_free(be);
+    if (!test_amx_ok()) {
+        printf("test_amx_gemm: skipped, this CPU (or OS) gives no AMX tiles\n");
+        return;
+    }
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        const int64_t n = shapes[si].n, k = shapes[si].k;
+        const size_t mmax = shapes[si].m1;
+        float *x = malloc(mmax * (size_t)k * sizeof(float));
+        float *y[2];
+        syn_linear sl;
+
+        for (size_t i = 0; i < mmax * (size_t)k; i++)
+            x[i] = frand(-2, 2) * (i % 89 == 0 ? 16.0f : 1.0f);
+        syn_make(&sl, "amx", NVFP4_SCHEME_W4A4, n, k, 0.013f, 0.017f);
+        for (int l = 0; l < 2; l++)
+            y[l] = malloc(mmax * (size_t)n * sizeof(float));
+        for (size_t m = shapes[si].m0; m <= mmax; m++) {
+            const size_t ny = m * (size_t)n;
+            for (int l = 0; l < 2; l++)
+                run_linear_all_threads(lv[l], &sl.lin, 1, x, m, y[l], ny);
+            for (size_t i = 0; i < ny; i++)
+                ck_assert_msg(memcmp(&y[1][i], &y[0][i], sizeof(float)) == 0,
+                              "amx n=%lld k=%lld m=%zu: y[%zu][%zu] = %.9g, vnni %.9g",
+                              (long long)n, (long long)k, m, i / (size_t)n, i % (size_t)n,
+                              (double)y[1][i], (double)y[0][i]);
+        }
+        for (int l = 0; l < 2; l++)
+            free(y[l]);
+        syn_free(&sl);
+        free(x);
     }
 }
 END_TEST
@@ -1727,6 +1816,7 @@ int main(void)
     tcase_add_test(tc, test_attention_paged);
     tcase_add_test(tc, test_batch_invariance);
     tcase_add_test(tc, test_batch_invariance_decode);
+    tcase_add_test(tc, test_amx_gemm);
     tcase_add_test(tc, test_rowops);
     tcase_add_test(tc, test_glu_scale);
     tcase_add_test(tc, test_topk);

@@ -65,9 +65,9 @@
  * NVFP4_BACKEND picks the backend when none is named; NVFP4_BACKEND_PATH
  * (colon-separated) is searched for GPU backend modules
  * (nvfp4-backend-NAME.so) before the installed backends directory, once,
- * at the registry's first use; NVFP4_CPU_ISA (scalar, avx2, avx512, vnni)
- * caps the CPU backend's instruction set, read when a CPU backend is opened
- * (the isa option of nvfp4_backend_open_with() overrides it).
+ * at the registry's first use; NVFP4_CPU_ISA (scalar, avx2, avx512, vnni,
+ * amx) caps the CPU backend's instruction set, read when a CPU backend is
+ * opened (the isa option of nvfp4_backend_open_with() overrides it).
  */
 #ifndef NVFP4_KERNELS_H
 #define NVFP4_KERNELS_H
@@ -166,8 +166,9 @@ NVFP4_API nvfp4_backend *nvfp4_backend_open(const char *name, nvfp4_error *err);
  * An option not given takes its environment default (the variables of the
  * Environment paragraph above and of nvfp4(1)), read now, never later.
  *
- * Options of the cpu backend: isa=scalar|avx2|avx512|vnni (a cap, as
- * NVFP4_CPU_ISA), threads=N (as nvfp4_backend_set_threads()).  Options of
+ * Options of the cpu backend: isa=scalar|avx2|avx512|vnni|amx (a cap, as
+ * NVFP4_CPU_ISA; amx: W4A4 products of 64 tokens or more on the AMX tile
+ * unit where the CPU and the OS allow it, the same bits as vnni), threads=N (as nvfp4_backend_set_threads()).  Options of
  * the cuda and hip backends: device=N (NVFP4_GPU_DEVICE),
  * linear=auto|gemv|tiled|mma|fp4 (NVFP4_GPU_LINEAR: pin one linear path;
  * a weight the path cannot run fails with ::NVFP4_ERR_UNSUPPORTED),
