@@ -240,11 +240,16 @@ void nvfp4k_cpu_par(cpu_ctx *c, size_t n, int nth, cpu_par_fn fn, void *arg)
         fn(arg, 0, n, 0);
         return;
     }
-    pthread_mutex_lock(&c->pool_lock);
-    if (!c->pool)
-        c->pool = pool_new();
-    p = c->pool;
-    pthread_mutex_unlock(&c->pool_lock);
+    /* the pool once made stays until the context closes: no lock per call
+     * after the first (a decode step makes some 200 of these calls) */
+    p = __atomic_load_n(&c->pool, __ATOMIC_ACQUIRE);
+    if (!p) {
+        pthread_mutex_lock(&c->pool_lock);
+        if (!c->pool)
+            __atomic_store_n(&c->pool, pool_new(), __ATOMIC_RELEASE);
+        p = c->pool;
+        pthread_mutex_unlock(&c->pool_lock);
+    }
     if (!p || pthread_mutex_trylock(&p->run) != 0) {
         par_omp(n, nth, fn, arg);
         return;

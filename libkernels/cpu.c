@@ -474,6 +474,138 @@ static void attend_head(const float *qi, float *o, const float *kpool, const flo
     (wide ? pwsum_avx512 : pwsum_scalar)(o, sc, inv, vpool, tab, bs, kvw, off, first, len, hd);
 }
 
+#ifdef CPU_HAVE_X86
+/* Query heads attended together that share a KV head (grouped-query
+ * attention): each key and value row is loaded once for all of them. */
+#define ATTN_GROUP 4
+/* Positions ahead whose key and value rows are prefetched: a head's rows
+ * are hd floats nkv * hd apart in the pool, a pattern the hardware
+ * prefetchers follow poorly, and the first pass over a decode step's
+ * context waited on every key's load from memory (perf).  Keys go to L1
+ * for the scores, values to L2 for the weighted sum that follows. */
+#define ATTN_PREFETCH 32
+
+/* attend_head() (wide) for G query heads of one KV head: per head exactly
+ * its operations in its order (dot_avx512's two accumulators and
+ * reduction, the max, expf and the sum in position order, pwsum_avx512's
+ * accumulation), so grouping heads changes no bit; what changes is that a
+ * position's key row (hd floats, nkv * hd apart in the pool) is read
+ * once for G scores, from L1 for all but the first, and its address
+ * computed once, and that G independent chains overlap.  SC holds G rows
+ * of MAXLEN scores. */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+attend_group_body(const float *q, float *o, const float *kpool, const float *vpool,
+                  const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first,
+                  size_t len, size_t hd, float scale, float *sc, size_t maxlen, const int G)
+{
+    float mx[ATTN_GROUP], sum[ATTN_GROUP], inv[ATTN_GROUP];
+
+    for (int g = 0; g < G; g++)
+        mx[g] = -INFINITY, sum[g] = 0.0f;
+    for (size_t p = first; p < len; p++) {
+        const float *kr = page_row(kpool, tab, bs, kvw, p) + off;
+        if (p + ATTN_PREFETCH < len) {
+            const size_t pn = p + ATTN_PREFETCH;
+            const char *kn = (const char *)(page_row(kpool, tab, bs, kvw, pn) + off);
+            const char *vn = (const char *)(page_row(vpool, tab, bs, kvw, pn) + off);
+            for (size_t b = 0; b < hd * sizeof(float); b += 64) {
+                _mm_prefetch(kn + b, _MM_HINT_T0);
+                _mm_prefetch(vn + b, _MM_HINT_T1);
+            }
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            const float *qi = q + (size_t)g * hd;
+            __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+            size_t i = 0;
+            float v;
+            for (; i + 32 <= hd; i += 32) {
+                s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i), _mm512_loadu_ps(kr + i), s0);
+                s1 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i + 16), _mm512_loadu_ps(kr + i + 16),
+                                     s1);
+            }
+            for (; i < hd; i += 16) {
+                __mmask16 mk = lanes16(hd - i);
+                s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, qi + i),
+                                     _mm512_maskz_loadu_ps(mk, kr + i), s0);
+            }
+            v = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)) * scale;
+            sc[(size_t)g * maxlen + p] = v;
+            if (v > mx[g])
+                mx[g] = v;
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        float *scg = sc + (size_t)g * maxlen;
+        for (size_t p = first; p < len; p++) {
+            scg[p] = expf(scg[p] - mx[g]);
+            sum[g] += scg[p];
+        }
+        inv[g] = 1.0f / sum[g];
+    }
+    for (size_t d0 = 0; d0 < hd; d0 += 64) {
+        const size_t nd = hd - d0 < 64 ? hd - d0 : 64;
+        const __mmask16 m0 = lanes16(nd), m1 = lanes16(nd > 16 ? nd - 16 : 0),
+                        m2 = lanes16(nd > 32 ? nd - 32 : 0), m3 = lanes16(nd > 48 ? nd - 48 : 0);
+        __m512 a[ATTN_GROUP][4];
+
+        for (int g = 0; g < G; g++)
+            for (int l = 0; l < 4; l++)
+                a[g][l] = _mm512_setzero_ps();
+        for (size_t p = first; p < len; p++) {
+            const float *vp = page_row(vpool, tab, bs, kvw, p) + off + d0;
+            const __m512 v0 = _mm512_maskz_loadu_ps(m0, vp);
+            const __m512 v1 = nd > 16 ? _mm512_maskz_loadu_ps(m1, vp + 16) : v0;
+            const __m512 v2 = nd > 32 ? _mm512_maskz_loadu_ps(m2, vp + 32) : v0;
+            const __m512 v3 = nd > 48 ? _mm512_maskz_loadu_ps(m3, vp + 48) : v0;
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++) {
+                const __m512 wv = _mm512_set1_ps(sc[(size_t)g * maxlen + p] * inv[g]);
+                a[g][0] = _mm512_fmadd_ps(wv, v0, a[g][0]);
+                if (nd > 16)
+                    a[g][1] = _mm512_fmadd_ps(wv, v1, a[g][1]);
+                if (nd > 32)
+                    a[g][2] = _mm512_fmadd_ps(wv, v2, a[g][2]);
+                if (nd > 48)
+                    a[g][3] = _mm512_fmadd_ps(wv, v3, a[g][3]);
+            }
+        }
+        for (int g = 0; g < G; g++) {
+            float *og = o + (size_t)g * hd + d0;
+            _mm512_mask_storeu_ps(og, m0, a[g][0]);
+            _mm512_mask_storeu_ps(og + 16, m1, a[g][1]);
+            _mm512_mask_storeu_ps(og + 32, m2, a[g][2]);
+            _mm512_mask_storeu_ps(og + 48, m3, a[g][3]);
+        }
+    }
+}
+
+__attribute__((target("avx512f"))) static void
+attend_group(const float *q, float *o, const float *kpool, const float *vpool,
+             const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first, size_t len,
+             size_t hd, float scale, float *sc, size_t maxlen, int G)
+{
+    switch (G) {
+    case 1:
+        attend_group_body(q, o, kpool, vpool, tab, bs, kvw, off, first, len, hd, scale, sc,
+                          maxlen, 1);
+        break;
+    case 2:
+        attend_group_body(q, o, kpool, vpool, tab, bs, kvw, off, first, len, hd, scale, sc,
+                          maxlen, 2);
+        break;
+    case 3:
+        attend_group_body(q, o, kpool, vpool, tab, bs, kvw, off, first, len, hd, scale, sc,
+                          maxlen, 3);
+        break;
+    default:
+        attend_group_body(q, o, kpool, vpool, tab, bs, kvw, off, first, len, hd, scale, sc,
+                          maxlen, 4);
+        break;
+    }
+}
+#endif
+
 /* FP8 E4M3 pools (nvfp4_kv_elem): numerics.h's codec, the one vLLM's
  * semantics were checked against (kvcache.c's fixtures). */
 static float e4m3_lut[256];
@@ -567,6 +699,31 @@ static void attn_range(void *arg, size_t it0, size_t it1, int slot)
     }
 }
 
+#ifdef CPU_HAVE_X86
+/* Items of cpu_attention_paged() for float32 pools, AVX-512 and no sinks:
+ * (row, KV head, ATTN_GROUP of its query heads); SLOT's scratch holds
+ * ATTN_GROUP rows of max_len scores. */
+static void attn_group_range(void *arg, size_t it0, size_t it1, int slot)
+{
+    const attn_job *j = arg;
+    const nvfp4_kv_pages *kv = j->kv;
+    const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, kvw = nkv * hd, group = nh / nkv;
+    const size_t bs = kv->block, sub = (group + ATTN_GROUP - 1) / ATTN_GROUP;
+
+    for (size_t it = it0; it < it1; it++) {
+        size_t i = it / (nkv * sub), kvh = it / sub % nkv, g0 = it % sub * ATTN_GROUP;
+        size_t h = kvh * group + g0, len = (size_t)kv->pos[i] + 1;
+        size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+        const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+        const int G = (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP);
+
+        attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kv->k_pool,
+                     kv->v_pool, tab, bs, kvw, kvh * hd, first, len, hd, j->scale,
+                     j->scores + (size_t)slot * j->per, kv->max_len, G);
+    }
+}
+#endif
+
 /* Causal grouped-query attention through block tables, one (row, head) per
  * work item (one (row, KV head) for FP8 pools, whose rows are dequantized
  * once for the group), a numerically safe softmax (max subtracted) in
@@ -593,7 +750,16 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
     const int wide = 0;
 #endif
 
-    if (__builtin_mul_overflow(maxlen, fp8 ? 1 + 2 * hd : 1, &per) ||
+    /* float32 pools in AVX-512 without sinks: the query heads of a KV
+     * head in groups of ATTN_GROUP (attend_group(), the same bits) */
+#ifdef CPU_HAVE_X86
+    const int grouped = wide && !fp8 && !kv->sinks && nh / nkv > 1;
+    const size_t sub = grouped ? (nh / nkv + ATTN_GROUP - 1) / ATTN_GROUP : 0;
+#else
+    const int grouped = 0;
+#endif
+
+    if (__builtin_mul_overflow(maxlen, fp8 ? 1 + 2 * hd : grouped ? ATTN_GROUP : 1, &per) ||
         __builtin_mul_overflow(per, (size_t)nth * sizeof(float), &bytes))
         return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
                                "scratch of %zu positions of %zu is out of range", maxlen, hd);
@@ -618,9 +784,14 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
     {
         attn_job j = {q, out, kv, nh, nkv, hd, scale, scores, per, wide};
         /* a decode step of a short context is a few microseconds: one thread */
-        nvfp4k_cpu_par(ctx, m * (fp8 ? nkv : nh),
-                       m * nh * maxlen * hd >= 8 * CPU_PAR_MIN ? nth : 1,
-                       fp8 ? attn_fp8_range : attn_range, &j);
+        const int t = m * nh * maxlen * hd >= 8 * CPU_PAR_MIN ? nth : 1;
+#ifdef CPU_HAVE_X86
+        if (grouped)
+            nvfp4k_cpu_par(ctx, m * nkv * sub, t, attn_group_range, &j);
+        else
+#endif
+            nvfp4k_cpu_par(ctx, m * (fp8 ? nkv : nh), t, fp8 ? attn_fp8_range : attn_range,
+                           &j);
     }
     free(scores);
     return NVFP4_OK;

@@ -1,31 +1,48 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# nvfp4 against llama.cpp on a Llama-3.2-1B-shaped checkpoint, side by side
-# in one run (issue 19; docs/perf-anchors.md):
-#   - `nvfp4 synth --like` writes the checkpoint (hidden 2048, 16 layers,
-#     vocab 128256, tied 16-bit head: about 1.07 GB read per token) into
-#     $NVFP4_CACHE/bench-llama32-1b;
+# nvfp4 against llama.cpp on a Llama-3.2-1B- or Llama-3-8B-shaped
+# checkpoint, side by side in one run (issue 19; docs/perf-anchors.md):
+#   - `nvfp4 synth --like` writes the checkpoint into $NVFP4_CACHE:
+#     --shape 1b (default): bench-llama32-1b, hidden 2048, 16 layers, vocab
+#     128256, tied 16-bit head: about 1.07 GB read per token; --shape 8b:
+#     bench-llama3-8b, hidden 4096, 32 layers, untied 16-bit head: about
+#     5.0 GB read per token (the embedding table is not read whole), about
+#     6 GB on disk and as much again for its GGUF;
 #   - scripts/bench/gguf_llama.py (the `gguf` package) writes the matching
 #     GGUF files there: Q4_0 weights with the same 16-bit head (the same
-#     bytes per token: Q4_0 is 4.5 bits per weight like NVFP4), and
-#     llama.cpp's default Q4_0 layout (what llama-quantize makes of a tied
-#     model: the shared embedding/head as Q6_K);
+#     bytes per token: Q4_0 is 4.5 bits per weight like NVFP4), and, for
+#     1b only, llama.cpp's default Q4_0 layout (what llama-quantize makes
+#     of a tied model: the shared embedding/head as Q6_K);
 #   - llama-bench (scripts/build-llama.sh builds llama.cpp outside this
 #     repository) and `nvfp4 bench`, at 1 and 2 threads, best of 3 rounds,
 #     the engines interleaved within each round, with a 1 GiB read probe
 #     (bench/bench-kernels -P 1024) beside each round.
-# Prints prefill and decode tok/s, decode as a fraction of the bandwidth
-# bound (probe GB/s / bytes read per token) and the nvfp4 / llama.cpp
-# ratios.  The weights are random: speed only.
-# Usage: scripts/bench-llama.sh [ROUNDS]     (default 3)
+# Both engines decode N tokens after the P-token prompt (llama-bench -d P),
+# so their attention reads the same context.  Prints prefill and decode
+# tok/s, decode as a fraction of the bandwidth bound (probe GB/s / bytes
+# read per token: the weights, and the weights plus the KV cache read at
+# the mean decode position: float32 in nvfp4, F16 in llama.cpp) and the
+# nvfp4 / llama.cpp ratios.  The weights are random: speed only.
+# Usage: scripts/bench-llama.sh [--shape 1b|8b] [ROUNDS]     (default 1b, 3;
+#   ROUNDS 0 only writes the files)
 #   NVFP4=path/to/nvfp4  BENCH_KERNELS=path/to/bench-kernels (default: the
 #   release build of scripts/build.sh)  PY=python with gguf (default
 #   build/venv/bin/python)  LLAMA_BIN=dir of llama-bench  THREADS="1 2"
 #   PROMPT=512  TOKENS=128  LLAMA_EXTRA="more llama-bench options"
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-ROUNDS=${1:-3}
 CACHE=${NVFP4_CACHE:-$HOME/.cache/nvfp4}
+SHAPE=1b
+if [ "${1-}" = --shape ]; then
+    SHAPE=${2-}
+    shift 2 || { echo "bench-llama.sh: --shape needs 1b or 8b" >&2; exit 1; }
+fi
+case $SHAPE in
+1b) DIR="$CACHE/bench-llama32-1b" NAME=llama32-1b TITLE="Llama-3.2-1B" ;;
+8b) DIR="$CACHE/bench-llama3-8b" NAME=llama3-8b TITLE="Llama-3-8B" ;;
+*) echo "bench-llama.sh: --shape is 1b or 8b, not '$SHAPE'" >&2; exit 1 ;;
+esac
+ROUNDS=${1:-3}
 NVFP4=${NVFP4:-$ROOT/build/release/tools/nvfp4}
 BENCH_KERNELS=${BENCH_KERNELS:-$(dirname "$(dirname "$NVFP4")")/bench/bench-kernels}
 PY=${PY:-$ROOT/build/venv/bin/python}
@@ -33,7 +50,6 @@ LLAMA_BIN=${LLAMA_BIN:-$CACHE/llama.cpp/build/bin}
 THREADS=${THREADS:-1 2}
 P=${PROMPT:-512}
 N=${TOKENS:-128}
-DIR="$CACHE/bench-llama32-1b"
 
 [ -x "$NVFP4" ] || "$ROOT/scripts/build.sh"
 [ -x "$BENCH_KERNELS" ] || { echo "bench-llama.sh: no $BENCH_KERNELS (make bench/bench-kernels)" >&2; exit 1; }
@@ -42,6 +58,17 @@ DIR="$CACHE/bench-llama32-1b"
     { echo "bench-llama.sh: $PY lacks the gguf package (scripts/fixtures/setup-venv.sh)" >&2; exit 1; }
 
 mkdir -p "$DIR"
+if [ "$SHAPE" = 8b ]; then
+# Llama-3-8B's architecture (meta-llama/Meta-Llama-3-8B config.json)
+cat > "$DIR/config.json" <<'EOF'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+ "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+ "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
+ "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+ "hidden_act": "silu", "tie_word_embeddings": false, "bos_token_id": 128000,
+ "eos_token_id": 128001, "dtype": "bfloat16"}
+EOF
+else
 # Llama-3.2-1B's architecture (meta-llama/Llama-3.2-1B config.json)
 cat > "$DIR/config.json" <<'EOF'
 {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
@@ -53,15 +80,19 @@ cat > "$DIR/config.json" <<'EOF'
  "hidden_act": "silu", "tie_word_embeddings": true, "bos_token_id": 128000,
  "eos_token_id": 128001, "dtype": "bfloat16"}
 EOF
+fi
 CK="$DIR/nvfp4"
 if [ ! -f "$CK/model.safetensors.index.json" ] && [ ! -f "$CK/model.safetensors" ]; then
     echo "bench-llama.sh: nvfp4 synth --like $DIR/config.json --out $CK" >&2
     "$NVFP4" synth --like "$DIR/config.json" --out "$CK" >&2
 fi
-G16="$DIR/llama32-1b-q4_0-f16head.gguf"
-GQ6="$DIR/llama32-1b-q4_0.gguf"
+G16="$DIR/$NAME-q4_0-f16head.gguf"
+GQ6="$DIR/$NAME-q4_0.gguf"
 [ -f "$G16" ] || "$PY" "$ROOT/scripts/bench/gguf_llama.py" "$DIR/config.json" "$G16" --head f16
-[ -f "$GQ6" ] || "$PY" "$ROOT/scripts/bench/gguf_llama.py" "$DIR/config.json" "$GQ6" --head q6_k
+# the 8B pair only (the Q6_K file would be 5 GB more)
+[ "$SHAPE" = 8b ] || [ -f "$GQ6" ] ||
+    "$PY" "$ROOT/scripts/bench/gguf_llama.py" "$DIR/config.json" "$GQ6" --head q6_k
+[ "$ROUNDS" -gt 0 ] || { echo "bench-llama.sh: files ready in $DIR" >&2; exit 0; }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -79,8 +110,12 @@ if [ -z "$LLAMA_EXTRA" ] &&
 fi
 
 llama_run() { # GGUF THREADS -> "pp tg"
+    # the prompt from an empty cache, then the decode after a cache of P
+    # tokens (-d: what nvfp4 bench decodes after)
     # shellcheck disable=SC2086
-    "$LLAMA_BIN/llama-bench" -m "$1" -p "$P" -n "$N" -t "$2" -r 1 $LLAMA_EXTRA -o csv 2>/dev/null |
+    { "$LLAMA_BIN/llama-bench" -m "$1" -p "$P" -n 0 -t "$2" -r 1 $LLAMA_EXTRA -o csv &&
+        "$LLAMA_BIN/llama-bench" -m "$1" -p 0 -n "$N" -d "$P" -t "$2" -r 1 $LLAMA_EXTRA \
+            -o csv | sed 1d; } 2>/dev/null |
         "$PY" -c '
 import csv, sys
 rows = list(csv.DictReader(sys.stdin))
@@ -110,7 +145,7 @@ while [ "$r" -le "$ROUNDS" ]; do
         pa=$(probe "$t")
         echo "nvfp4 $t $(nvfp4_run "$t") $r" >> "$tmp/results"
         echo "q4_0-16 $t $(llama_run "$G16" "$t") $r" >> "$tmp/results"
-        echo "q4_0-q6k $t $(llama_run "$GQ6" "$t") $r" >> "$tmp/results"
+        [ "$SHAPE" = 8b ] || echo "q4_0-q6k $t $(llama_run "$GQ6" "$t") $r" >> "$tmp/results"
         pb=$(probe "$t")
         echo "probe $t $pa $pb $r" >> "$tmp/results"
     done
@@ -118,13 +153,17 @@ while [ "$r" -le "$ROUNDS" ]; do
     r=$((r + 1))
 done
 
-"$PY" - "$tmp/results" "$CK" "$G16" "$GQ6" "$P" "$N" "$(cat /proc/loadavg)" "$LLAMA_EXTRA" <<'PY'
+"$PY" - "$tmp/results" "$CK" "$G16" "$GQ6" "$P" "$N" "$(cat /proc/loadavg)" "$LLAMA_EXTRA" \
+    "$TITLE" "$DIR/config.json" <<'PY'
 import json, os, sys
-res, ck, g16, gq6, P, N, load, extra = sys.argv[1:9]
+res, ck, g16, gq6, P, N, load, extra, title, cfg = sys.argv[1:11]
 rows = [l.split() for l in open(res) if l.strip()]
+c = json.load(open(cfg))
+tied = c.get("tie_word_embeddings", False)
 
 # bytes read per decoded token: every weight once (the tied head is the
-# embedding table), from the files themselves
+# embedding table; an untied model's embedding table is read one row a
+# token: not counted), from the files themselves
 def st_bytes(d):
     idx = os.path.join(d, "model.safetensors.index.json")
     files = sorted(set(json.load(open(idx))["weight_map"].values())) if os.path.exists(idx) \
@@ -135,7 +174,7 @@ def st_bytes(d):
             n = int.from_bytes(fh.read(8), "little")
             hdr = json.loads(fh.read(n))
         for k, v in hdr.items():
-            if k == "__metadata__":
+            if k == "__metadata__" or (not tied and k == "model.embed_tokens.weight"):
                 continue
             a, b = v["data_offsets"]
             total += b - a
@@ -143,9 +182,20 @@ def st_bytes(d):
 
 def gguf_bytes(path):
     from gguf import GGUFReader
-    return sum(int(t.n_bytes) for t in GGUFReader(path).tensors)
+    return sum(int(t.n_bytes) for t in GGUFReader(path).tensors
+               if tied or t.name != "token_embd.weight")
 
-bpt = {"nvfp4": st_bytes(ck), "q4_0-16": gguf_bytes(g16), "q4_0-q6k": gguf_bytes(gq6)}
+bpt = {"nvfp4": st_bytes(ck), "q4_0-16": gguf_bytes(g16)}
+if os.path.exists(gq6) and any(r[0] == "q4_0-q6k" for r in rows):
+    bpt["q4_0-q6k"] = gguf_bytes(gq6)
+# the KV cache attention reads per decoded token at the mean decode
+# position P + (N - 1) / 2: K and V of every layer, float32 in nvfp4's
+# CPU backend, F16 in llama.cpp (its default -ctk/-ctv)
+L, nkv = c["num_hidden_layers"], c["num_key_value_heads"]
+hd = c.get("head_dim", c["hidden_size"] // c["num_attention_heads"])
+pos = int(P) + (int(N) - 1) / 2
+kv = {"nvfp4": L * 2 * nkv * hd * 4 * pos}
+kv["q4_0-16"] = kv["q4_0-q6k"] = kv["nvfp4"] / 2
 names = {"nvfp4": "nvfp4 W4A4, BF16 head",
          "q4_0-16": "llama.cpp Q4_0, F16 head",
          "q4_0-q6k": "llama.cpp Q4_0, Q6_K head"}
@@ -164,17 +214,19 @@ for e, t, pp, tg, r in rows:
     if tg > b[1]:
         b[1], b[2] = tg, probe[(t, r)]
 rounds = len({r for *_, r in rows})
-print("Llama-3.2-1B shape (random weights), prompt %s, decode %s tokens; best of %d rounds, "
-      "engines interleaved" % (P, N, rounds))
-print("load average at the end: %s; llama-bench %s; nvfp4 decodes after the %s-token "
-      "prompt, llama-bench's tg from an empty cache"
-      % (" ".join(load.split()[:3]), extra or "with its defaults", P))
-print("%-30s %3s %9s %9s %9s %9s %9s" % ("", "th", "prefill", "decode", "GB/token",
-                                          "probe", "dec/bound"))
+print("%s shape (random weights), prompt %s, decode %s tokens; best of %d rounds, "
+      "engines interleaved" % (title, P, N, rounds))
+print("load average at the end: %s; llama-bench %s; both decode after the %s-token "
+      "prompt (llama-bench -d %s)"
+      % (" ".join(load.split()[:3]), extra or "with its defaults", P, P))
+print("GB/token: the weights; KV GB: the KV cache read a token at position %.0f; "
+      "dec/bound: decode / (probe / weights); +KV: / (probe / (weights + KV))" % pos)
+print("%-30s %3s %9s %9s %9s %9s %9s %9s %9s" % ("", "th", "prefill", "decode", "GB/token",
+                                                 "KV GB", "probe", "dec/bound", "+KV"))
 for t in threads:
     ps = [v for (tt, _), v in probe.items() if tt == t]
-    print("%-30s %3d %9s %9s %9s %9.1f %9s" % ("read probe, 1 GiB (max/min)", t, "", "", "",
-                                               max(ps), "%.1f" % min(ps)))
+    print("%-30s %3d %9s %9s %9s %9s %9.1f %9s" % ("read probe, 1 GiB (max/min)", t, "", "",
+                                                    "", "", max(ps), "%.1f" % min(ps)))
     for e in ("nvfp4", "q4_0-16", "q4_0-q6k"):
         if (e, t) not in best:
             continue
@@ -183,8 +235,9 @@ for t in threads:
             print("%-30s %3d   (failed)" % (names[e], t))
             continue
         bound = pb * 1e9 / bpt[e]
-        print("%-30s %3d %9.1f %9.2f %9.3f %9.1f %9.2f" % (names[e], t, pp, tg, bpt[e] / 1e9,
-                                                          pb, tg / bound))
+        boundkv = pb * 1e9 / (bpt[e] + kv[e])
+        print("%-30s %3d %9.1f %9.2f %9.3f %9.3f %9.1f %9.2f %9.2f"
+              % (names[e], t, pp, tg, bpt[e] / 1e9, kv[e] / 1e9, pb, tg / bound, tg / boundkv))
     n = best.get(("nvfp4", t))
     for e in ("q4_0-16", "q4_0-q6k"):
         l = best.get((e, t))

@@ -1238,6 +1238,68 @@ START_TEST(test_attention)
 }
 END_TEST
 
+/* GQA groups larger than the AVX-512 path's 4 query heads per pass (6: 4
+ * and 2, 7: 4 and 3) over a context longer than its 32-position prefetch
+ * distance: every head against the double-precision reference, 1 and 2
+ * threads bit for bit. */
+static void attention_groups_case(const char *isa, int nh)
+{
+    nvfp4_error err;
+    nvfp4_backend *be;
+    enum { CTX = 80, NKV = 2, HD = 20, P0 = 70, M = 3, NHMAX = 14 };
+    static float kc[CTX * NKV * HD], vc[CTX * NKV * HD], kc2[CTX * NKV * HD],
+        vc2[CTX * NKV * HD];
+    float q[M * NHMAX * HD], k[M * NKV * HD], v[M * NKV * HD], out[M * NHMAX * HD],
+        out2[M * NHMAX * HD];
+    const float scale = 1.0f / sqrtf((float)HD);
+
+    setenv("NVFP4_CPU_ISA", isa, 1);
+    be = open_cpu();
+    unsetenv("NVFP4_CPU_ISA");
+    for (int i = 0; i < CTX * NKV * HD; i++) {
+        kc[i] = i < P0 * NKV * HD ? frand(-1, 1) : 0.0f;
+        vc[i] = i < P0 * NKV * HD ? frand(-1, 1) : 0.0f;
+    }
+    memcpy(kc2, kc, sizeof(kc));
+    memcpy(vc2, vc, sizeof(vc));
+    for (int i = 0; i < M * nh * HD; i++)
+        q[i] = frand(-2, 2);
+    for (int i = 0; i < M * NKV * HD; i++)
+        k[i] = frand(-1, 1), v[i] = frand(-1, 1);
+    nvfp4_backend_set_threads(be, 1);
+    ck_assert_int_eq(nvfp4_k_attention(be, q, k, v, kc, vc, CTX, P0, M, (size_t)nh, NKV, HD,
+                                       scale, out, &err),
+                     NVFP4_OK);
+    nvfp4_backend_set_threads(be, 2);
+    ck_assert_int_eq(nvfp4_k_attention(be, q, k, v, kc2, vc2, CTX, P0, M, (size_t)nh, NKV, HD,
+                                       scale, out2, &err),
+                     NVFP4_OK);
+    ck_assert(memcmp(out, out2, (size_t)(M * nh * HD) * sizeof(float)) == 0);
+    for (int i = 0; i < M; i++)
+        for (int h = 0; h < nh; h++) {
+            int g = h / (nh / NKV), len = P0 + i + 1;
+            double ref[HD];
+            ref_attention(q + (i * nh + h) * HD, kc + g * HD, vc + g * HD, (size_t)len, NKV * HD,
+                          HD, scale, 0, NULL, ref);
+            for (int j = 0; j < HD; j++)
+                /* test_attention's bound for the score (1.1e-5 relative in
+                 * the weights) plus the rounding of sums of up to 73
+                 * terms (73 * 6e-8): 3e-5 */
+                ck_assert_msg(fabs(out[(i * nh + h) * HD + j] - ref[j]) <= 3e-5,
+                              "%s nh %d token %d head %d dim %d: %.9g vs %.9g", isa, nh, i, h,
+                              j, out[(i * nh + h) * HD + j], ref[j]);
+        }
+    nvfp4_backend_free(be);
+}
+
+START_TEST(test_attention_groups)
+{
+    attention_groups_case("scalar", 12);
+    attention_groups_case("vnni", 12);
+    attention_groups_case("vnni", 14);
+}
+END_TEST
+
 /* Paged attention: two sequences with scrambled block tables in one call
  * (one decoding, one prefilling a chunk) give each row the bits of the
  * contiguous-cache attention of its sequence alone; the new rows land in
@@ -1813,6 +1875,7 @@ int main(void)
     tcase_add_test(tc, test_rmsnorm);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_attention_groups);
     tcase_add_test(tc, test_attention_paged);
     tcase_add_test(tc, test_batch_invariance);
     tcase_add_test(tc, test_batch_invariance_decode);

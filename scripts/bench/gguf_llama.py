@@ -5,6 +5,9 @@ checkpoint `nvfp4 synth --like` writes, Q4_0 projections (4.5 bits per
 weight, NVFP4's byte count) and a tied embedding/head as F16 (--head f16:
 the same bytes per token as nvfp4's BF16 head) or Q6_K (--head q6_k: what
 llama-quantize's Q4_0 makes of a tied model, llama.cpp's default file).
+An untied model (Llama-3-8B) gets an F16 embedding and head (--head f16)
+or a Q4_0 embedding and a Q6_K head (--head q6_k, llama-quantize's Q4_0).
+The tensors are written one at a time (an 8B file never sits in memory).
 Speed only: the blocks are random bytes with a small, finite scale.
 
 Usage: gguf_llama.py CONFIG.json OUT.gguf [--head f16|q6_k] [--seed S]
@@ -43,8 +46,7 @@ def main():
     H, I, L = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
     nh, nkv, V = c["num_attention_heads"], c["num_key_value_heads"], c["vocab_size"]
     hd = c.get("head_dim", H // nh)
-    if not c.get("tie_word_embeddings", False):
-        raise SystemExit("gguf_llama.py: only tied embeddings (the benchmark's shape)")
+    tied = c.get("tie_word_embeddings", False)
     rng = np.random.default_rng(a.seed)
 
     w = gguf.GGUFWriter(a.out, "llama")
@@ -77,27 +79,49 @@ def main():
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
 
-    if a.head == "f16":
-        emb = (rng.standard_normal((V, H), dtype=np.float32) * 0.02).astype(np.float16)
-        w.add_tensor("token_embd.weight", emb)
-    else:
-        w.add_tensor("token_embd.weight", random_q6_k(rng, V, H), raw_dtype=QT.Q6_K)
-    ones = np.ones(H, dtype=np.float32)
+    # the tensors in file order: (name, byte shape or shape, dtype, raw
+    # type, generator); their infos go first, then the data one tensor at
+    # a time (an 8B file never sits in memory whole)
+    def q4(rows, cols):
+        return ((rows, cols // 32 * 18), np.uint8, QT.Q4_0, lambda: random_q4_0(rng, rows, cols))
+
+    def f16(rows, cols):
+        return ((rows, cols), np.float16, None,
+                lambda: (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02)
+                .astype(np.float16))
+
+    def q6k(rows, cols):
+        return ((rows, cols // 256 * 210), np.uint8, QT.Q6_K, lambda: random_q6_k(rng, rows, cols))
+
+    def norm():
+        return ((H,), np.float32, None, lambda: np.ones(H, dtype=np.float32))
+
+    head = f16 if a.head == "f16" else q6k
+    # untied (Llama-3-8B): llama-quantize's Q4_0 keeps the embedding Q4_0
+    # and the head Q6_K; with --head f16 both are F16 (nvfp4's BF16 pair)
+    ts = [("token_embd.weight", head(V, H) if tied or a.head == "f16" else q4(V, H))]
     for l in range(L):
         p = "blk.%d." % l
-        w.add_tensor(p + "attn_norm.weight", ones)
-        w.add_tensor(p + "attn_q.weight", random_q4_0(rng, nh * hd, H), raw_dtype=QT.Q4_0)
-        w.add_tensor(p + "attn_k.weight", random_q4_0(rng, nkv * hd, H), raw_dtype=QT.Q4_0)
-        w.add_tensor(p + "attn_v.weight", random_q4_0(rng, nkv * hd, H), raw_dtype=QT.Q4_0)
-        w.add_tensor(p + "attn_output.weight", random_q4_0(rng, H, nh * hd), raw_dtype=QT.Q4_0)
-        w.add_tensor(p + "ffn_norm.weight", ones)
-        w.add_tensor(p + "ffn_gate.weight", random_q4_0(rng, I, H), raw_dtype=QT.Q4_0)
-        w.add_tensor(p + "ffn_up.weight", random_q4_0(rng, I, H), raw_dtype=QT.Q4_0)
-        w.add_tensor(p + "ffn_down.weight", random_q4_0(rng, H, I), raw_dtype=QT.Q4_0)
-    w.add_tensor("output_norm.weight", ones)
+        ts += [(p + "attn_norm.weight", norm()),
+               (p + "attn_q.weight", q4(nh * hd, H)),
+               (p + "attn_k.weight", q4(nkv * hd, H)),
+               (p + "attn_v.weight", q4(nkv * hd, H)),
+               (p + "attn_output.weight", q4(H, nh * hd)),
+               (p + "ffn_norm.weight", norm()),
+               (p + "ffn_gate.weight", q4(I, H)),
+               (p + "ffn_up.weight", q4(I, H)),
+               (p + "ffn_down.weight", q4(H, I))]
+    ts.append(("output_norm.weight", norm()))
+    if not tied:
+        ts.append(("output.weight", head(V, H)))
+    for name, (shape, dt, raw, _) in ts:
+        w.add_tensor_info(name, shape, np.dtype(dt), int(np.prod(shape)) * np.dtype(dt).itemsize,
+                          raw_dtype=raw)
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    w.write_ti_data_to_file()
+    for _, (_, _, _, gen) in ts:
+        w.write_tensor_data(gen())
     w.close()
 
 
