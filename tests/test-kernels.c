@@ -1164,67 +1164,88 @@ START_TEST(test_rope)
 }
 END_TEST
 
-/* HD = 20: the SIMD dot products' masked tails are exercised too. */
-static void attention_case(const char *isa)
+/* Attention over a contiguous cache of ctx positions, p0 of them cached,
+ * m new rows of nh query heads over NKV = 2 KV heads of HD = 20 (the SIMD
+ * dot products' masked tails): 1 and 2 threads bit for bit, the new keys
+ * and values in positions p0..p0+m-1, every head against the
+ * double-precision reference.  Bound: a float32 score of 20 terms with
+ * |q k| <= 2 errs by at most gamma_20 * 40 * scale ~ 1.1e-5, carried into
+ * the weights as a relative error; |v| <= 1 and the weights sum to 1, plus
+ * the rounding of exp and of a sum of up to ctx terms (ctx * 6e-8 <= 5e-6
+ * here): 3e-5. */
+static void attention_check(const char *isa, int ctx, int p0, int m, int nh)
 {
+    enum { NKV = 2, HD = 20 };
     nvfp4_error err;
     nvfp4_backend *be;
-    enum { CTX = 16, NH = 4, NKV = 2, HD = 20, P0 = 5, M = 4 };
-    static float kc[CTX * NKV * HD], vc[CTX * NKV * HD], kc2[CTX * NKV * HD],
-        vc2[CTX * NKV * HD];
-    float q[M * NH * HD], k[M * NKV * HD], v[M * NKV * HD], out[M * NH * HD],
-        out2[M * NH * HD];
+    const size_t cache = (size_t)ctx * NKV * HD, rows = (size_t)m * (size_t)nh * HD,
+                 kvrows = (size_t)m * NKV * HD;
+    float *kc = calloc(cache, sizeof(float)), *vc = calloc(cache, sizeof(float)),
+          *kc2 = calloc(cache, sizeof(float)), *vc2 = calloc(cache, sizeof(float)),
+          *q = malloc(rows * sizeof(float)), *out = malloc(rows * sizeof(float)),
+          *out2 = malloc(rows * sizeof(float)), *k = malloc(kvrows * sizeof(float)),
+          *v = malloc(kvrows * sizeof(float));
     const float scale = 1.0f / sqrtf((float)HD);
+
+    ck_assert(kc && vc && kc2 && vc2 && q && out && out2 && k && v);
+    setenv("NVFP4_CPU_ISA", isa, 1);
+    be = open_cpu();
+    unsetenv("NVFP4_CPU_ISA");
+    for (size_t i = 0; i < (size_t)p0 * NKV * HD; i++) {
+        kc[i] = frand(-1, 1);
+        vc[i] = frand(-1, 1);
+    }
+    memcpy(kc2, kc, cache * sizeof(float));
+    memcpy(vc2, vc, cache * sizeof(float));
+    for (size_t i = 0; i < rows; i++)
+        q[i] = frand(-2, 2);
+    for (size_t i = 0; i < kvrows; i++)
+        k[i] = frand(-1, 1), v[i] = frand(-1, 1);
+    nvfp4_backend_set_threads(be, 1);
+    ck_assert_int_eq(nvfp4_k_attention(be, q, k, v, kc, vc, (size_t)ctx, (size_t)p0, (size_t)m,
+                                       (size_t)nh, NKV, HD, scale, out, &err),
+                     NVFP4_OK);
+    nvfp4_backend_set_threads(be, 2);
+    ck_assert_int_eq(nvfp4_k_attention(be, q, k, v, kc2, vc2, (size_t)ctx, (size_t)p0,
+                                       (size_t)m, (size_t)nh, NKV, HD, scale, out2, &err),
+                     NVFP4_OK);
+    ck_assert(memcmp(out, out2, rows * sizeof(float)) == 0);
+    ck_assert(memcmp(kc + (size_t)p0 * NKV * HD, k, kvrows * sizeof(float)) == 0);
+    ck_assert(memcmp(vc + (size_t)p0 * NKV * HD, v, kvrows * sizeof(float)) == 0);
+    for (int i = 0; i < m; i++)
+        for (int h = 0; h < nh; h++) {
+            int g = h / (nh / NKV), len = p0 + i + 1;
+            double ref[HD];
+            ref_attention(q + (i * nh + h) * HD, kc + g * HD, vc + g * HD, (size_t)len, NKV * HD,
+                          HD, scale, 0, NULL, ref);
+            for (int j = 0; j < HD; j++)
+                ck_assert_msg(fabs(out[(i * nh + h) * HD + j] - ref[j]) <= 3e-5,
+                              "%s nh %d token %d head %d dim %d: %.9g vs %.9g", isa, nh, i, h,
+                              j, out[(i * nh + h) * HD + j], ref[j]);
+        }
+    nvfp4_backend_free(be);
+    free(kc), free(vc), free(kc2), free(vc2), free(q), free(out), free(out2), free(k), free(v);
+}
+
+/* Positions past the cache and heads that do not group are refused,
+ * naming the numbers. */
+static void attention_refusals(const char *isa)
+{
+    enum { CTX = 16, NH = 4, NKV = 2, HD = 20, M = 4 };
+    static float kc[CTX * NKV * HD], vc[CTX * NKV * HD];
+    float q[M * NH * HD] = {0}, k[M * NKV * HD] = {0}, v[M * NKV * HD] = {0}, out[M * NH * HD];
+    nvfp4_error err;
+    nvfp4_backend *be;
 
     setenv("NVFP4_CPU_ISA", isa, 1);
     be = open_cpu();
     unsetenv("NVFP4_CPU_ISA");
-
-    for (int i = 0; i < CTX * NKV * HD; i++) {
-        kc[i] = i < P0 * NKV * HD ? frand(-1, 1) : 0.0f;
-        vc[i] = i < P0 * NKV * HD ? frand(-1, 1) : 0.0f;
-    }
-    memcpy(kc2, kc, sizeof(kc));
-    memcpy(vc2, vc, sizeof(vc));
-    for (int i = 0; i < M * NH * HD; i++)
-        q[i] = frand(-2, 2);
-    for (int i = 0; i < M * NKV * HD; i++)
-        k[i] = frand(-1, 1), v[i] = frand(-1, 1);
-    nvfp4_backend_set_threads(be, 1);
-    ck_assert_int_eq(nvfp4_k_attention(be, q, k, v, kc, vc, CTX, P0, M, NH, NKV, HD, scale,
-                                       out, &err),
-                     NVFP4_OK);
-    nvfp4_backend_set_threads(be, 2);
-    ck_assert_int_eq(nvfp4_k_attention(be, q, k, v, kc2, vc2, CTX, P0, M, NH, NKV, HD, scale,
-                                       out2, &err),
-                     NVFP4_OK);
-    ck_assert(memcmp(out, out2, sizeof(out)) == 0);
-    /* the new keys and values went to positions P0..P0+M-1 */
-    ck_assert(memcmp(kc + P0 * NKV * HD, k, sizeof(k)) == 0);
-    ck_assert(memcmp(vc + P0 * NKV * HD, v, sizeof(v)) == 0);
-    for (int i = 0; i < M; i++)
-        for (int h = 0; h < NH; h++) {
-            int g = h / (NH / NKV), len = P0 + i + 1;
-            double ref[HD];
-            ref_attention(q + (i * NH + h) * HD, kc + g * HD, vc + g * HD, (size_t)len, NKV * HD,
-                          HD, scale, 0, NULL, ref);
-            for (int j = 0; j < HD; j++) {
-                double o = ref[j];
-                /* a float32 score of 20 terms with |q k| <= 2 errs by at most
-                 * gamma_20 * 40 * scale ~ 1.1e-5, carried into the weights as
-                 * a relative error; |v| <= 1 and the weights sum to 1, plus
-                 * the rounding of exp and of a <= 9-term sum: 3e-5 */
-                ck_assert_msg(fabs(out[(i * NH + h) * HD + j] - o) <= 3e-5,
-                              "token %d head %d dim %d: %.9g vs %.9g", i, h, j,
-                              out[(i * NH + h) * HD + j], o);
-            }
-        }
-    ck_assert_int_eq(nvfp4_k_attention(be, q, k, v, kc, vc, CTX, 14, M, NH, NKV, HD, scale,
+    ck_assert_int_eq(nvfp4_k_attention(be, q, k, v, kc, vc, CTX, 14, M, NH, NKV, HD, 0.25f,
                                        out, &err),
                      NVFP4_ERR_INVALID);
     ck_assert_msg(strstr(err.text, "positions 14..17 exceed the KV cache of 16"), "%s",
                   err.text);
-    ck_assert_int_eq(nvfp4_k_attention(be, q, k, v, kc, vc, CTX, 0, M, 3, 2, HD, scale, out,
+    ck_assert_int_eq(nvfp4_k_attention(be, q, k, v, kc, vc, CTX, 0, M, 3, 2, HD, 0.25f, out,
                                        &err),
                      NVFP4_ERR_INVALID);
     ck_assert_msg(strstr(err.text, "nh 3, nkv 2"), "%s", err.text);
@@ -1233,70 +1254,22 @@ static void attention_case(const char *isa)
 
 START_TEST(test_attention)
 {
-    attention_case("scalar");
-    attention_case("vnni");
+    for (int i = 0; i < 2; i++) {
+        const char *isa = i ? "vnni" : "scalar";
+        attention_check(isa, 16, 5, 4, 4);
+        attention_refusals(isa);
+    }
 }
 END_TEST
 
 /* GQA groups larger than the AVX-512 path's 4 query heads per pass (6: 4
  * and 2, 7: 4 and 3) over a context longer than its 32-position prefetch
- * distance: every head against the double-precision reference, 1 and 2
- * threads bit for bit. */
-static void attention_groups_case(const char *isa, int nh)
-{
-    nvfp4_error err;
-    nvfp4_backend *be;
-    enum { CTX = 80, NKV = 2, HD = 20, P0 = 70, M = 3, NHMAX = 14 };
-    static float kc[CTX * NKV * HD], vc[CTX * NKV * HD], kc2[CTX * NKV * HD],
-        vc2[CTX * NKV * HD];
-    float q[M * NHMAX * HD], k[M * NKV * HD], v[M * NKV * HD], out[M * NHMAX * HD],
-        out2[M * NHMAX * HD];
-    const float scale = 1.0f / sqrtf((float)HD);
-
-    setenv("NVFP4_CPU_ISA", isa, 1);
-    be = open_cpu();
-    unsetenv("NVFP4_CPU_ISA");
-    for (int i = 0; i < CTX * NKV * HD; i++) {
-        kc[i] = i < P0 * NKV * HD ? frand(-1, 1) : 0.0f;
-        vc[i] = i < P0 * NKV * HD ? frand(-1, 1) : 0.0f;
-    }
-    memcpy(kc2, kc, sizeof(kc));
-    memcpy(vc2, vc, sizeof(vc));
-    for (int i = 0; i < M * nh * HD; i++)
-        q[i] = frand(-2, 2);
-    for (int i = 0; i < M * NKV * HD; i++)
-        k[i] = frand(-1, 1), v[i] = frand(-1, 1);
-    nvfp4_backend_set_threads(be, 1);
-    ck_assert_int_eq(nvfp4_k_attention(be, q, k, v, kc, vc, CTX, P0, M, (size_t)nh, NKV, HD,
-                                       scale, out, &err),
-                     NVFP4_OK);
-    nvfp4_backend_set_threads(be, 2);
-    ck_assert_int_eq(nvfp4_k_attention(be, q, k, v, kc2, vc2, CTX, P0, M, (size_t)nh, NKV, HD,
-                                       scale, out2, &err),
-                     NVFP4_OK);
-    ck_assert(memcmp(out, out2, (size_t)(M * nh * HD) * sizeof(float)) == 0);
-    for (int i = 0; i < M; i++)
-        for (int h = 0; h < nh; h++) {
-            int g = h / (nh / NKV), len = P0 + i + 1;
-            double ref[HD];
-            ref_attention(q + (i * nh + h) * HD, kc + g * HD, vc + g * HD, (size_t)len, NKV * HD,
-                          HD, scale, 0, NULL, ref);
-            for (int j = 0; j < HD; j++)
-                /* test_attention's bound for the score (1.1e-5 relative in
-                 * the weights) plus the rounding of sums of up to 73
-                 * terms (73 * 6e-8): 3e-5 */
-                ck_assert_msg(fabs(out[(i * nh + h) * HD + j] - ref[j]) <= 3e-5,
-                              "%s nh %d token %d head %d dim %d: %.9g vs %.9g", isa, nh, i, h,
-                              j, out[(i * nh + h) * HD + j], ref[j]);
-        }
-    nvfp4_backend_free(be);
-}
-
+ * distance. */
 START_TEST(test_attention_groups)
 {
-    attention_groups_case("scalar", 12);
-    attention_groups_case("vnni", 12);
-    attention_groups_case("vnni", 14);
+    attention_check("scalar", 80, 70, 3, 12);
+    attention_check("vnni", 80, 70, 3, 12);
+    attention_check("vnni", 80, 70, 3, 14);
 }
 END_TEST
 
