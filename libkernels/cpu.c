@@ -77,7 +77,11 @@ static cpu_isa detect_isa(const char *cap)
         isa = CPU_ISA_AVX512;
     if (isa == CPU_ISA_AVX512 && __builtin_cpu_supports("avx512vnni"))
         isa = CPU_ISA_VNNI;
-    if (isa == CPU_ISA_VNNI && nvfp4k_cpu_amx_ok())
+    /* asked only when the cap allows AMX: the permission is process-wide
+     * and makes every signal frame of the process carry the 8 KiB tile
+     * state (a small sigaltstack of the application could no longer hold
+     * it) */
+    if (isa == CPU_ISA_VNNI && (!cap || strcmp(cap, "amx") == 0) && nvfp4k_cpu_amx_ok())
         isa = CPU_ISA_AMX;
 #endif
     if (cap) {
