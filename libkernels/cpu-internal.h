@@ -32,6 +32,8 @@ typedef struct cpu_pool cpu_pool;
 typedef struct {
     int threads;        /* 0 = OpenMP's default */
     cpu_isa isa;
+    int vbmi;           /* isa >= vnni and the CPU has AVX512-VBMI (the float
+                         * GEMV's vpmultishiftqb); isa=avx512 runs without */
     /* MoE's grow-only buffers (cpu.c), taken with trylock: a call that
      * finds them in use by another thread allocates its own */
     pthread_mutex_t moe_lock;
@@ -74,6 +76,9 @@ typedef struct {
     /* NVFP4 */
     uint8_t *packed;    /* [n, k/2], repacked row by row */
     uint8_t *scales;    /* [n, k/16] E4M3, row-major as in the file */
+    float *wlut;        /* BLOCK layout: [256][16], wlut[s][c] = E2M1(c) *
+                         * (E4M3(s) * weight_scale_2), §2's float32 weight
+                         * of code c in a block of scale byte s */
     /* unquantized */
     cpu_dense_part *dense;
     size_t ndense;

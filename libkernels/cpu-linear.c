@@ -13,7 +13,9 @@
  *   l right by 4*(l/2) leaves element l's code in the low bits of lane l;
  *   vpermps then maps it through the 16-entry E2M1 table and a multiply by
  *   the block scale gives §2's float32 weight exactly: one shuffle per 16
- *   weights, activations in their natural order.
+ *   weights, activations in their natural order.  The one-token kernel
+ *   looks the same products up instead, in a table of 256 x 16 floats per
+ *   weight (wlut: one row per E4M3 scale byte).
  *
  * CHUNK (the AVX-512 VNNI W4A4 kernel).  Chunks of 256 weights (16 blocks)
  *   in 128 bytes: step s = 0..3 covers elements 4s..4s+3 of every block;
@@ -418,75 +420,93 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
     }
 }
 
-/* One token, four rows: the activation block loaded once feeds four rows,
- * and the per-row set-up (scale decoding, the final reduction) of short
- * rows is shared.  Each row sees exactly the operations of row_avx512_body
- * with nt = 1 (one accumulator, same order, same reduction), so grouping
- * rows changes no bit. */
+/* One token, four rows at a time: the activation block loaded once feeds
+ * each row, and the rows' chains (one accumulator each) are independent,
+ * where one row alone is bound by the latency of its multiply-adds.  Each
+ * row sees exactly the operations of its kernel with nt = 1 (one
+ * accumulator, same order, same reduction), so grouping rows changes no
+ * bit. */
 #define GEMV_ROWS 4
-#define GEMV_SEG 256
 #define DENSE_GEMV_ROWS 4
-/* Used for rows of up to this many weights, where the per-row set-up is a
- * large share of the work; longer rows streamed from DRAM measured faster
- * one at a time (one sequential stream for the prefetchers). */
+/* The VNNI kernel groups rows of up to this many weights, where the per-row
+ * set-up is a large share of the work; longer rows streamed from DRAM
+ * measured faster one at a time (one sequential stream for the
+ * prefetchers; its chunks' chains already overlap). */
 #define GEMV4_MAX_K 2048
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
-gemv4_avx512(const cpu_kweight *w, int64_t r, const float *x, const krange *kr, float *y)
-{
-    const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;
-    const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
-    const __m512 lut = _mm512_loadu_ps(e2m1_f);
-    const __m512i shifts =
-        _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
-    const uint8_t *row[GEMV_ROWS];
-    __m512 acc[GEMV_ROWS];
-    float bsa[GEMV_ROWS][GEMV_SEG];
-
-    for (int i = 0; i < GEMV_ROWS; i++) {
-        row[i] = w->packed + (size_t)(r + i) * k / 2;
-        acc[i] = _mm512_setzero_ps();
+/* The float GEMV (W4A16; W4A4 below VNNI) by the weight's table of §2
+ * products (wlut): a block's 16 weights are one vpermps of the table row of
+ * its scale byte, so no multiply or scale decoding is left per block (the
+ * table load is what bounds it: about a third of a nanosecond per block
+ * and row in L1 on a Zen 5 core, against a fifth with the table in a
+ * register).  The entry is the product the other float kernels form, E2M1
+ * value times the block scale rounded once with the global scale, so the
+ * bits are those of row_avx512_body at every m.  IDX is the index vector of
+ * the block's 64-bit word q: VBMI's vpmultishiftqb picks each lane's nibble
+ * in one instruction, plain AVX-512 broadcasts and shifts. */
+#define GEMV_LUT_BODY(tgt, name, IDX)                                                              \
+    __attribute__((target(tgt))) static void name(const cpu_kweight *w, int64_t r,                 \
+                                                  const float *x, const krange *kr, float *y)      \
+    {                                                                                              \
+        const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;                                     \
+        const float *lut = w->wlut;                                                                \
+        const __m512i ctl = _mm512_set1_epi64(0x0000002000000000LL);                               \
+        const __m512i shifts =                                                                     \
+            _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);            \
+        const __m512i step = _mm512_set_epi64(28, 24, 20, 16, 12, 8, 4, 0);                        \
+        const __m512i ms = _mm512_add_epi64(ctl, _mm512_or_si512(step, _mm512_slli_epi64(step, 32))); \
+        const uint8_t *row[GEMV_ROWS], *srow[GEMV_ROWS];                                           \
+        __m512 acc[GEMV_ROWS];                                                                     \
+                                                                                                   \
+        (void)shifts;                                                                              \
+        (void)ms;                                                                                  \
+        for (int i = 0; i < GEMV_ROWS; i++) {                                                      \
+            row[i] = w->packed + (size_t)(r + i) * k / 2;                                          \
+            srow[i] = w->scales + (size_t)(r + i) * nb;                                            \
+            acc[i] = _mm512_setzero_ps();                                                          \
+        }                                                                                          \
+        size_t b = kr->b0;                                                                         \
+        /* eight blocks at a time: one 8-byte load of each row's scales */                         \
+        for (; b + 8 <= kr->b1; b += 8) {                                                          \
+            uint64_t s8[GEMV_ROWS];                                                                \
+            for (int i = 0; i < GEMV_ROWS; i++) {                                                  \
+                memcpy(&s8[i], srow[i] + b, 8);                                                    \
+                _mm_prefetch((const char *)(row[i] + 8 * b) + CPU_PREFETCH, _MM_HINT_T0);          \
+            }                                                                                      \
+            _Pragma("GCC unroll 8")                                                                \
+            for (int p = 0; p < 8; p++) {                                                          \
+                const __m512 xv = _mm512_loadu_ps(x + 16 * (b + (size_t)p));                       \
+                _Pragma("GCC unroll 8")                                                            \
+                for (int i = 0; i < GEMV_ROWS; i++) {                                              \
+                    uint64_t q;                                                                    \
+                    memcpy(&q, row[i] + 8 * (b + (size_t)p), 8);                                   \
+                    acc[i] = _mm512_fmadd_ps(                                                      \
+                        _mm512_permutexvar_ps(                                                     \
+                            IDX, _mm512_load_ps(lut + 16 * (size_t)((s8[i] >> (8 * p)) & 0xFF))),  \
+                        xv, acc[i]);                                                               \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (; b < kr->b1; b++) {                                                                  \
+            const __m512 xv = _mm512_loadu_ps(x + 16 * b);                                         \
+            for (int i = 0; i < GEMV_ROWS; i++) {                                                  \
+                uint64_t q;                                                                        \
+                memcpy(&q, row[i] + 8 * b, 8);                                                     \
+                acc[i] = _mm512_fmadd_ps(                                                          \
+                    _mm512_permutexvar_ps(IDX, _mm512_load_ps(lut + 16 * (size_t)srow[i][b])),     \
+                    xv, acc[i]);                                                                   \
+            }                                                                                      \
+        }                                                                                          \
+        for (int i = 0; i < GEMV_ROWS; i++) {                                                      \
+            float *yo = y + (size_t)r + (size_t)i;                                                 \
+            *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[i]) : _mm512_reduce_add_ps(acc[i]);     \
+        }                                                                                          \
     }
-    for (size_t seg = kr->b0; seg < kr->b1; seg += GEMV_SEG) {
-        const size_t cnt = kr->b1 - seg < GEMV_SEG ? kr->b1 - seg : GEMV_SEG;
 
-        for (int i = 0; i < GEMV_ROWS; i++)
-            for (size_t g = 0; g < cnt; g += 16)
-                _mm512_storeu_ps(bsa[i] + g,
-                                 scalesn_avx512(w->scales + (size_t)(r + i) * nb + seg + g,
-                                                cnt - g, s2));
-        for (size_t j = 0; j < cnt; j += 4) {
-            if (j % 8 == 0)
-                for (int i = 0; i < GEMV_ROWS; i++)
-                    _mm_prefetch((const char *)(row[i] + 8 * (seg + j)) + CPU_PREFETCH,
-                                 _MM_HINT_T0);
-#pragma GCC unroll 4
-            for (size_t u = 0; u < 4; u++) {
-                const size_t b = seg + j + u;
-                __m512 xv;
-
-                if (j + u >= cnt)
-                    break;
-                xv = _mm512_loadu_ps(x + 16 * b);
-#pragma GCC unroll 4
-                for (int i = 0; i < GEMV_ROWS; i++) {
-                    uint64_t q;
-                    __m512 wv;
-                    memcpy(&q, row[i] + 8 * b, 8);
-                    wv = _mm512_mul_ps(
-                        _mm512_permutexvar_ps(
-                            _mm512_srlv_epi32(_mm512_set1_epi64((long long)q), shifts), lut),
-                        _mm512_set1_ps(bsa[i][j + u]));
-                    acc[i] = _mm512_fmadd_ps(wv, xv, acc[i]);
-                }
-            }
-        }
-    }
-    for (int i = 0; i < GEMV_ROWS; i++) {
-        float *yo = y + (size_t)r + (size_t)i;
-        *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[i]) : _mm512_reduce_add_ps(acc[i]);
-    }
-}
+GEMV_LUT_BODY("avx512f,avx512bw,avx512vl,avx512dq", gemv_lut_avx512,
+              _mm512_srlv_epi32(_mm512_set1_epi64((long long)q), shifts))
+GEMV_LUT_BODY("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi", gemv_lut_vbmi,
+              _mm512_multishift_epi64_epi8(ms, _mm512_set1_epi64((long long)q)))
 
 /* The 2-row x NT-token kernels' results: y[t0+t][r, r+1] = (or +=) the
  * horizontal sums of a0[t], a1[t]. */
@@ -1360,6 +1380,7 @@ void nvfp4k_cpu_kweight_free(void *ctx, void *kw)
         return;
     free(w->packed);
     free(w->scales);
+    free(w->wlut);
     free(w->dense);
     free(w->parts);
     free(w->bias);
@@ -1438,6 +1459,16 @@ void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t npa
             r0 += (size_t)p->n;
         }
     }
+    if (w->layout == CPU_LAYOUT_BLOCK) {
+        /* §2 in this order: block scale times global scale, then the code */
+        if (!(w->wlut = nvfp4k_cpu_aligned_alloc(256 * 16 * sizeof(float))))
+            goto nomem;
+        for (int sb = 0; sb < 256; sb++) {
+            const float bs = e4m3_table[sb] * desc->weight_scale_2;
+            for (int c = 0; c < 16; c++)
+                w->wlut[16 * sb + c] = e2m1_f[c] * bs;
+        }
+    }
     return w;
 
 nomem:
@@ -1485,6 +1516,7 @@ typedef struct {
     const act_q8 *a;
     size_t nch, m, units, ku, rt;
     float *y;
+    int vbmi;
 } tiles_job;
 
 static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot);
@@ -1520,7 +1552,7 @@ static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float 
 #endif
     }
     {
-        tiles_job j = {path, packed, w, x, a, nch, m, units, ku, rt, y};
+        tiles_job j = {path, packed, w, x, a, nch, m, units, ku, rt, y, ctx->vbmi};
         nvfp4k_cpu_par(ctx, (n + rt - 1) / rt, nth, tiles_range, &j);
     }
 }
@@ -1574,8 +1606,10 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                     for (size_t u0 = 0; u0 < units; u0 += ku) {
                         krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
 #ifdef CPU_X86
-                        if (g == GEMV_ROWS && path == PATH_AVX512)
-                            gemv4_avx512(w, (int64_t)r, x, &kr, y);
+                        if (g == GEMV_ROWS && path == PATH_AVX512 && j->vbmi)
+                            gemv_lut_vbmi(w, (int64_t)r, x, &kr, y);
+                        else if (g == GEMV_ROWS && path == PATH_AVX512)
+                            gemv_lut_avx512(w, (int64_t)r, x, &kr, y);
                         else if (g == DENSE_GEMV_ROWS && path == PATH_DENSE_AVX512)
                             dense_gemv4_avx512(w, dp, (int64_t)r, dl, x, &kr, y);
                         else if (g == GEMV_ROWS)
