@@ -408,8 +408,11 @@ static void linear_case(nvfp4_scheme scheme, int64_t n, int64_t k, size_t m, int
 START_TEST(test_linear_w4a16)
 {
     /* k: one block, a tail chunk only, one whole chunk plus a tail, SmolLM2's
-     * 576 (two chunks + 4 blocks); m: GEMV, a partial token tile, two tiles */
+     * 576 (two chunks + 4 blocks); m: GEMV, a partial token tile, two tiles;
+     * the one-token table kernel over fused parts, its 8-block steps, a
+     * second 64-block stretch and a tail (k = 1104: 69 blocks) */
     linear_case(NVFP4_SCHEME_W4A16, 5, 16, 1, 0);
+    linear_case(NVFP4_SCHEME_W4A16, 13, 1104, 1, 1);
     linear_case(NVFP4_SCHEME_W4A16, 37, 272, 3, 0);
     linear_case(NVFP4_SCHEME_W4A16, 19, 256, 9, 0);
     linear_case(NVFP4_SCHEME_W4A16, 24, 576, 17, 1);
