@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
@@ -73,6 +74,23 @@ static double cpu_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Buffers of 4 MiB or more as the CPU backend allocates its weights
+ * (nvfp4k_cpu_aligned_alloc): 2 MiB-aligned and offered to transparent
+ * huge pages, so that the probes read memory mapped as the kernels' is. */
+static void *big_alloc(size_t bytes)
+{
+    void *p = NULL;
+    const size_t huge = (size_t)2 << 20;
+
+    if (posix_memalign(&p, bytes >= 2 * huge ? huge : 64, bytes ? bytes : 1) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    if (bytes >= 2 * huge)
+        (void)madvise(p, bytes / huge * huge, MADV_HUGEPAGE);
+#endif
+    return p;
 }
 
 /* ---- the read probe ---------------------------------------------------------- */
@@ -345,7 +363,7 @@ static void batch_line(nvfp4_backend *be, const shape *sh, nvfp4_kweight *const 
 static int probe_only(long mib, const long *threads, size_t nthreads)
 {
     const size_t bytes = (size_t)mib << 20;
-    uint8_t *buf = malloc(bytes + 128);
+    uint8_t *buf = big_alloc(bytes + 128);
 
     if (!buf) {
         fprintf(stderr, "bench-kernels: cannot allocate %ld MiB\n", mib);
@@ -562,7 +580,7 @@ int main(int argc, char **argv)
            ooc_bytes() >> 20);
     printf("# GEMM: GFLOPS = 2*m*n*k/s; blas = OpenBLAS sgemm on the dequantized f32 weight%s\n",
            blas_sgemm ? "" : " (OpenBLAS not found)");
-    big = malloc(big_bytes);
+    big = big_alloc(big_bytes);
     if (big) {
         memset(big, 1, big_bytes);
         for (size_t ti = 0; ti < nthreads; ti++) {
@@ -606,12 +624,12 @@ int main(int argc, char **argv)
                 mmax = (size_t)batches[bi];
         w[0] = calloc(copies, sizeof(*w[0]));
         w[1] = calloc(copies, sizeof(*w[1]));
-        same = malloc(wbytes + 128);
-        ooc = do_gemv ? malloc(copies * wbytes + 128) : NULL;
+        same = big_alloc(wbytes + 128);
+        ooc = do_gemv ? big_alloc(copies * wbytes + 128) : NULL;
         x = malloc(mmax * k * sizeof(float));
         y = malloc(mmax * n * sizeof(float));
         if (sh->dense) {
-            dense = malloc(copies * wbytes);
+            dense = big_alloc(copies * wbytes);
             dt = calloc(copies, sizeof(*dt));
         } else {
             packed = malloc(n * k / 2);
