@@ -21,6 +21,14 @@ with open(key_file, "w") as f:
     f.write(KEY + "\n")
 AUTH = {"Authorization": "Bearer " + KEY}
 
+# max_tokens of the requests that must still be running when the test acts
+# (a second request, a disconnect, --timeout 2, SIGTERM): the served model
+# (serve.test) and the servers here have a context of 65536 (--ctx), and
+# with its small vocabulary one stream decodes 10-15 thousand tokens a second
+# on the project machine, so 60000 take several seconds
+LONG = 60000
+CTX = "65536"
+
 WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly "
          "judge boxing matches near the old river bank").split()
 
@@ -35,7 +43,7 @@ N = 32
 cases = [(prompt_of(i), 3 + (i * 5) % 22) for i in range(N)]
 refs = [generate_ref(NVFP4, MODEL, p, n) for p, n in cases]
 
-srv = Server(NVFP4, MODEL, os.path.join(WORK, "server.log"), "--api-key-file", key_file,
+srv = Server(NVFP4, MODEL, os.path.join(WORK, "server.log"), "--ctx", CTX, "--api-key-file", key_file,
              "--max-body", "65536", "--max-batch-tokens", "64")
 results = [None] * N
 
@@ -158,7 +166,7 @@ long_prompt = " ".join(WORDS * 2)
 long_ref = generate_ref(NVFP4, MODEL, long_prompt + " again", 10)[0]
 c = srv.conn()
 c.request("POST", "/v1/completions", json.dumps(
-    {"prompt": long_prompt, "max_tokens": 3000, "temperature": 0, "stream": True}), AUTH)
+    {"prompt": long_prompt, "max_tokens": LONG, "temperature": 0, "stream": True}), AUTH)
 first = c.getresponse()
 first.readline()
 before = srv.metric("nvfp4_prefix_cached_tokens_total", AUTH)
@@ -256,7 +264,7 @@ s.close()
 for stream in (True, False):
     c = srv.conn()
     c.request("POST", "/v1/completions", json.dumps(
-        {"prompt": "the lazy dog", "max_tokens": 4000, "temperature": 0, "stream": stream}),
+        {"prompt": "the lazy dog", "max_tokens": LONG, "temperature": 0, "stream": stream}),
         AUTH)
     if stream:
         r = c.getresponse()
@@ -296,7 +304,7 @@ rc = srv.stop()
 check(rc == 0, "SIGTERM: clean exit (%r)" % rc)
 
 # ---- 4. a full batch queues, a full queue is 429, timeouts are 504 ---------
-srv = Server(NVFP4, MODEL, os.path.join(WORK, "server2.log"), "--max-seqs", "1",
+srv = Server(NVFP4, MODEL, os.path.join(WORK, "server2.log"), "--ctx", CTX, "--max-seqs", "1",
              "--max-queue", "1", "--timeout", "2", "--max-batch-tokens", "16", "--grace", "0.5")
 out = {}
 
@@ -307,7 +315,7 @@ started = {t: threading.Event() for t in "abc"}
 def long_stream(tag):
     c = srv.conn(60)
     c.request("POST", "/v1/completions", json.dumps(
-        {"prompt": "a b c", "max_tokens": 4000, "stream": True, "temperature": 0}))
+        {"prompt": "a b c", "max_tokens": LONG, "stream": True, "temperature": 0}))
     r = c.getresponse()
     first = r.readline()
     started[tag].set()
@@ -336,7 +344,7 @@ check(b_err and b_err["type"] == "timeout_error", "queued request past --timeout
 
 # ---- 5. SIGTERM with a stream running: it ends cleanly, the server exits ----
 srv.stop()
-srv = srv2 = Server(NVFP4, MODEL, os.path.join(WORK, "server3.log"), "--grace", "0.3")
+srv = srv2 = Server(NVFP4, MODEL, os.path.join(WORK, "server3.log"), "--ctx", CTX, "--grace", "0.3")
 tc = threading.Thread(target=long_stream, args=("c",))
 tc.start()
 started["c"].wait(30)
