@@ -77,7 +77,7 @@ static double cpu_now(void)
 }
 
 /* Buffers of 4 MiB or more as the CPU backend allocates its weights
- * (nvfp4k_cpu_aligned_alloc): 2 MiB-aligned and offered to transparent
+ * (nvfp4k_cpu_lasting_alloc): 2 MiB-aligned and offered to transparent
  * huge pages, so that the probes read memory mapped as the kernels' is. */
 static void *big_alloc(size_t bytes)
 {

@@ -29,16 +29,23 @@ int nvfp4k_cpu_amx_ok(void);
 /* The backend's worker threads (cpu-pool.c). */
 typedef struct cpu_pool cpu_pool;
 
+/* A grow-only buffer of a context, taken with trylock: a call that finds it
+ * in use by another thread allocates its own (nvfp4k_cpu_scratch_get). */
+typedef struct {
+    pthread_mutex_t lock;
+    void *buf;
+    size_t size;
+} cpu_scratch;
+
 typedef struct {
     int threads;        /* 0 = OpenMP's default */
     cpu_isa isa;
     int vbmi;           /* isa >= vnni and the CPU has AVX512-VBMI (the float
                          * GEMV's vpmultishiftqb); isa=avx512 runs without */
-    /* MoE's grow-only buffers (cpu.c), taken with trylock: a call that
-     * finds them in use by another thread allocates its own */
-    pthread_mutex_t moe_lock;
-    void *moe_scratch;
-    size_t moe_scratch_size;
+    /* MoE's buffers (cpu.c) and a Linear's activations (cpu-linear.c):
+     * lasting memory, faulted in once rather than at every call */
+    cpu_scratch moe_scratch;
+    cpu_scratch act_scratch;
     /* started at the first parallel loop (nvfp4k_cpu_par) */
     pthread_mutex_t pool_lock;
     cpu_pool *pool;
@@ -96,6 +103,9 @@ typedef struct {
 int nvfp4k_cpu_nthreads(const cpu_ctx *c);
 void nvfp4k_cpu_tables_init(void);
 void *nvfp4k_cpu_aligned_alloc(size_t bytes);
+void *nvfp4k_cpu_lasting_alloc(size_t bytes);
+void *nvfp4k_cpu_scratch_get(cpu_scratch *s, size_t need, int *locked);
+void nvfp4k_cpu_scratch_put(cpu_scratch *s, void *buf, int locked);
 
 void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t nparts,
                          const nvfp4_kweight_desc *desc, nvfp4_error *err);

@@ -1440,8 +1440,8 @@ void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t npa
     }
 
     /* NVFP4: repack the nibbles, gather the scales of all parts */
-    w->packed = nvfp4k_cpu_aligned_alloc((size_t)desc->n * (k / 2));
-    w->scales = nvfp4k_cpu_aligned_alloc((size_t)desc->n * (k / NVFP4_BLOCK));
+    w->packed = nvfp4k_cpu_lasting_alloc((size_t)desc->n * (k / 2));
+    w->scales = nvfp4k_cpu_lasting_alloc((size_t)desc->n * (k / NVFP4_BLOCK));
     if (!w->packed || !w->scales)
         goto nomem;
     {
@@ -1834,6 +1834,15 @@ static void prep_range(void *arg, size_t t0, size_t t1, int slot)
     }
 }
 
+/* The next 64-byte aligned piece of BYTES (none: NULL) of a call's scratch */
+static void *carve(unsigned char *base, size_t *off, size_t bytes)
+{
+    void *p = bytes ? base + *off : NULL;
+
+    *off += (bytes + 63) & ~(size_t)63;
+    return p;
+}
+
 static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight_desc *desc,
                                const float *x, size_t m, float *y, int nthreads,
                                nvfp4_error *err)
@@ -1843,112 +1852,94 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
     /* small products run on the calling thread: waking a second worker
      * costs microseconds on an idle machine and milliseconds on a busy one */
     const int nth = (double)m * (double)n * (double)k < CPU_LINEAR_PAR_MIN ? 1 : nthreads;
-    cpu_isa isa = ctx->isa;
-    float *tmp = NULL, *xp = NULL;
-    int packed = 0;
-    act_q8 a = {NULL, NULL, NULL, NULL};
+    const cpu_isa isa = ctx->isa;
+    const size_t s_x = m * k * sizeof(float),
+                 s_xp = (m + 7) / 8 * (k / 16) * 128 * sizeof(float);
+    /* the pieces this call needs (bytes; 0: not needed) */
+    size_t s_tmp = 0, s_pack = 0, s_q = 0, s_xs = 0, s_corr = 0, s_aq = 0, need = 0;
+    float *tmp, *xp;
+    act_q8 a;
     const float *xin = x;
-    int path;
+    unsigned char *buf;
+    int path, locked;
 
     if (desc->scheme == NVFP4_SCHEME_NONE) {
         path = isa >= CPU_ISA_AVX512 ? PATH_DENSE_AVX512 : PATH_DENSE_SCALAR;
-        if (desc->input_scale > 0.0f) {
-            /* dequantized W4A4 shards (registry.c): §5 first, as below */
-            tmp = nvfp4k_cpu_aligned_alloc(m * k * sizeof(float));
-            if (!tmp)
-                goto nomem;
-            {
-                prep_job j = {PREP_QDQ_REF, x, k, desc->input_gs, tmp, &a, kp, nch, NULL, 0};
-                nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
-            }
-            xin = tmp;
-        }
-        if (path == PATH_DENSE_AVX512 && m > 1 && k % 16 == 0) {
-            xp = nvfp4k_cpu_aligned_alloc((m + 7) / 8 * (k / 16) * 128 * sizeof(float));
-            if (!xp)
-                goto nomem;
-            pack_x(xin, m, k, xp);
-            packed = 1;
-        }
-        run_tiles(ctx, path, w, packed ? xp : xin, packed, NULL, 0, m, nth, y);
-        free(xp);
-        free(tmp);
-        goto bias;
-    }
-
-    if (w->layout == CPU_LAYOUT_CHUNK) {
-        a.q = nvfp4k_cpu_aligned_alloc(m * kp);
-        a.xs = nvfp4k_cpu_aligned_alloc(m * nch * CPU_CHUNK_BLOCKS * sizeof(float));
-        a.corr = nvfp4k_cpu_aligned_alloc(m * nch * CPU_CHUNK_BLOCKS * sizeof(int32_t));
-        if (!a.q || !a.xs || !a.corr)
-            goto nomem;
-        {
-            prep_job j = {PREP_Q8, x, k, desc->input_gs, NULL, &a, kp, nch, NULL, 0};
-            nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
-        }
+        /* dequantized W4A4 shards (registry.c): §5 first, as below */
+        s_tmp = desc->input_scale > 0.0f ? s_x : 0;
+        s_pack = path == PATH_DENSE_AVX512 && m > 1 && k % 16 == 0 ? s_xp : 0;
+    } else if (w->layout == CPU_LAYOUT_CHUNK) {
         path = PATH_VNNI;
+        s_q = m * kp;
+        s_xs = m * nch * CPU_CHUNK_BLOCKS * sizeof(float);
+        s_corr = m * nch * CPU_CHUNK_BLOCKS * sizeof(int32_t);
 #ifdef CPU_AMX
         if (isa >= CPU_ISA_AMX && m >= AMX_MIN_TOKENS) {
-            a.aq = nvfp4k_cpu_aligned_alloc(m / AMX_T * (k / NVFP4_BLOCK) * AMX_T * 16);
-            if (!a.aq)
-                goto nomem;
-            {
-                prep_job j = {PREP_AMX_A, x, k, desc->input_gs, NULL, &a, kp, nch, NULL, 0};
-                nvfp4k_cpu_par(ctx, m / AMX_T, nth, prep_range, &j);
-            }
             path = PATH_AMX;
+            s_aq = m / AMX_T * (k / NVFP4_BLOCK) * AMX_T * 16;
         }
 #endif
     } else {
-        if (desc->scheme == NVFP4_SCHEME_W4A4) {
-            /* §5, then the float product: libquant's nvfp4_quant_qdq_row, or
-             * the same arithmetic in AVX-512 (bit-identical, tested) */
-            tmp = nvfp4k_cpu_aligned_alloc(m * k * sizeof(float));
-            if (!tmp)
-                goto nomem;
-            {
-                prep_job j = {isa >= CPU_ISA_AVX512 ? PREP_QDQ_AVX512 : PREP_QDQ_REF,
-                              x, k, desc->input_gs, tmp, &a, kp, nch, NULL, 0};
-                nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
-            }
-            xin = tmp;
-        }
         path = isa >= CPU_ISA_AVX512 ? PATH_AVX512
                : isa == CPU_ISA_AVX2 ? PATH_AVX2
                                      : PATH_SCALAR;
-        if (m > 1 && path != PATH_SCALAR) {
-            xp = nvfp4k_cpu_aligned_alloc((m + 7) / 8 * (k / 16) * 128 * sizeof(float));
-            if (!xp)
-                goto nomem;
-            pack_x(xin, m, k, xp);
-            xin = xp;
-            packed = 1;
-        }
+        s_tmp = desc->scheme == NVFP4_SCHEME_W4A4 ? s_x : 0;
+        s_pack = m > 1 && path != PATH_SCALAR ? s_xp : 0;
     }
-    run_tiles(ctx, path, w, xin, packed, &a, nch, m, nth, y);
-    free(tmp);
-    free(xp);
-    free(a.q);
-    free(a.xs);
-    free(a.corr);
-    free(a.aq);
+    (void)carve(NULL, &need, s_tmp);
+    (void)carve(NULL, &need, s_pack);
+    (void)carve(NULL, &need, s_q);
+    (void)carve(NULL, &need, s_xs);
+    (void)carve(NULL, &need, s_corr);
+    (void)carve(NULL, &need, s_aq);
+    buf = nvfp4k_cpu_scratch_get(&ctx->act_scratch, need ? need : 64, &locked);
+    if (!buf) {
+        nvfp4k_cpu_scratch_put(&ctx->act_scratch, buf, locked);
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "linear", -1,
+                               "out of memory for the activations of %zu tokens x %zu", m, k);
+    }
+    need = 0;
+    tmp = carve(buf, &need, s_tmp);
+    xp = carve(buf, &need, s_pack);
+    a.q = carve(buf, &need, s_q);
+    a.xs = carve(buf, &need, s_xs);
+    a.corr = carve(buf, &need, s_corr);
+    a.aq = carve(buf, &need, s_aq);
 
-bias:
+    if (tmp) {
+        /* §5, then the float product: libquant's nvfp4_quant_qdq_row, or
+         * the same arithmetic in AVX-512 (bit-identical, tested) */
+        const int ref = desc->scheme == NVFP4_SCHEME_NONE || isa < CPU_ISA_AVX512;
+        prep_job j = {ref ? PREP_QDQ_REF : PREP_QDQ_AVX512, x, k, desc->input_gs, tmp, &a, kp,
+                      nch, NULL, 0};
+        nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
+        xin = tmp;
+    }
+    if (a.q) {
+        prep_job j = {PREP_Q8, x, k, desc->input_gs, NULL, &a, kp, nch, NULL, 0};
+        nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
+    }
+#ifdef CPU_AMX
+    if (a.aq) {
+        prep_job j = {PREP_AMX_A, x, k, desc->input_gs, NULL, &a, kp, nch, NULL, 0};
+        nvfp4k_cpu_par(ctx, m / AMX_T, nth, prep_range, &j);
+    }
+#endif
+    if (xp) {
+        pack_x(xin, m, k, xp);
+        xin = xp;
+    }
+    if (desc->scheme == NVFP4_SCHEME_NONE)
+        run_tiles(ctx, path, w, xin, xp != NULL, NULL, 0, m, nth, y);
+    else
+        run_tiles(ctx, path, w, xin, xp != NULL, &a, nch, m, nth, y);
+    nvfp4k_cpu_scratch_put(&ctx->act_scratch, buf, locked);
+
     if (w->bias) {
         prep_job j = {PREP_BIAS, NULL, 0, 0.0f, y, &a, 0, 0, w->bias, n};
         nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
     }
     return NVFP4_OK;
-
-nomem:
-    free(tmp);
-    free(xp);
-    free(a.q);
-    free(a.xs);
-    free(a.corr);
-    free(a.aq);
-    return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "linear", -1,
-                           "out of memory for the activations of %zu tokens x %zu", m, k);
 }
 
 /* ---- embedding ------------------------------------------------------------- */

@@ -155,13 +155,20 @@ static void *cpu_open(const char *params, nvfp4_error *err)
         return NULL;
     }
     c = calloc(1, sizeof(*c));
-    if (!c || pthread_mutex_init(&c->moe_lock, NULL) != 0) {
+    if (!c || pthread_mutex_init(&c->moe_scratch.lock, NULL) != 0) {
+        free(c);
+        nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "cpu", -1, "out of memory");
+        return NULL;
+    }
+    if (pthread_mutex_init(&c->act_scratch.lock, NULL) != 0) {
+        pthread_mutex_destroy(&c->moe_scratch.lock);
         free(c);
         nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "cpu", -1, "out of memory");
         return NULL;
     }
     if (pthread_mutex_init(&c->pool_lock, NULL) != 0) {
-        pthread_mutex_destroy(&c->moe_lock);
+        pthread_mutex_destroy(&c->act_scratch.lock);
+        pthread_mutex_destroy(&c->moe_scratch.lock);
         free(c);
         nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "cpu", -1, "out of memory");
         return NULL;
@@ -180,8 +187,10 @@ static void cpu_close(void *ctx)
 
     nvfp4k_cpu_pool_free(c->pool);
     pthread_mutex_destroy(&c->pool_lock);
-    pthread_mutex_destroy(&c->moe_lock);
-    free(c->moe_scratch);
+    pthread_mutex_destroy(&c->moe_scratch.lock);
+    pthread_mutex_destroy(&c->act_scratch.lock);
+    free(c->moe_scratch.buf);
+    free(c->act_scratch.buf);
     free(c);
 }
 
@@ -224,17 +233,30 @@ static int cpu_threads(void *ctx)
     return nvfp4k_cpu_nthreads(ctx);
 }
 
-/* Buffers of this size or more (repacked weights, a context's KV pool) are
- * aligned to 2 MiB and offered to the kernel's transparent huge pages: a
- * GEMV streams its weight once per token, and with 4 KiB pages every 64th
- * cache line it reads is also a TLB miss. */
-#define CPU_HUGE_MIN (4u << 20)
-#define CPU_HUGE_PAGE (2u << 20)
-
+/* 64: one cache line, one zmm register.  For a call's temporaries. */
 void *nvfp4k_cpu_aligned_alloc(size_t bytes)
 {
     void *p = NULL;
+
+    if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0)
+        return NULL;
+    return p;
+}
+
+/* Buffers that live as long as a weight or a context (repacked weights, KV
+ * pools, a context's scratch) of this size or more are aligned to 2 MiB and
+ * offered to the kernel's transparent huge pages: a GEMV streams its weight
+ * once per token, and with 4 KiB pages every 64th cache line it reads is
+ * also a TLB miss.  A call's temporaries are not (nvfp4k_cpu_aligned_alloc):
+ * each would cost a madvise and faults of whole 2 MiB pages per call. */
+#define CPU_HUGE_MIN (4u << 20)
+#define CPU_HUGE_PAGE (2u << 20)
+
+void *nvfp4k_cpu_lasting_alloc(size_t bytes)
+{
 #ifdef MADV_HUGEPAGE
+    void *p = NULL;
+
     if (bytes >= CPU_HUGE_MIN) {
         if (posix_memalign(&p, CPU_HUGE_PAGE, bytes) != 0)
             return NULL;
@@ -243,15 +265,38 @@ void *nvfp4k_cpu_aligned_alloc(size_t bytes)
         return p;
     }
 #endif
-    /* 64: one cache line, one zmm register */
-    if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0)
-        return NULL;
-    return p;
+    return nvfp4k_cpu_aligned_alloc(bytes);
 }
 
+/* NEED bytes: S's buffer (grown if smaller) when no other call holds it,
+ * *LOCKED = 1; else the call's own, *LOCKED = 0.  NULL: out of memory.
+ * Give it back with nvfp4k_cpu_scratch_put. */
+void *nvfp4k_cpu_scratch_get(cpu_scratch *s, size_t need, int *locked)
+{
+    *locked = pthread_mutex_trylock(&s->lock) == 0;
+    if (!*locked)
+        return nvfp4k_cpu_aligned_alloc(need);
+    if (s->size < need) {
+        free(s->buf);
+        s->size = 0;
+        if ((s->buf = nvfp4k_cpu_lasting_alloc(need)) != NULL)
+            s->size = need;
+    }
+    return s->buf;
+}
+
+void nvfp4k_cpu_scratch_put(cpu_scratch *s, void *buf, int locked)
+{
+    if (locked)
+        pthread_mutex_unlock(&s->lock);
+    else
+        free(buf);
+}
+
+/* the backend's alloc: what libmodel keeps (KV pools, scratch, norms) */
 static void *cpu_alloc(void *ctx, size_t bytes, nvfp4_error *err)
 {
-    void *p = nvfp4k_cpu_aligned_alloc(bytes);
+    void *p = nvfp4k_cpu_lasting_alloc(bytes);
 
     (void)ctx;
     if (!p)
@@ -1150,19 +1195,12 @@ static nvfp4_status cpu_moe(void *vctx, nvfp4_kweight *const *kw13, nvfp4_kweigh
                  a_gu = (m * 2 * inter * sizeof(float) + 63) & ~(size_t)63,
                  a_h = (m * inter * sizeof(float) + 63) & ~(size_t)63;
     const size_t need = a_rows + a_rw + a_xe + a_gu + a_h + m * hidden * sizeof(float);
-    unsigned char *buf, *own = NULL;
-    int locked = pthread_mutex_trylock(&ctx->moe_lock) == 0;
+    int locked;
+    unsigned char *buf = nvfp4k_cpu_scratch_get(&ctx->moe_scratch, need, &locked);
     size_t *rows;
     float *rw, *xe, *gu, *h, *o;
     nvfp4_status st = NVFP4_OK;
 
-    if (locked && ctx->moe_scratch_size < need) {
-        free(ctx->moe_scratch);
-        ctx->moe_scratch_size = 0;
-        if ((ctx->moe_scratch = nvfp4k_cpu_aligned_alloc(need)) != NULL)
-            ctx->moe_scratch_size = need;
-    }
-    buf = locked ? ctx->moe_scratch : (own = nvfp4k_cpu_aligned_alloc(need));
     if (!buf) {
         st = nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "moe", -1,
                              "out of memory for %zu tokens", m);
@@ -1208,9 +1246,7 @@ static nvfp4_status cpu_moe(void *vctx, nvfp4_kweight *const *kw13, nvfp4_kweigh
                 y[rows[c] * hidden + d] += rw[c] * o[c * hidden + d];
     }
 out:
-    free(own);
-    if (locked)
-        pthread_mutex_unlock(&ctx->moe_lock);
+    nvfp4k_cpu_scratch_put(&ctx->moe_scratch, buf, locked);
     return st;
 }
 
