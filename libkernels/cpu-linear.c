@@ -444,6 +444,16 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
  * bits are those of row_avx512_body at every m.  IDX is the index vector of
  * the block's 64-bit word q: VBMI's vpmultishiftqb picks each lane's nibble
  * in one instruction, plain AVX-512 broadcasts and shifts. */
+/* Block BLK of row I: acc[I] += the table row of its scale byte SB, permuted
+ * by its 16 codes (IDX, from the 8 code bytes q), times XV. */
+#define GEMV_LUT_STEP(IDX, I, BLK, SB, XV)                                                         \
+    do {                                                                                           \
+        uint64_t q;                                                                                \
+        memcpy(&q, row[I] + 8 * (BLK), 8);                                                         \
+        const __m512 t_ = _mm512_load_ps(lut + 16 * (size_t)(SB));                                 \
+        acc[I] = _mm512_fmadd_ps(_mm512_permutexvar_ps(IDX, t_), XV, acc[I]);                      \
+    } while (0)
+
 #define GEMV_LUT_BODY(tgt, name, IDX)                                                              \
     __attribute__((target(tgt))) static void name(const cpu_kweight *w, int64_t r,                 \
                                                   const float *x, const krange *kr, float *y)      \
@@ -477,25 +487,14 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
             for (int p = 0; p < 8; p++) {                                                          \
                 const __m512 xv = _mm512_loadu_ps(x + 16 * (b + (size_t)p));                       \
                 _Pragma("GCC unroll 8")                                                            \
-                for (int i = 0; i < GEMV_ROWS; i++) {                                              \
-                    uint64_t q;                                                                    \
-                    memcpy(&q, row[i] + 8 * (b + (size_t)p), 8);                                   \
-                    acc[i] = _mm512_fmadd_ps(                                                      \
-                        _mm512_permutexvar_ps(                                                     \
-                            IDX, _mm512_load_ps(lut + 16 * (size_t)((s8[i] >> (8 * p)) & 0xFF))),  \
-                        xv, acc[i]);                                                               \
-                }                                                                                  \
+                for (int i = 0; i < GEMV_ROWS; i++)                                                \
+                    GEMV_LUT_STEP(IDX, i, b + (size_t)p, (s8[i] >> (8 * p)) & 0xFF, xv);           \
             }                                                                                      \
         }                                                                                          \
         for (; b < kr->b1; b++) {                                                                  \
             const __m512 xv = _mm512_loadu_ps(x + 16 * b);                                         \
-            for (int i = 0; i < GEMV_ROWS; i++) {                                                  \
-                uint64_t q;                                                                        \
-                memcpy(&q, row[i] + 8 * b, 8);                                                     \
-                acc[i] = _mm512_fmadd_ps(                                                          \
-                    _mm512_permutexvar_ps(IDX, _mm512_load_ps(lut + 16 * (size_t)srow[i][b])),     \
-                    xv, acc[i]);                                                                   \
-            }                                                                                      \
+            for (int i = 0; i < GEMV_ROWS; i++)                                                    \
+                GEMV_LUT_STEP(IDX, i, b, srow[i][b], xv);                                          \
         }                                                                                          \
         for (int i = 0; i < GEMV_ROWS; i++) {                                                      \
             float *yo = y + (size_t)r + (size_t)i;                                                 \
@@ -1892,14 +1891,15 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
     (void)carve(NULL, &need, s_xs);
     (void)carve(NULL, &need, s_corr);
     (void)carve(NULL, &need, s_aq);
-    buf = nvfp4k_cpu_scratch_get(&ctx->act_scratch, need ? need : 64, &locked);
-    if (!buf) {
+    /* a GEMV of float activations needs none */
+    buf = need ? nvfp4k_cpu_scratch_get(&ctx->act_scratch, need, &locked) : NULL;
+    if (need && !buf) {
         nvfp4k_cpu_scratch_put(&ctx->act_scratch, buf, locked);
         return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "linear", -1,
                                "out of memory for the activations of %zu tokens x %zu", m, k);
     }
     need = 0;
-    tmp = carve(buf, &need, s_tmp);
+    tmp = carve(buf, &need, s_tmp); /* (all NULL when buf is) */
     xp = carve(buf, &need, s_pack);
     a.q = carve(buf, &need, s_q);
     a.xs = carve(buf, &need, s_xs);
@@ -1933,7 +1933,8 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
         run_tiles(ctx, path, w, xin, xp != NULL, NULL, 0, m, nth, y);
     else
         run_tiles(ctx, path, w, xin, xp != NULL, &a, nch, m, nth, y);
-    nvfp4k_cpu_scratch_put(&ctx->act_scratch, buf, locked);
+    if (need)
+        nvfp4k_cpu_scratch_put(&ctx->act_scratch, buf, locked);
 
     if (w->bias) {
         prep_job j = {PREP_BIAS, NULL, 0, 0.0f, y, &a, 0, 0, w->bias, n};
