@@ -434,16 +434,6 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
  * prefetchers; its chunks' chains already overlap). */
 #define GEMV4_MAX_K 2048
 
-/* The float GEMV (W4A16; W4A4 below VNNI) by the weight's table of §2
- * products (wlut): a block's 16 weights are one vpermps of the table row of
- * its scale byte, so no multiply or scale decoding is left per block (the
- * table load is what bounds it: about a third of a nanosecond per block
- * and row in L1 on a Zen 5 core, against a fifth with the table in a
- * register).  The entry is the product the other float kernels form, E2M1
- * value times the block scale rounded once with the global scale, so the
- * bits are those of row_avx512_body at every m.  IDX is the index vector of
- * the block's 64-bit word q: VBMI's vpmultishiftqb picks each lane's nibble
- * in one instruction, plain AVX-512 broadcasts and shifts. */
 /* Block BLK of row I: acc[I] += the table row of its scale byte SB, permuted
  * by its 16 codes (IDX, from the 8 code bytes q), times XV. */
 #define GEMV_LUT_STEP(IDX, I, BLK, SB, XV)                                                         \
@@ -454,6 +444,16 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
         acc[I] = _mm512_fmadd_ps(_mm512_permutexvar_ps(IDX, t_), XV, acc[I]);                      \
     } while (0)
 
+/* The float GEMV (W4A16; W4A4 below VNNI) by the weight's table of §2
+ * products (wlut): a block's 16 weights are one vpermps of the table row of
+ * its scale byte, so no multiply or scale decoding is left per block (the
+ * table load is what bounds it: about a third of a nanosecond per block
+ * and row in L1 on a Zen 5 core, against a fifth with the table in a
+ * register).  The entry is the product the other float kernels form, E2M1
+ * value times the block scale rounded once with the global scale, so the
+ * bits are those of row_avx512_body at every m.  IDX is the index vector of
+ * the block's 64-bit word q: VBMI's vpmultishiftqb picks each lane's nibble
+ * in one instruction, plain AVX-512 broadcasts and shifts. */
 #define GEMV_LUT_BODY(tgt, name, IDX)                                                              \
     __attribute__((target(tgt))) static void name(const cpu_kweight *w, int64_t r,                 \
                                                   const float *x, const krange *kr, float *y)      \
@@ -1860,7 +1860,7 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
     act_q8 a;
     const float *xin = x;
     unsigned char *buf;
-    int path, locked;
+    int path, locked = 0;
 
     if (desc->scheme == NVFP4_SCHEME_NONE) {
         path = isa >= CPU_ISA_AVX512 ? PATH_DENSE_AVX512 : PATH_DENSE_SCALAR;
@@ -1933,7 +1933,7 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
         run_tiles(ctx, path, w, xin, xp != NULL, NULL, 0, m, nth, y);
     else
         run_tiles(ctx, path, w, xin, xp != NULL, &a, nch, m, nth, y);
-    if (need)
+    if (buf)
         nvfp4k_cpu_scratch_put(&ctx->act_scratch, buf, locked);
 
     if (w->bias) {
