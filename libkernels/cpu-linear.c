@@ -1833,10 +1833,11 @@ static void prep_range(void *arg, size_t t0, size_t t1, int slot)
     }
 }
 
-/* The next 64-byte aligned piece of BYTES (none: NULL) of a call's scratch */
+/* The next 64-byte aligned piece of BYTES (none: NULL) of a call's scratch
+ * BASE; with BASE NULL it only counts the size in *OFF */
 static void *carve(unsigned char *base, size_t *off, size_t bytes)
 {
-    void *p = bytes ? base + *off : NULL;
+    void *p = base && bytes ? base + *off : NULL;
 
     *off += (bytes + 63) & ~(size_t)63;
     return p;
