@@ -709,12 +709,14 @@ gemv4_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, const k
     }
 }
 
-/* Two rows by 8 tokens: the activation codes, offsets and scales loaded
- * once feed both rows.  Per output exactly the operations of row_vnni_body
- * (same order), so pairing rows changes no bit. */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static void
-row2_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
-          const krange *kr, float *y)
+/* Two rows by NT tokens: the activation codes, offsets and scales loaded
+ * once feed both rows, and below 8 tokens the two rows double the chains
+ * in flight.  Per output exactly the operations of row_vnni_body (same
+ * order), so pairing rows changes no bit. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline
+    __attribute__((always_inline)) void
+    row2_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
+                   const krange *kr, size_t nt, float *y)
 {
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
     const uint8_t *row[2] = {w->packed + (size_t)r * k / 2, w->packed + (size_t)(r + 1) * k / 2};
@@ -726,7 +728,7 @@ row2_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t
     __m512 acc[2][8];
 
 #pragma GCC unroll 8
-    for (size_t t = 0; t < 8; t++)
+    for (size_t t = 0; t < nt; t++)
         acc[0][t] = acc[1][t] = _mm512_setzero_ps();
     for (size_t ch = kr->b0; ch < kr->b1; ch++) {
         __m512i wv[2][4];
@@ -742,7 +744,7 @@ row2_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t
             wv[i][3] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p1, 4), lo4));
         }
 #pragma GCC unroll 8
-        for (size_t t = 0; t < 8; t++) {
+        for (size_t t = 0; t < nt; t++) {
             const size_t tc = (t0 + t) * nch + ch;
             const int8_t *xq = a->q + tc * CPU_CHUNK;
             /* memory operands: 16 accumulators and 8 weight registers leave
@@ -768,7 +770,7 @@ row2_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t
         }
     }
 #pragma GCC unroll 8
-    for (size_t t = 0; t < 8; t++) {
+    for (size_t t = 0; t < nt; t++) {
         float *yo = y + (t0 + t) * n + (size_t)r;
         float v0 = _mm512_reduce_add_ps(acc[0][t]), v1 = _mm512_reduce_add_ps(acc[1][t]);
         yo[0] = kr->acc ? yo[0] + v0 : v0;
@@ -877,6 +879,10 @@ CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", row2_avx512,
               size_t nt, float *y),
              w, r, x, t0, kr)
 CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni", row_vnni,
+             (const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
+              const krange *kr, size_t nt, float *y),
+             w, r, a, nch, t0, kr)
+CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni", row2_vnni,
              (const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
               const krange *kr, size_t nt, float *y),
              w, r, a, nch, t0, kr)
@@ -1264,12 +1270,14 @@ dense_row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0
     }
 }
 
-/* Two rows of one dense part by a full tile of 8 packed tokens (k % 16 ==
- * 0): each activation load feeds two FMAs.  Per output the operations of
- * dense_row_avx512_body, in the same order. */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
-dense_row2_avx512(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
-                  const float *x, size_t t0, const krange *kr, float *y)
+/* Two rows of one dense part by a tile of NT packed tokens (k % 16 == 0):
+ * each activation load feeds two FMAs, and the 2 x NT chains hide the
+ * FMA latency one row's NT alone would not (NT < 8).  Per output the
+ * operations of dense_row_avx512_body, in the same order. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
+    __attribute__((always_inline)) void
+    dense_row2_body(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
+                    const float *x, size_t t0, const krange *kr, size_t nt, float *y)
 {
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n;
     const size_t base0 = (size_t)lr * k, base1 = base0 + k;
@@ -1277,20 +1285,20 @@ dense_row2_avx512(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int6
     __m512 a0[8], a1[8];
 
 #pragma GCC unroll 8
-    for (size_t t = 0; t < 8; t++)
+    for (size_t t = 0; t < nt; t++)
         a0[t] = a1[t] = _mm512_setzero_ps();
     for (size_t b = kr->b0; b < kr->b1; b++) {
         const __m512 w0 = dense_load16(p, base0 + 16 * b, (__mmask16)0xFFFF);
         const __m512 w1 = dense_load16(p, base1 + 16 * b, (__mmask16)0xFFFF);
 #pragma GCC unroll 8
-        for (size_t t = 0; t < 8; t++) {
+        for (size_t t = 0; t < nt; t++) {
             __m512 xv = _mm512_loadu_ps(xt + b * 128 + 16 * t);
             __asm__("" : "+v"(xv)); /* one load for both rows */
             a0[t] = _mm512_fmadd_ps(w0, xv, a0[t]);
             a1[t] = _mm512_fmadd_ps(w1, xv, a1[t]);
         }
     }
-    store2x8(a0, a1, y, t0, n, r, kr->acc, 8);
+    store2x8(a0, a1, y, t0, n, r, kr->acc, nt);
 }
 
 /* One token, four rows of one dense part, unpacked x (m == 1): four FMA
@@ -1348,6 +1356,10 @@ CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", dense_row_avx512,
              (const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
               size_t nt, float *y),
              w, r, x, t0, kr)
+CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", dense_row2,
+             (const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
+              const float *x, size_t t0, const krange *kr, size_t nt, float *y),
+             w, p, r, lr, x, t0, kr)
 #endif
 
 /* ---- upload -------------------------------------------------------------- */
@@ -1556,6 +1568,44 @@ static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float 
     }
 }
 
+/* Rows ahead of the one running whose stretch the GEMM loop prefetches. */
+#define STRETCH_AHEAD 2
+
+/* The GEMM loop walks a tile's rows stretch by stretch, so each row's
+ * stretch (2 KB of bf16 weights, 768 bytes of NVFP4) is a stream of its own
+ * on the first pass, too short for the hardware prefetchers to ramp up:
+ * latency-bound, a few times the read probe's time for small m.  Ask for
+ * row R's stretch KR while an earlier row runs. */
+static inline void prefetch_stretch(const cpu_kweight *w, int path, size_t r, const krange *kr)
+{
+    const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;
+    const char *p, *s = NULL;
+    size_t len, slen = 0;
+
+    if (path <= PATH_DENSE_AVX512) {
+        int64_t lr;
+        const cpu_dense_part *d = dense_row(w, (int64_t)r, &lr);
+        const size_t esz = d->dtype == NVFP4_DTYPE_F32 ? 4 : 2;
+        const size_t i1 = 16 * kr->b1 < k ? 16 * kr->b1 : k;
+
+        p = (const char *)d->data + ((size_t)lr * k + 16 * kr->b0) * esz;
+        len = (i1 - 16 * kr->b0) * esz;
+    } else {
+        /* a unit is a chunk of 16 blocks (VNNI) or one block */
+        const size_t ub = path >= PATH_VNNI ? CPU_CHUNK_BLOCKS : 1;
+        const size_t b0 = ub * kr->b0, b1 = ub * kr->b1 < nb ? ub * kr->b1 : nb;
+
+        p = (const char *)w->packed + r * (k / 2) + 8 * b0;
+        len = 8 * (b1 - b0);
+        s = (const char *)w->scales + r * nb + b0;
+        slen = b1 - b0;
+    }
+    for (size_t o = 0; o < len; o += 64)
+        __builtin_prefetch(p + o, 0, 3);
+    for (size_t o = 0; o < slen; o += 64)
+        __builtin_prefetch(s + o, 0, 3);
+}
+
 /* Tiles TILE0 .. TILE1-1 of a tiles_job (any thread: nvfp4k_cpu_par()). */
 static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
 {
@@ -1625,26 +1675,49 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                 const size_t nt = m - t0 < TOK_TILE ? m - t0 : TOK_TILE;
                 for (size_t u0 = 0; u0 < units; u0 += ku) {
                     krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
+                    /* later token tiles find the stretch in L2 */
+                    const int pf = t0 == 0;
                     size_t r = r0;
+
+                    if (pf)
+                        for (size_t q = r0; q < r0 + STRETCH_AHEAD && q < r1; q++)
+                            prefetch_stretch(w, path, q, &kr);
 #ifdef CPU_X86
                     if (path == PATH_AVX512 && packed)
-                        for (; r + 1 < r1; r += 2)
+                        for (; r + 1 < r1; r += 2) {
+                            if (pf && r + STRETCH_AHEAD + 1 < r1) {
+                                prefetch_stretch(w, path, r + STRETCH_AHEAD, &kr);
+                                prefetch_stretch(w, path, r + STRETCH_AHEAD + 1, &kr);
+                            }
                             row2_avx512(w, (int64_t)r, x, t0, &kr, nt, y);
-                    if (path == PATH_VNNI && nt == TOK_TILE)
-                        for (; r + 1 < r1; r += 2)
-                            row2_vnni(w, (int64_t)r, a, nch, t0, &kr, y);
-                    if (path == PATH_DENSE_AVX512 && nt == TOK_TILE && packed)
+                        }
+                    if (path == PATH_VNNI)
+                        for (; r + 1 < r1; r += 2) {
+                            if (pf && r + STRETCH_AHEAD + 1 < r1) {
+                                prefetch_stretch(w, path, r + STRETCH_AHEAD, &kr);
+                                prefetch_stretch(w, path, r + STRETCH_AHEAD + 1, &kr);
+                            }
+                            row2_vnni(w, (int64_t)r, a, nch, t0, &kr, nt, y);
+                        }
+                    if (path == PATH_DENSE_AVX512 && packed)
                         while (r + 1 < r1) {
                             int64_t l0, l1;
                             const cpu_dense_part *p0 = dense_row(w, (int64_t)r, &l0);
                             if (dense_row(w, (int64_t)r + 1, &l1) != p0)
                                 break; /* a pair across fused parts: one by one */
-                            dense_row2_avx512(w, p0, (int64_t)r, l0, x, t0, &kr, y);
+                            if (pf && r + STRETCH_AHEAD + 1 < r1) {
+                                prefetch_stretch(w, path, r + STRETCH_AHEAD, &kr);
+                                prefetch_stretch(w, path, r + STRETCH_AHEAD + 1, &kr);
+                            }
+                            dense_row2(w, p0, (int64_t)r, l0, x, t0, &kr, nt, y);
                             r += 2;
                         }
 #endif
-                    for (; r < r1; r++)
+                    for (; r < r1; r++) {
+                        if (pf && r + STRETCH_AHEAD < r1)
+                            prefetch_stretch(w, path, r + STRETCH_AHEAD, &kr);
                         row_call(path, w, (int64_t)r, x, a, nch, t0, &kr, nt, y);
+                    }
                 }
             }
         }
@@ -1663,7 +1736,7 @@ static void vnni_rows(const tiles_job *j, size_t m0, size_t m1, size_t r0, size_
             size_t r = r0;
             if (nt == TOK_TILE)
                 for (; r + 1 < r1; r += 2)
-                    row2_vnni(j->w, (int64_t)r, j->a, j->nch, t0, &kr, j->y);
+                    row2_vnni(j->w, (int64_t)r, j->a, j->nch, t0, &kr, nt, j->y);
             for (; r < r1; r++)
                 row_vnni(j->w, (int64_t)r, j->a, j->nch, t0, &kr, nt, j->y);
         }

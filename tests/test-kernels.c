@@ -615,38 +615,50 @@ START_TEST(test_amx_gemm)
 END_TEST
 
 /* Batch invariance at the decode batch sizes a context step runs (B = 1,
- * 3, 8, 17, 64 rows in one call): every token's outputs equal, bit for bit,
- * its outputs computed alone, for W4A4 and W4A16 at every ISA level and
- * 1..3 threads.  K = 1040 (65 blocks: a 64-block stretch and a tail; five
- * 256-element chunks, the last of one block) takes the 4-row GEMVs
- * (float and VNNI) for one token, the 2-row x 8-token kernels and their
- * tails for more; N = 37 leaves odd rows after every row grouping. */
+ * 2, 3, 4, 8, 17, 64 rows in one call): every token's outputs equal, bit
+ * for bit, its outputs computed alone, for W4A4, W4A16 and BF16 at every
+ * ISA level and 1..3 threads.  K = 1040 (65 blocks: a 64-block stretch and
+ * a tail; five 256-element chunks, the last of one block) takes the 4-row
+ * GEMVs (float, dense and VNNI) for one token, the 2-row x NT-token
+ * kernels (NT = 2..8) and their tails for more; N = 37 leaves odd rows
+ * after every row grouping. */
 START_TEST(test_batch_invariance_decode)
 {
     enum { N = 37, K = 1040, M = 64 };
-    static const size_t batches[] = {1, 3, 8, 17, 64};
+    static const size_t batches[] = {1, 2, 3, 4, 8, 17, 64};
+    static const char *const names[] = {"w4a16", "w4a4", "bf16"};
     static float x[M * K], alone[M * N], y[M * N];
+    static uint16_t dense[N * K];
+    nvfp4_tensor td;
 
     for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
         x[i] = frand(-2, 2) * (i % 89 == 0 ? 16.0f : 1.0f);
-    for (int scheme = 0; scheme < 2; scheme++) {
+    for (size_t i = 0; i < sizeof(dense) / sizeof(dense[0]); i++)
+        dense[i] = (uint16_t)(0x3C00 + rnd() % 0x0400 + (rnd() & 0x8000));
+    make_tensor(&td, "dense.decode", NVFP4_DTYPE_BF16, N, K, dense);
+    for (int scheme = 0; scheme < 3; scheme++) {
         syn_linear sl;
+        nvfp4_linear lin;
 
-        syn_make(&sl, "invariance.decode", scheme ? NVFP4_SCHEME_W4A4 : NVFP4_SCHEME_W4A16, N,
-                 K, 0.013f, scheme ? 0.017f : 0.0f);
+        syn_make(&sl, "invariance.decode", scheme == 1 ? NVFP4_SCHEME_W4A4 : NVFP4_SCHEME_W4A16,
+                 N, K, 0.013f, scheme == 1 ? 0.017f : 0.0f);
+        lin = sl.lin;
+        if (scheme == 2) {
+            lin.scheme = NVFP4_SCHEME_NONE;
+            lin.dense = &td;
+        }
         for (size_t l = 0; l < 4; l++) {
             for (size_t t = 0; t < M; t++)
-                run_linear_all_threads(isa_levels[l], &sl.lin, 1, x + t * K, 1, alone + t * N,
-                                       N);
+                run_linear_all_threads(isa_levels[l], &lin, 1, x + t * K, 1, alone + t * N, N);
             for (size_t bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++) {
                 const size_t b = batches[bi], t0 = (M - b) / 2; /* rows from the middle */
 
-                run_linear_all_threads(isa_levels[l], &sl.lin, 1, x + t0 * K, b, y, b * N);
+                run_linear_all_threads(isa_levels[l], &lin, 1, x + t0 * K, b, y, b * N);
                 for (size_t t = 0; t < b; t++)
                     ck_assert_msg(memcmp(y + t * N, alone + (t0 + t) * N,
                                          N * sizeof(float)) == 0,
                                   "%s %s: token %zu of a batch of %zu differs from it alone",
-                                  isa_levels[l], scheme ? "w4a4" : "w4a16", t, b);
+                                  isa_levels[l], names[scheme], t, b);
             }
         }
         syn_free(&sl);
