@@ -155,23 +155,24 @@ static void *cpu_open(const char *params, nvfp4_error *err)
         return NULL;
     }
     c = calloc(1, sizeof(*c));
-    if (!c || pthread_mutex_init(&c->moe_scratch.lock, NULL) != 0) {
-        free(c);
+    if (!c) {
         nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "cpu", -1, "out of memory");
         return NULL;
     }
-    if (pthread_mutex_init(&c->act_scratch.lock, NULL) != 0) {
-        pthread_mutex_destroy(&c->moe_scratch.lock);
-        free(c);
-        nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "cpu", -1, "out of memory");
-        return NULL;
-    }
-    if (pthread_mutex_init(&c->pool_lock, NULL) != 0) {
-        pthread_mutex_destroy(&c->act_scratch.lock);
-        pthread_mutex_destroy(&c->moe_scratch.lock);
-        free(c);
-        nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "cpu", -1, "out of memory");
-        return NULL;
+    {
+        /* the three locks, or none: undo those made before a failure */
+        pthread_mutex_t *locks[] = {&c->moe_scratch.lock, &c->act_scratch.lock, &c->pool_lock};
+        size_t made = 0;
+
+        while (made < 3 && pthread_mutex_init(locks[made], NULL) == 0)
+            made++;
+        if (made < 3) {
+            while (made > 0)
+                pthread_mutex_destroy(locks[--made]);
+            free(c);
+            nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "cpu", -1, "out of memory");
+            return NULL;
+        }
     }
     c->isa = detect_isa(*isa ? isa : cap);
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
