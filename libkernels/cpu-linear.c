@@ -1569,7 +1569,7 @@ static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float 
 }
 
 /* Rows ahead of the one running whose stretch the GEMM loop prefetches. */
-#define STRETCH_AHEAD 2
+#define STRETCH_AHEAD 4
 
 /* The GEMM loop walks a tile's rows stretch by stretch, so each row's
  * stretch (2 KB of bf16 weights, 768 bytes of NVFP4) is a stream of its own
