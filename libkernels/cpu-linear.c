@@ -538,49 +538,37 @@ row2_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, con
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
     const uint8_t *row0 = w->packed + (size_t)r * k / 2, *row1 = row0 + k / 2;
     const uint8_t *srow0 = w->scales + (size_t)r * nb, *srow1 = srow0 + nb;
-    const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
-    const __m512 lut = _mm512_loadu_ps(e2m1_f);
+    const float *lut = w->wlut;
     const __m512i shifts =
         _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
     const float *xt = x + (t0 / 8) * nb * 128;
     __m512 a0[8], a1[8];
-    float bs0[CPU_SCALE_SEG], bs1[CPU_SCALE_SEG];
 
 #pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++)
         a0[t] = a1[t] = _mm512_setzero_ps();
-    for (size_t seg = kr->b0; seg < kr->b1; seg += CPU_SCALE_SEG) {
-        const size_t cnt = kr->b1 - seg < CPU_SCALE_SEG ? kr->b1 - seg : CPU_SCALE_SEG;
+    for (size_t b = kr->b0; b < kr->b1; b++) {
+        const float *xb = xt + b * 128;
+        uint64_t q0, q1;
+        __m512 w0, w1;
 
-        for (size_t g = 0; g < cnt; g += 16) {
-            _mm512_storeu_ps(bs0 + g, scalesn_avx512(srow0 + seg + g, cnt - g, s2));
-            _mm512_storeu_ps(bs1 + g, scalesn_avx512(srow1 + seg + g, cnt - g, s2));
-        }
-        for (size_t j = 0; j < cnt; j++) {
-            const size_t b = seg + j;
-            const float *xb = xt + b * 128;
-            uint64_t q0, q1;
-            __m512 w0, w1;
-
-            memcpy(&q0, row0 + 8 * b, 8);
-            memcpy(&q1, row1 + 8 * b, 8);
-            w0 = _mm512_mul_ps(
-                _mm512_permutexvar_ps(
-                    _mm512_srlv_epi32(_mm512_set1_epi64((long long)q0), shifts), lut),
-                _mm512_set1_ps(bs0[j]));
-            w1 = _mm512_mul_ps(
-                _mm512_permutexvar_ps(
-                    _mm512_srlv_epi32(_mm512_set1_epi64((long long)q1), shifts), lut),
-                _mm512_set1_ps(bs1[j]));
+        memcpy(&q0, row0 + 8 * b, 8);
+        memcpy(&q1, row1 + 8 * b, 8);
+        /* the weight's table of §2 products (wlut): a block's 16 weights
+         * are the table row of its scale byte permuted by its codes, the
+         * same float32 products as code times decoded scale */
+        w0 = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi64((long long)q0), shifts),
+                                   _mm512_load_ps(lut + 16 * (size_t)srow0[b]));
+        w1 = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi64((long long)q1), shifts),
+                                   _mm512_load_ps(lut + 16 * (size_t)srow1[b]));
 #pragma GCC unroll 8
-            for (size_t t = 0; t < nt; t++) {
-                __m512 xv = _mm512_loadu_ps(xb + 16 * t);
-                /* one load for both rows: keep GCC from folding it into each
-                 * FMA as a memory operand (twice the loads) */
-                __asm__("" : "+v"(xv));
-                a0[t] = _mm512_fmadd_ps(w0, xv, a0[t]);
-                a1[t] = _mm512_fmadd_ps(w1, xv, a1[t]);
-            }
+        for (size_t t = 0; t < nt; t++) {
+            __m512 xv = _mm512_loadu_ps(xb + 16 * t);
+            /* one load for both rows: keep GCC from folding it into each
+             * FMA as a memory operand (twice the loads) */
+            __asm__("" : "+v"(xv));
+            a0[t] = _mm512_fmadd_ps(w0, xv, a0[t]);
+            a1[t] = _mm512_fmadd_ps(w1, xv, a1[t]);
         }
     }
     store2x8(a0, a1, y, t0, n, r, kr->acc, nt);
