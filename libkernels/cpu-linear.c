@@ -1594,6 +1594,15 @@ static inline void prefetch_stretch(const cpu_kweight *w, int path, size_t r, co
         __builtin_prefetch(s + o, 0, 3);
 }
 
+/* Before rows R .. R+CNT-1 of a tile ending at R1 run: the stretches of
+ * the rows STRETCH_AHEAD further on that the tile holds. */
+static inline void prefetch_ahead(const cpu_kweight *w, int path, size_t r, size_t cnt,
+                                  size_t r1, const krange *kr)
+{
+    for (size_t q = r + STRETCH_AHEAD; q < r + STRETCH_AHEAD + cnt && q < r1; q++)
+        prefetch_stretch(w, path, q, kr);
+}
+
 /* Tiles TILE0 .. TILE1-1 of a tiles_job (any thread: nvfp4k_cpu_par()). */
 static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
 {
@@ -1667,24 +1676,20 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                     const int pf = t0 == 0;
                     size_t r = r0;
 
-                    if (pf)
+                    if (pf) /* the first rows; each call below asks for those ahead */
                         for (size_t q = r0; q < r0 + STRETCH_AHEAD && q < r1; q++)
                             prefetch_stretch(w, path, q, &kr);
 #ifdef CPU_X86
                     if (path == PATH_AVX512 && packed)
                         for (; r + 1 < r1; r += 2) {
-                            if (pf && r + STRETCH_AHEAD + 1 < r1) {
-                                prefetch_stretch(w, path, r + STRETCH_AHEAD, &kr);
-                                prefetch_stretch(w, path, r + STRETCH_AHEAD + 1, &kr);
-                            }
+                            if (pf)
+                                prefetch_ahead(w, path, r, 2, r1, &kr);
                             row2_avx512(w, (int64_t)r, x, t0, &kr, nt, y);
                         }
                     if (path == PATH_VNNI)
                         for (; r + 1 < r1; r += 2) {
-                            if (pf && r + STRETCH_AHEAD + 1 < r1) {
-                                prefetch_stretch(w, path, r + STRETCH_AHEAD, &kr);
-                                prefetch_stretch(w, path, r + STRETCH_AHEAD + 1, &kr);
-                            }
+                            if (pf)
+                                prefetch_ahead(w, path, r, 2, r1, &kr);
                             row2_vnni(w, (int64_t)r, a, nch, t0, &kr, nt, y);
                         }
                     if (path == PATH_DENSE_AVX512 && packed)
@@ -1693,17 +1698,15 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                             const cpu_dense_part *p0 = dense_row(w, (int64_t)r, &l0);
                             if (dense_row(w, (int64_t)r + 1, &l1) != p0)
                                 break; /* a pair across fused parts: one by one */
-                            if (pf && r + STRETCH_AHEAD + 1 < r1) {
-                                prefetch_stretch(w, path, r + STRETCH_AHEAD, &kr);
-                                prefetch_stretch(w, path, r + STRETCH_AHEAD + 1, &kr);
-                            }
+                            if (pf)
+                                prefetch_ahead(w, path, r, 2, r1, &kr);
                             dense_row2(w, p0, (int64_t)r, l0, x, t0, &kr, nt, y);
                             r += 2;
                         }
 #endif
                     for (; r < r1; r++) {
-                        if (pf && r + STRETCH_AHEAD < r1)
-                            prefetch_stretch(w, path, r + STRETCH_AHEAD, &kr);
+                        if (pf)
+                            prefetch_ahead(w, path, r, 1, r1, &kr);
                         row_call(path, w, (int64_t)r, x, a, nch, t0, &kr, nt, y);
                     }
                 }
