@@ -708,9 +708,12 @@ static int select_items(ctctx *C, const ctnode *at, const cval *seq, const cargs
     }
     if (skip > rest.n)
         skip = rest.n;
-    rest.v += skip;
-    rest.names += skip;
-    rest.n -= skip;
+    if (skip) { /* no pointer arithmetic on absent (NULL) arrays */
+        rest.v += skip;
+        if (rest.names)
+            rest.names += skip;
+        rest.n -= skip;
+    }
     if (nvfp4m_ct_iter(C, at, seq, &items) || !(l = nvfp4m_ct_list_new(C, at, items->n)) ||
         nvfp4m_ct_step(C, at, items->n))
         return -1;
