@@ -59,10 +59,26 @@
 /* Tokens per tile of the kernels (activations of a tile packed together). */
 #define TOK_TILE 8
 
-/* The GEMV kernels prefetch the weight stream this many bytes ahead: rows
- * of 8K-16K weights from DRAM went from about half the read probe to about
- * two thirds of it here (the hardware prefetchers alone fall behind). */
-#define CPU_PREFETCH 4096
+/* The GEMV kernels prefetch the weight stream ahead of their loads (the
+ * hardware prefetchers alone fall behind: rows of 8K-16K weights from DRAM
+ * read at about half the probe without it).  How far ahead pays depends on
+ * the CPU -- its bandwidth per core times the latency to be hidden -- so
+ * nvfp4k_cpu_tables_init() picks the distances by vendor; measured with
+ * bench-kernels (GEMV over the ooc probe, 1 thread, best of 3):
+ *   CPU_PREFETCH, one row streamed (the W4A4 VNNI GEMV, the float GEMV of
+ *   one row, the GEMM's rows): Zen 5 (35 GB/s a core) 4096 -> 8192 bytes
+ *   took 4096x14336 from 0.60-0.78 to 0.92-1.0; a Xeon with AMX (16 GB/s a
+ *   core) 4096 -> 2048 took 16384x2048 from 0.85 to 0.96, 2048x8192 0.88
+ *   -> 0.96, 4096x14336 0.94 -> 0.91;
+ *   CPU_PREFETCH4, per row of the 4-row W4A16 LUT GEMV (four streams, each
+ *   consumed at a quarter of the rate), against 4096: Zen 5 16384 took
+ *   2048x8192 from 0.37 to 0.5, 16384x2048 0.45 -> 0.55; the Xeon 8192
+ *   took 14336x4096 from 0.48 to 0.71, 4096x14336 0.51 -> 0.57, 16384x2048
+ *   0.67 -> 0.62.
+ * Other CPUs get 4096 and 8192, between the two. */
+static size_t cpu_pf1 = 4096, cpu_pf4 = 8192;
+#define CPU_PREFETCH cpu_pf1
+#define CPU_PREFETCH4 cpu_pf4
 
 /* Products of fewer multiply-adds than this run on one thread. */
 #define CPU_LINEAR_PAR_MIN (512.0 * 1024.0)
@@ -110,7 +126,8 @@ static inline const float *xblock(const float *x, size_t k, size_t t0, size_t t,
                   : x + (t0 + t) * k + 16 * b;
 }
 
-/* E4M3 byte -> float (§1), from numerics.h's decoder once. */
+/* E4M3 byte -> float (§1), from numerics.h's decoder once; and the
+ * prefetch distances (CPU_PREFETCH). */
 static float e4m3_table[256];
 static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
 
@@ -118,6 +135,16 @@ static void e4m3_table_fill(void)
 {
     for (int i = 0; i < 256; i++)
         e4m3_table[i] = num_e4m3_value((uint32_t)i);
+#ifdef CPU_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_is("amd")) {
+        cpu_pf1 = 8192;
+        cpu_pf4 = 16384;
+    } else if (__builtin_cpu_is("intel")) {
+        cpu_pf1 = 2048;
+        cpu_pf4 = 8192;
+    }
+#endif
 }
 
 void nvfp4k_cpu_tables_init(void)
@@ -481,7 +508,7 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
             uint64_t s8[GEMV_ROWS];                                                                \
             for (int i = 0; i < GEMV_ROWS; i++) {                                                  \
                 memcpy(&s8[i], srow[i] + b, 8);                                                    \
-                _mm_prefetch((const char *)(row[i] + 8 * b) + CPU_PREFETCH, _MM_HINT_T0);          \
+                _mm_prefetch((const char *)(row[i] + 8 * b) + CPU_PREFETCH4, _MM_HINT_T0);         \
             }                                                                                      \
             _Pragma("GCC unroll 8")                                                                \
             for (int p = 0; p < 8; p++) {                                                          \
