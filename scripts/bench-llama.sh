@@ -99,15 +99,27 @@ trap 'rm -rf "$tmp"' EXIT
 : > "$tmp/results"   # lines: ENGINE THREADS PREFILL DECODE ROUND
 
 # ggml picks its AMX kernels where the CPU lists AMX; a sandbox that does
-# not grant AMX state kills them with SIGILL: then without ggml's extra
-# buffer types (--repack 0: no AMX, no repacked Q4_0), said in the table;
-# a prompt of 32 tokens reaches the AMX GEMM (one token does not)
+# not grant AMX state kills them with SIGILL, and on a Xeon VM here they
+# died with SIGSEGV: then llama.cpp built without them (build-llama.sh
+# --no-amx, which keeps its repacked Q4_0 kernels), and if that fails too,
+# without ggml's extra buffer types (--repack 0: no AMX, no repacked Q4_0);
+# the table says which.  A prompt of 32 tokens reaches the AMX GEMM (one
+# token does not).
 LLAMA_EXTRA=${LLAMA_EXTRA-}
-if [ -z "$LLAMA_EXTRA" ] &&
-    ! "$LLAMA_BIN/llama-bench" -m "$G16" -p 32 -n 0 -t 1 -r 1 -o csv >/dev/null 2>&1; then
-    echo "bench-llama.sh: llama-bench failed with its defaults; running it with --repack 0" >&2
-    LLAMA_EXTRA="--repack 0"
+LLAMA_HOW=""
+llama_ok() { "$1/llama-bench" -m "$G16" -p 32 -n 0 -t 1 -r 1 -o csv >/dev/null 2>&1; }
+if [ -z "$LLAMA_EXTRA" ] && ! llama_ok "$LLAMA_BIN"; then
+    echo "bench-llama.sh: llama-bench failed with its defaults; trying llama.cpp without AMX" >&2
+    NOAMX_BIN=$("$ROOT/scripts/build-llama.sh" --no-amx | tail -1)
+    if llama_ok "$NOAMX_BIN"; then
+        LLAMA_BIN=$NOAMX_BIN
+        LLAMA_HOW="built without AMX (its AMX kernels crash here)"
+    else
+        echo "bench-llama.sh: that failed too; running llama-bench with --repack 0" >&2
+        LLAMA_EXTRA="--repack 0"
+    fi
 fi
+LLAMA_HOW=${LLAMA_HOW:-${LLAMA_EXTRA:-with its defaults}}
 
 llama_run() { # GGUF THREADS -> "pp tg"
     # the prompt from an empty cache, then the decode after a cache of P
@@ -141,7 +153,7 @@ probe() { # THREADS -> GB/s
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
     for t in $THREADS; do
-        export OMP_NUM_THREADS=$t
+        export OMP_NUM_THREADS="$t"
         pa=$(probe "$t")
         echo "nvfp4 $t $(nvfp4_run "$t") $r" >> "$tmp/results"
         echo "q4_0-16 $t $(llama_run "$G16" "$t") $r" >> "$tmp/results"
@@ -153,7 +165,7 @@ while [ "$r" -le "$ROUNDS" ]; do
     r=$((r + 1))
 done
 
-"$PY" - "$tmp/results" "$CK" "$G16" "$GQ6" "$P" "$N" "$(cat /proc/loadavg)" "$LLAMA_EXTRA" \
+"$PY" - "$tmp/results" "$CK" "$G16" "$GQ6" "$P" "$N" "$(cat /proc/loadavg)" "$LLAMA_HOW" \
     "$TITLE" "$DIR/config.json" <<'PY'
 import json, os, sys
 res, ck, g16, gq6, P, N, load, extra, title, cfg = sys.argv[1:11]
@@ -218,7 +230,7 @@ print("%s shape (random weights), prompt %s, decode %s tokens; best of %d rounds
       "engines interleaved" % (title, P, N, rounds))
 print("load average at the end: %s; llama-bench %s; both decode after the %s-token "
       "prompt (llama-bench -d %s)"
-      % (" ".join(load.split()[:3]), extra or "with its defaults", P, P))
+      % (" ".join(load.split()[:3]), extra, P, P))
 print("GB/token: the weights; KV GB: the KV cache read a token at position %.0f; "
       "dec/bound: decode / (probe / weights); +KV: / (probe / (weights + KV))" % pos)
 print("%-30s %3s %9s %9s %9s %9s %9s %9s %9s" % ("", "th", "prefill", "decode", "GB/token",
