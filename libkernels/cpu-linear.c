@@ -129,9 +129,9 @@ static inline const float *xblock(const float *x, size_t k, size_t t0, size_t t,
 /* E4M3 byte -> float (§1), from numerics.h's decoder once; and the
  * prefetch distances (CPU_PREFETCH). */
 static float e4m3_table[256];
-static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
-static void e4m3_table_fill(void)
+static void cpu_tables_fill(void)
 {
     for (int i = 0; i < 256; i++)
         e4m3_table[i] = num_e4m3_value((uint32_t)i);
@@ -149,7 +149,7 @@ static void e4m3_table_fill(void)
 
 void nvfp4k_cpu_tables_init(void)
 {
-    pthread_once(&e4m3_once, e4m3_table_fill);
+    pthread_once(&tables_once, cpu_tables_fill);
 }
 
 /* ---- layouts ---------------------------------------------------------------- */

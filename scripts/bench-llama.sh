@@ -46,14 +46,12 @@ ROUNDS=${1:-3}
 NVFP4=${NVFP4:-$ROOT/build/release/tools/nvfp4}
 BENCH_KERNELS=${BENCH_KERNELS:-$(dirname "$(dirname "$NVFP4")")/bench/bench-kernels}
 PY=${PY:-$ROOT/build/venv/bin/python}
-LLAMA_BIN=${LLAMA_BIN:-$CACHE/llama.cpp/build/bin}
 THREADS=${THREADS:-1 2}
 P=${PROMPT:-512}
 N=${TOKENS:-128}
 
 [ -x "$NVFP4" ] || "$ROOT/scripts/build.sh"
 [ -x "$BENCH_KERNELS" ] || { echo "bench-llama.sh: no $BENCH_KERNELS (make bench/bench-kernels)" >&2; exit 1; }
-[ -x "$LLAMA_BIN/llama-bench" ] || LLAMA_BIN=$("$ROOT/scripts/build-llama.sh" | tail -1)
 "$PY" -c 'import gguf, numpy' 2>/dev/null ||
     { echo "bench-llama.sh: $PY lacks the gguf package (scripts/fixtures/setup-venv.sh)" >&2; exit 1; }
 
@@ -101,25 +99,19 @@ trap 'rm -rf "$tmp"' EXIT
 # ggml picks its AMX kernels where the CPU lists AMX; a sandbox that does
 # not grant AMX state kills them with SIGILL, and on a Xeon VM here they
 # died with SIGSEGV: then llama.cpp built without them (build-llama.sh
-# --no-amx, which keeps its repacked Q4_0 kernels), and if that fails too,
-# without ggml's extra buffer types (--repack 0: no AMX, no repacked Q4_0);
-# the table says which.  A prompt of 32 tokens reaches the AMX GEMM (one
-# token does not).
+# --for picks that build, which keeps its repacked Q4_0 kernels), and if
+# that fails too, without ggml's extra buffer types (--repack 0: no AMX,
+# no repacked Q4_0); the table says which.
+LLAMA_BIN=${LLAMA_BIN:-$("$ROOT/scripts/build-llama.sh" --for "$G16" | tail -1)}
 LLAMA_EXTRA=${LLAMA_EXTRA-}
-LLAMA_HOW=""
-llama_ok() { "$1/llama-bench" -m "$G16" -p 32 -n 0 -t 1 -r 1 -o csv >/dev/null 2>&1; }
-if [ -z "$LLAMA_EXTRA" ] && ! llama_ok "$LLAMA_BIN"; then
-    echo "bench-llama.sh: llama-bench failed with its defaults; trying llama.cpp without AMX" >&2
-    NOAMX_BIN=$("$ROOT/scripts/build-llama.sh" --no-amx | tail -1)
-    if llama_ok "$NOAMX_BIN"; then
-        LLAMA_BIN=$NOAMX_BIN
-        LLAMA_HOW="built without AMX (its AMX kernels crash here)"
-    else
-        echo "bench-llama.sh: that failed too; running llama-bench with --repack 0" >&2
-        LLAMA_EXTRA="--repack 0"
-    fi
+LLAMA_HOW=${LLAMA_EXTRA:-with its defaults}
+case $LLAMA_BIN in */build-noamx/bin) LLAMA_HOW="built without AMX (its AMX kernels crash here)" ;; esac
+if [ -z "$LLAMA_EXTRA" ] &&
+    ! "$LLAMA_BIN/llama-bench" -m "$G16" -p 32 -n 0 -t 1 -r 1 >/dev/null 2>&1; then
+    echo "bench-llama.sh: llama-bench failed with its defaults; running it with --repack 0" >&2
+    LLAMA_EXTRA="--repack 0"
+    LLAMA_HOW=$LLAMA_EXTRA
 fi
-LLAMA_HOW=${LLAMA_HOW:-${LLAMA_EXTRA:-with its defaults}}
 
 llama_run() { # GGUF THREADS -> "pp tg"
     # the prompt from an empty cache, then the decode after a cache of P

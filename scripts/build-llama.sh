@@ -7,23 +7,41 @@
 #   $NVFP4_CACHE/llama.cpp/src     the extracted sources
 #   $NVFP4_CACHE/llama.cpp/build   Release, -march=native, CPU only
 #   $NVFP4_CACHE/llama.cpp/build-noamx   the same without ggml's AMX kernels
-#                                  (--no-amx: -mno-amx-*), for CPUs that list
-#                                  AMX where ggml's AMX path crashes (a Xeon
-#                                  VM here: SIGSEGV in llama-bench) and which
-#                                  would otherwise run with --repack 0
+#                                  (-mno-amx-*), for CPUs that list AMX where
+#                                  ggml's AMX path crashes (a Xeon VM here:
+#                                  SIGSEGV in llama-bench and llama-server)
 # Prints the bin directory (llama-bench, llama-server, llama-cli, ...).
-# Usage: scripts/build-llama.sh [--no-amx]   (idempotent; a finished build is reused)
+# Usage: scripts/build-llama.sh [--no-amx | --for GGUF]
+#   --no-amx    the build without AMX
+#   --for GGUF  the first build whose llama-bench runs a 32-token prompt of
+#               GGUF (what reaches the AMX GEMM): the default one, else the
+#               one without AMX; if neither does, the default one, with a
+#               warning (bench-llama.sh then runs it with --repack 0)
+# Idempotent: a finished build is reused.
 set -eu
 CACHE=${NVFP4_CACHE:-$HOME/.cache/nvfp4}
 VER=0.3.36
 TOP="$CACHE/llama.cpp"
 SRC="$TOP/src"
-BLD="$TOP/build"
-NOAMX=""
-if [ "${1-}" = --no-amx ]; then
-    BLD="$TOP/build-noamx"
-    NOAMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-fi
+
+runs() { # BIN GGUF: llama-bench of BIN runs a 32-token prompt of GGUF
+    "$1/llama-bench" -m "$2" -p 32 -n 0 -t 1 -r 1 >/dev/null 2>&1
+}
+
+case ${1-} in
+--for)
+    [ -f "${2-}" ] || { echo "build-llama.sh: --for needs a GGUF file, not '${2-}'" >&2; exit 1; }
+    def=$("$0" | tail -1)
+    if runs "$def" "$2"; then echo "$def"; exit 0; fi
+    echo "build-llama.sh: llama.cpp's default build fails on $2; trying one without AMX" >&2
+    noamx=$("$0" --no-amx | tail -1)
+    if runs "$noamx" "$2"; then echo "$noamx"; exit 0; fi
+    echo "build-llama.sh: the build without AMX fails on $2 too" >&2
+    echo "$def"; exit 0 ;;
+--no-amx) BLD="$TOP/build-noamx" NOAMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" ;;
+"") BLD="$TOP/build" NOAMX="" ;;
+*) echo "build-llama.sh: unknown option '$1' (--no-amx, --for GGUF)" >&2; exit 1 ;;
+esac
 if [ -x "$BLD/bin/llama-server" ] && [ -x "$BLD/bin/llama-bench" ]; then
     echo "$BLD/bin"; exit 0
 fi
