@@ -40,8 +40,6 @@ typedef struct {
 typedef struct {
     int threads;        /* 0 = OpenMP's default */
     cpu_isa isa;
-    int vbmi;           /* isa >= vnni and the CPU has AVX512-VBMI (the float
-                         * GEMV's vpmultishiftqb); isa=avx512 runs without */
     /* MoE's buffers (cpu.c) and a Linear's activations (cpu-linear.c):
      * lasting memory, faulted in once rather than at every call */
     cpu_scratch moe_scratch;

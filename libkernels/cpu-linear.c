@@ -6,16 +6,22 @@
  * row are repacked (same 4 bits per weight; the E4M3 block scales stay
  * bytes, so the kernels read 4.5 bits per weight) into one of two layouts:
  *
- * BLOCK (float kernels: W4A16, and W4A4 without VNNI).  Each block of 16
- *   (§2) is one 64-bit word whose low 32 bits hold the even elements and
- *   high 32 bits the odd ones, nibble i of each half being element 2i (or
- *   2i+1).  Broadcasting the word to a zmm register and shifting dword lane
- *   l right by 4*(l/2) leaves element l's code in the low bits of lane l;
- *   vpermps then maps it through the 16-entry E2M1 table and a multiply by
- *   the block scale gives §2's float32 weight exactly: one shuffle per 16
- *   weights, activations in their natural order.  The one-token kernel
- *   looks the same products up instead, in a table of 256 x 16 floats per
- *   weight (wlut: one row per E4M3 scale byte).
+ * BLOCK (float kernels: W4A16, and W4A4 without VNNI).  Groups of 8
+ *   blocks of 16 (§2) in 64 bytes: 32-bit lane l of the group holds element
+ *   l of its 8 blocks, block p of the group in nibble p (bits 4p..4p+3).
+ *   Loading the group into a zmm register and shifting every lane right by
+ *   4p leaves block p's codes in the low bits of the lanes, in element
+ *   order; vpermps (which reads only those 4 bits) then maps them through
+ *   the 16-entry E2M1 table and a multiply by the block scale gives §2's
+ *   float32 weight exactly: one shift and one shuffle per 16 weights,
+ *   activations in their natural order.  The one-token kernel looks the
+ *   same products up instead, in a table of 256 x 16 floats per weight
+ *   (wlut: one row per E4M3 scale byte).  The last nb % 8 blocks of a row
+ *   are one 64-bit word each, the even elements in the low 32 bits and the
+ *   odd ones in the high 32, nibble i of each half being element 2i (or
+ *   2i+1): broadcast and shifted lane by lane.  Either way block b's bytes
+ *   are bytes 8b .. 8b+7 of its group's span, so the streams and their
+ *   prefetches are the same as for the file layout.
  *
  * CHUNK (the AVX-512 VNNI W4A4 kernel).  Chunks of 256 weights (16 blocks)
  *   in 128 bytes: step s = 0..3 covers elements 4s..4s+3 of every block;
@@ -168,11 +174,24 @@ static inline void chunk_pos(unsigned e, unsigned c, unsigned *byte, unsigned *h
     *hi = s & 1;
 }
 
-/* BLOCK layout: nibble index (0..15, little-endian in the 64-bit word) of
- * element E (0..15) of a block. */
-static inline unsigned block_nib(unsigned e)
+/* BLOCK layout: the blocks of a row held in groups of 8 (the rest are
+ * single words), and the byte and nibble of element E of block B of a row
+ * of NB blocks. */
+static inline size_t block_nb8(size_t nb)
 {
-    return (e & 1) ? 8 + e / 2 : e / 2;
+    return nb & ~(size_t)7;
+}
+
+static inline void block_pos(size_t b, unsigned e, size_t nb, size_t *byte, unsigned *hi)
+{
+    if (b < block_nb8(nb)) {
+        *byte = 64 * (b / 8) + 4 * e + (b % 8) / 2;
+        *hi = (unsigned)(b % 2);
+    } else {
+        unsigned nib = (e & 1) ? 8 + e / 2 : e / 2;
+        *byte = 8 * b + nib / 2;
+        *hi = nib & 1;
+    }
 }
 
 /* Repack one row of K/2 bytes from the file layout (§2: element 2i in the
@@ -186,8 +205,10 @@ static void repack_row(const uint8_t *src, int64_t k, int layout, uint8_t *dst)
         for (size_t b = 0; b < nb; b++)
             for (unsigned e = 0; e < 16; e++) {
                 uint8_t code = (src[b * 8 + e / 2] >> (4 * (e & 1))) & 0xF;
-                unsigned nib = block_nib(e);
-                dst[b * 8 + nib / 2] |= (uint8_t)(code << (4 * (nib & 1)));
+                size_t byte;
+                unsigned hi;
+                block_pos(b, e, nb, &byte, &hi);
+                dst[byte] |= (uint8_t)(code << (4 * hi));
             }
         return;
     }
@@ -212,8 +233,10 @@ static inline unsigned code_at(const cpu_kweight *w, const uint8_t *row, size_t 
 {
     size_t b = i / 16;
     if (w->layout == CPU_LAYOUT_BLOCK) {
-        unsigned nib = block_nib((unsigned)(i % 16));
-        return (row[b * 8 + nib / 2] >> (4 * (nib & 1))) & 0xF;
+        size_t byte;
+        unsigned hi;
+        block_pos(b, (unsigned)(i % 16), (size_t)w->d.k / 16, &byte, &hi);
+        return (row[byte] >> (4 * hi)) & 0xF;
     } else {
         size_t nb = (size_t)w->d.k / 16, ch = b / CPU_CHUNK_BLOCKS;
         unsigned c = (unsigned)(nb - ch * CPU_CHUNK_BLOCKS < CPU_CHUNK_BLOCKS
@@ -244,16 +267,8 @@ static void row_scalar(const cpu_kweight *w, int64_t r, const float *x, size_t t
         const float bs = e4m3_table[srow[b]] * s2;
         float wb[16];
 
-        if (w->layout == CPU_LAYOUT_BLOCK) {
-            uint64_t q = 0;
-            for (int i = 0; i < 8; i++)
-                q |= (uint64_t)row[b * 8 + (size_t)i] << (8 * i);
-            for (unsigned e = 0; e < 16; e++)
-                wb[e] = e2m1_f[(q >> (4 * block_nib(e))) & 0xF] * bs;
-        } else {
-            for (unsigned e = 0; e < 16; e++)
-                wb[e] = e2m1_f[code_at(w, row, b * 16 + e)] * bs;
-        }
+        for (unsigned e = 0; e < 16; e++)
+            wb[e] = e2m1_f[code_at(w, row, b * 16 + e)] * bs;
         for (size_t t = 0; t < nt; t++) {
             const float *xb = x + (t0 + t) * k + b * 16;
             for (unsigned e = 0; e < 16; e++)
@@ -317,6 +332,24 @@ chunk_load(const uint8_t *row, const uint8_t *srow, size_t nb, size_t ch, __m512
 
 /* ---- AVX2 float kernel (BLOCK layout) ------------------------------------------ */
 
+/* Elements 8h .. 8h+7 of block B of a BLOCK-layout row of NB blocks, lane
+ * l holding its code in the low 3 bits and the sign in bit 3 (the bits
+ * above belong to other blocks). */
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) __m256i
+block_codes256(const uint8_t *row, size_t nb, size_t b, int h)
+{
+    uint64_t q;
+
+    if (b < block_nb8(nb))
+        return _mm256_srl_epi32(
+            _mm256_loadu_si256((const void *)(row + 8 * (b & ~(size_t)7) + 32 * (size_t)h)),
+            _mm_cvtsi32_si128((int)(4 * (b & 7))));
+    memcpy(&q, row + 8 * b, 8);
+    return _mm256_srlv_epi32(_mm256_set1_epi64x((long long)q),
+                             h ? _mm256_setr_epi32(16, 16, 20, 20, 24, 24, 28, 28)
+                               : _mm256_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12));
+}
+
 __attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
 row_avx2_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
               size_t nt,
@@ -328,8 +361,6 @@ row_avx2_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const 
     const float s2 = w->d.weight_scale_2;
     const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
     const __m256i eight = _mm256_set1_epi32(8);
-    const __m256i sh0 = _mm256_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12);
-    const __m256i sh1 = _mm256_setr_epi32(16, 16, 20, 20, 24, 24, 28, 28);
     /* one accumulator per token whatever nt: the same sums for a row in a
      * GEMV as in a GEMM (batch invariance) */
     const size_t na = 1;
@@ -343,15 +374,11 @@ row_avx2_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const 
         for (size_t a = 0; a < na; a++)
             acc[t * na + a] = _mm256_setzero_ps();
     for (size_t b = kr->b0; b < kr->b1; b++) {
-        uint64_t q;
-        __m256i v;
         /* §2: block scale times global scale, rounded once */
         const __m256 bs = _mm256_set1_ps(e4m3_table[srow[b]] * s2);
 
-        memcpy(&q, row + 8 * b, 8);
-        v = _mm256_set1_epi64x((long long)q);
         for (int h = 0; h < 2; h++) {
-            __m256i nib = _mm256_srlv_epi32(v, h ? sh1 : sh0);
+            __m256i nib = block_codes256(row, nb, b, h);
             /* magnitude from the low 3 bits, sign from bit 3 */
             __m256 m = _mm256_permutevar8x32_ps(mag, nib);
             __m256i sg = _mm256_slli_epi32(_mm256_and_si256(nib, eight), 28);
@@ -376,6 +403,29 @@ row_avx2_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const 
 
 /* ---- AVX-512 float kernel (BLOCK layout) ------------------------------------------ */
 
+/* Block B of a BLOCK-layout row of NB blocks: lane l holds element l's
+ * code in its low 4 bits, the bits above belonging to other blocks (which
+ * vpermps ignores).  For any B; the kernels shift whole groups in place. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __attribute__((always_inline)) __m512i
+block_codes512(const uint8_t *row, size_t nb, size_t b)
+{
+    uint64_t q;
+
+    if (b < block_nb8(nb))
+        return _mm512_srl_epi32(_mm512_loadu_si512((const void *)(row + 8 * (b & ~(size_t)7))),
+                                _mm_cvtsi32_si128((int)(4 * (b & 7))));
+    memcpy(&q, row + 8 * b, 8);
+    return _mm512_srlv_epi32(
+        _mm512_set1_epi64((long long)q),
+        _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0));
+}
+
+/* Whether blocks B .. B+7 of a row of NB blocks are one group. */
+static inline int block_group(size_t b, size_t nb)
+{
+    return b % 8 == 0 && b + 8 <= block_nb8(nb);
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __attribute__((always_inline)) void
 row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
                 size_t nt,
@@ -386,9 +436,6 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
     const uint8_t *srow = w->scales + (size_t)r * nb;
     const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
     const __m512 lut = _mm512_loadu_ps(e2m1_f);
-    /* lane l takes nibble l/2 of the low (l even) or high (l odd) half */
-    const __m512i shifts =
-        _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
     /* one accumulator per token whatever nt: the same sums for a row in a
      * GEMV as in a GEMM (batch invariance) */
     const size_t na = 1;
@@ -410,23 +457,27 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
 
         for (size_t g = 0; g < cnt; g += 16)
             _mm512_storeu_ps(bsa + g, scalesn_avx512(srow + seg + g, cnt - g, s2));
-        for (size_t j = 0; j < cnt; j += 4) {
-            if (j % 8 == 0) /* one line per 8 blocks; see CPU_PREFETCH */
-                _mm_prefetch((const char *)(row + 8 * (seg + j)) + CPU_PREFETCH, _MM_HINT_T0);
-#pragma GCC unroll 4
-            for (size_t u = 0; u < 4; u++) {
-                const size_t b = seg + j + u;
-                uint64_t q;
+        for (size_t j = 0; j < cnt; j += 8) {
+            const size_t bg = seg + j;
+            const int whole = block_group(bg, nb);
+            const __m512i grp =
+                whole ? _mm512_loadu_si512((const void *)(row + 8 * bg)) : _mm512_setzero_si512();
+
+            /* one line per 8 blocks; see CPU_PREFETCH */
+            _mm_prefetch((const char *)(row + 8 * bg) + CPU_PREFETCH, _MM_HINT_T0);
+#pragma GCC unroll 8
+            for (size_t u = 0; u < 8; u++) {
+                const size_t b = bg + u;
                 __m512 wv;
 
                 if (j + u >= cnt)
                     break;
-                memcpy(&q, row + 8 * b, 8);
-                /* vpermps reads only the low 4 index bits: no mask needed;
-                 * code times block scale is §2's float32 weight exactly */
+                /* code times block scale is §2's float32 weight exactly */
                 wv = _mm512_mul_ps(
-                    _mm512_permutexvar_ps(
-                        _mm512_srlv_epi32(_mm512_set1_epi64((long long)q), shifts), lut),
+                    _mm512_permutexvar_ps(whole ? (u ? _mm512_srli_epi32(grp, 4 * (unsigned)u)
+                                                     : grp)
+                                                : block_codes512(row, nb, b),
+                                          lut),
                     _mm512_set1_ps(bsa[j + u]));
 #pragma GCC unroll 8
                 for (size_t t = 0; t < nt; t++)
@@ -461,78 +512,59 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
  * prefetchers; its chunks' chains already overlap). */
 #define GEMV4_MAX_K 2048
 
-/* Block BLK of row I: acc[I] += the table row of its scale byte SB, permuted
- * by its 16 codes (IDX, from the 8 code bytes q), times XV. */
-#define GEMV_LUT_STEP(IDX, I, BLK, SB, XV)                                                         \
-    do {                                                                                           \
-        uint64_t q;                                                                                \
-        memcpy(&q, row[I] + 8 * (BLK), 8);                                                         \
-        const __m512 t_ = _mm512_load_ps(lut + 16 * (size_t)(SB));                                 \
-        acc[I] = _mm512_fmadd_ps(_mm512_permutexvar_ps(IDX, t_), XV, acc[I]);                      \
-    } while (0)
-
 /* The float GEMV (W4A16; W4A4 below VNNI) by the weight's table of §2
  * products (wlut): a block's 16 weights are one vpermps of the table row of
- * its scale byte, so no multiply or scale decoding is left per block (the
- * table load is what bounds it: about a third of a nanosecond per block
- * and row in L1 on a Zen 5 core, against a fifth with the table in a
- * register).  The entry is the product the other float kernels form, E2M1
+ * its scale byte, so no multiply or scale decoding is left per block, only
+ * the shift that brings the block's codes down in its group (see BLOCK at
+ * the top).  The entry is the product the other float kernels form, E2M1
  * value times the block scale rounded once with the global scale, so the
- * bits are those of row_avx512_body at every m.  IDX is the index vector of
- * the block's 64-bit word q: VBMI's vpmultishiftqb picks each lane's nibble
- * in one instruction, plain AVX-512 broadcasts and shifts. */
-#define GEMV_LUT_BODY(tgt, name, IDX)                                                              \
-    __attribute__((target(tgt))) static void name(const cpu_kweight *w, int64_t r,                 \
-                                                  const float *x, const krange *kr, float *y)      \
-    {                                                                                              \
-        const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;                                     \
-        const float *lut = w->wlut;                                                                \
-        const __m512i ctl = _mm512_set1_epi64(0x0000002000000000LL);                               \
-        const __m512i shifts =                                                                     \
-            _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);            \
-        const __m512i step = _mm512_set_epi64(28, 24, 20, 16, 12, 8, 4, 0);                        \
-        const __m512i ms = _mm512_add_epi64(ctl, _mm512_or_si512(step, _mm512_slli_epi64(step, 32))); \
-        const uint8_t *row[GEMV_ROWS], *srow[GEMV_ROWS];                                           \
-        __m512 acc[GEMV_ROWS];                                                                     \
-                                                                                                   \
-        (void)shifts;                                                                              \
-        (void)ms;                                                                                  \
-        for (int i = 0; i < GEMV_ROWS; i++) {                                                      \
-            row[i] = w->packed + (size_t)(r + i) * k / 2;                                          \
-            srow[i] = w->scales + (size_t)(r + i) * nb;                                            \
-            acc[i] = _mm512_setzero_ps();                                                          \
-        }                                                                                          \
-        size_t b = kr->b0;                                                                         \
-        /* eight blocks at a time: one 8-byte load of each row's scales */                         \
-        for (; b + 8 <= kr->b1; b += 8) {                                                          \
-            uint64_t s8[GEMV_ROWS];                                                                \
-            for (int i = 0; i < GEMV_ROWS; i++) {                                                  \
-                memcpy(&s8[i], srow[i] + b, 8);                                                    \
-                _mm_prefetch((const char *)(row[i] + 8 * b) + CPU_PREFETCH4, _MM_HINT_T0);         \
-            }                                                                                      \
-            _Pragma("GCC unroll 8")                                                                \
-            for (int p = 0; p < 8; p++) {                                                          \
-                const __m512 xv = _mm512_loadu_ps(x + 16 * (b + (size_t)p));                       \
-                _Pragma("GCC unroll 8")                                                            \
-                for (int i = 0; i < GEMV_ROWS; i++)                                                \
-                    GEMV_LUT_STEP(IDX, i, b + (size_t)p, (s8[i] >> (8 * p)) & 0xFF, xv);           \
-            }                                                                                      \
-        }                                                                                          \
-        for (; b < kr->b1; b++) {                                                                  \
-            const __m512 xv = _mm512_loadu_ps(x + 16 * b);                                         \
-            for (int i = 0; i < GEMV_ROWS; i++)                                                    \
-                GEMV_LUT_STEP(IDX, i, b, srow[i][b], xv);                                          \
-        }                                                                                          \
-        for (int i = 0; i < GEMV_ROWS; i++) {                                                      \
-            float *yo = y + (size_t)r + (size_t)i;                                                 \
-            *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[i]) : _mm512_reduce_add_ps(acc[i]);     \
-        }                                                                                          \
-    }
+ * bits are those of row_avx512_body at every m. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
+gemv_lut_avx512(const cpu_kweight *w, int64_t r, const float *x, const krange *kr, float *y)
+{
+    const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;
+    const float *lut = w->wlut;
+    const uint8_t *row[GEMV_ROWS], *srow[GEMV_ROWS];
+    __m512 acc[GEMV_ROWS];
+    size_t b = kr->b0;
 
-GEMV_LUT_BODY("avx512f,avx512bw,avx512vl,avx512dq", gemv_lut_avx512,
-              _mm512_srlv_epi32(_mm512_set1_epi64((long long)q), shifts))
-GEMV_LUT_BODY("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi", gemv_lut_vbmi,
-              _mm512_multishift_epi64_epi8(ms, _mm512_set1_epi64((long long)q)))
+    for (int i = 0; i < GEMV_ROWS; i++) {
+        row[i] = w->packed + (size_t)(r + i) * k / 2;
+        srow[i] = w->scales + (size_t)(r + i) * nb;
+        acc[i] = _mm512_setzero_ps();
+    }
+    /* a group at a time: one 64-byte load of each row's codes and one
+     * 8-byte load of its scales */
+    for (; b + 8 <= kr->b1 && block_group(b, nb); b += 8) {
+        __m512i g[GEMV_ROWS];
+        for (int i = 0; i < GEMV_ROWS; i++) {
+            g[i] = _mm512_loadu_si512((const void *)(row[i] + 8 * b));
+            _mm_prefetch((const char *)(row[i] + 8 * b) + CPU_PREFETCH4, _MM_HINT_T0);
+        }
+#pragma GCC unroll 8
+        for (unsigned p = 0; p < 8; p++) {
+            const __m512 xv = _mm512_loadu_ps(x + 16 * (b + p));
+#pragma GCC unroll 4
+            for (int i = 0; i < GEMV_ROWS; i++) {
+                const __m512 t = _mm512_load_ps(lut + 16 * (size_t)srow[i][b + p]);
+                const __m512i idx = p ? _mm512_srli_epi32(g[i], 4 * p) : g[i];
+                acc[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx, t), xv, acc[i]);
+            }
+        }
+    }
+    for (; b < kr->b1; b++) {
+        const __m512 xv = _mm512_loadu_ps(x + 16 * b);
+        for (int i = 0; i < GEMV_ROWS; i++)
+            acc[i] = _mm512_fmadd_ps(
+                _mm512_permutexvar_ps(block_codes512(row[i], nb, b),
+                                      _mm512_load_ps(lut + 16 * (size_t)srow[i][b])),
+                xv, acc[i]);
+    }
+    for (int i = 0; i < GEMV_ROWS; i++) {
+        float *yo = y + (size_t)r + (size_t)i;
+        *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[i]) : _mm512_reduce_add_ps(acc[i]);
+    }
+}
 
 /* The 2-row x NT-token kernels' results: y[t0+t][r, r+1] = (or +=) the
  * horizontal sums of a0[t], a1[t]. */
@@ -566,38 +598,51 @@ row2_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, con
     const uint8_t *row0 = w->packed + (size_t)r * k / 2, *row1 = row0 + k / 2;
     const uint8_t *srow0 = w->scales + (size_t)r * nb, *srow1 = srow0 + nb;
     const float *lut = w->wlut;
-    const __m512i shifts =
-        _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
     const float *xt = x + (t0 / 8) * nb * 128;
     __m512 a0[8], a1[8];
+    size_t b = kr->b0;
+
+/* Block B with the two rows' weights W0, W1: every token of the tile. */
+#define ROW2_STEP(B, W0, W1)                                                                       \
+    do {                                                                                           \
+        const float *xb_ = xt + (B) * 128;                                                         \
+        _Pragma("GCC unroll 8") for (size_t t = 0; t < nt; t++)                                    \
+        {                                                                                          \
+            __m512 xv = _mm512_loadu_ps(xb_ + 16 * t);                                             \
+            /* one load for both rows: keep GCC from folding it into each                          \
+             * FMA as a memory operand (twice the loads) */                                        \
+            __asm__("" : "+v"(xv));                                                                \
+            a0[t] = _mm512_fmadd_ps(W0, xv, a0[t]);                                                \
+            a1[t] = _mm512_fmadd_ps(W1, xv, a1[t]);                                                \
+        }                                                                                          \
+    } while (0)
 
 #pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++)
         a0[t] = a1[t] = _mm512_setzero_ps();
-    for (size_t b = kr->b0; b < kr->b1; b++) {
-        const float *xb = xt + b * 128;
-        uint64_t q0, q1;
-        __m512 w0, w1;
-
-        memcpy(&q0, row0 + 8 * b, 8);
-        memcpy(&q1, row1 + 8 * b, 8);
-        /* the weight's table of §2 products (wlut): a block's 16 weights
-         * are the table row of its scale byte permuted by its codes, the
-         * same float32 products as code times decoded scale */
-        w0 = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi64((long long)q0), shifts),
-                                   _mm512_load_ps(lut + 16 * (size_t)srow0[b]));
-        w1 = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi64((long long)q1), shifts),
-                                   _mm512_load_ps(lut + 16 * (size_t)srow1[b]));
+    /* the weight's table of §2 products (wlut): a block's 16 weights are
+     * the table row of its scale byte permuted by its codes, the same
+     * float32 products as code times decoded scale */
+    for (; b + 8 <= kr->b1 && block_group(b, nb); b += 8) {
+        const __m512i g0 = _mm512_loadu_si512((const void *)(row0 + 8 * b));
+        const __m512i g1 = _mm512_loadu_si512((const void *)(row1 + 8 * b));
 #pragma GCC unroll 8
-        for (size_t t = 0; t < nt; t++) {
-            __m512 xv = _mm512_loadu_ps(xb + 16 * t);
-            /* one load for both rows: keep GCC from folding it into each
-             * FMA as a memory operand (twice the loads) */
-            __asm__("" : "+v"(xv));
-            a0[t] = _mm512_fmadd_ps(w0, xv, a0[t]);
-            a1[t] = _mm512_fmadd_ps(w1, xv, a1[t]);
+        for (unsigned u = 0; u < 8; u++) {
+            const __m512 w0 = _mm512_permutexvar_ps(u ? _mm512_srli_epi32(g0, 4 * u) : g0,
+                                                    _mm512_load_ps(lut + 16 * (size_t)srow0[b + u]));
+            const __m512 w1 = _mm512_permutexvar_ps(u ? _mm512_srli_epi32(g1, 4 * u) : g1,
+                                                    _mm512_load_ps(lut + 16 * (size_t)srow1[b + u]));
+            ROW2_STEP(b + u, w0, w1);
         }
     }
+    for (; b < kr->b1; b++) {
+        const __m512 w0 = _mm512_permutexvar_ps(block_codes512(row0, nb, b),
+                                                _mm512_load_ps(lut + 16 * (size_t)srow0[b]));
+        const __m512 w1 = _mm512_permutexvar_ps(block_codes512(row1, nb, b),
+                                                _mm512_load_ps(lut + 16 * (size_t)srow1[b]));
+        ROW2_STEP(b, w0, w1);
+    }
+#undef ROW2_STEP
     store2x8(a0, a1, y, t0, n, r, kr->acc, nt);
 }
 
@@ -1546,7 +1591,6 @@ typedef struct {
     const act_q8 *a;
     size_t nch, m, units, ku, rt;
     float *y;
-    int vbmi;
 } tiles_job;
 
 static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot);
@@ -1590,7 +1634,7 @@ static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float 
 #endif
     }
     {
-        tiles_job j = {path, packed, w, x, a, nch, m, units, ku, rt, y, ctx->vbmi};
+        tiles_job j = {path, packed, w, x, a, nch, m, units, ku, rt, y};
         nvfp4k_cpu_par(ctx, (n + rt - 1) / rt, nth, tiles_range, &j);
     }
 }
@@ -1691,9 +1735,7 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                     for (size_t u0 = 0; u0 < units; u0 += ku) {
                         krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
 #ifdef CPU_X86
-                        if (g == GEMV_ROWS && path == PATH_AVX512 && j->vbmi)
-                            gemv_lut_vbmi(w, (int64_t)r, x, &kr, y);
-                        else if (g == GEMV_ROWS && path == PATH_AVX512)
+                        if (g == GEMV_ROWS && path == PATH_AVX512)
                             gemv_lut_avx512(w, (int64_t)r, x, &kr, y);
                         else if (g == DENSE_GEMV_ROWS && path == PATH_DENSE_AVX512)
                             dense_gemv4_avx512(w, dp, (int64_t)r, dl, x, &kr, y);

@@ -175,9 +175,6 @@ static void *cpu_open(const char *params, nvfp4_error *err)
         }
     }
     c->isa = detect_isa(*isa ? isa : cap);
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-    c->vbmi = c->isa >= CPU_ISA_VNNI && __builtin_cpu_supports("avx512vbmi");
-#endif
     c->threads = threads;
     return c;
 }
