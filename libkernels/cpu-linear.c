@@ -310,8 +310,8 @@ scales16_avx512(const uint8_t *sc, __m512 s2)
  * loads (zero bytes past its 4c bytes per plane and c scales: code 0 with a
  * zero activation and a zero scale contribute nothing). */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline void
-chunk_load(const uint8_t *row, const uint8_t *srow, size_t nb, size_t ch, __m512 s2,
-           __m512i *p0, __m512i *p1, __m512 *ws)
+chunk_load_pf(const uint8_t *row, const uint8_t *srow, size_t nb, size_t ch, __m512 s2,
+              __m512i *p0, __m512i *p1, __m512 *ws, size_t pf)
 {
     const size_t c = nb - ch * CPU_CHUNK_BLOCKS;
     const uint8_t *cb = row + ch * CPU_CHUNK_BYTES;
@@ -326,9 +326,12 @@ chunk_load(const uint8_t *row, const uint8_t *srow, size_t nb, size_t ch, __m512
         *p1 = _mm512_maskz_loadu_epi8(mk, cb + 4 * c);
         *ws = scalesn_avx512(srow + ch * CPU_CHUNK_BLOCKS, c, s2);
     }
-    _mm_prefetch((const char *)cb + CPU_PREFETCH, _MM_HINT_T0);
-    _mm_prefetch((const char *)cb + CPU_PREFETCH + 64, _MM_HINT_T0);
+    _mm_prefetch((const char *)cb + pf, _MM_HINT_T0);
+    _mm_prefetch((const char *)cb + pf + 64, _MM_HINT_T0);
 }
+
+#define chunk_load(row, srow, nb, ch, s2, p0, p1, ws)                                              \
+    chunk_load_pf(row, srow, nb, ch, s2, p0, p1, ws, CPU_PREFETCH)
 
 /* ---- AVX2 float kernel (BLOCK layout) ------------------------------------------ */
 
@@ -747,8 +750,8 @@ gemv4_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, const k
             __m512i p0, p1, sa, sb;
             __m512 ws;
 
-            chunk_load(w->packed + (size_t)(r + i) * k / 2, w->scales + (size_t)(r + i) * nb, nb,
-                       ch, s2, &p0, &p1, &ws);
+            chunk_load_pf(w->packed + (size_t)(r + i) * k / 2, w->scales + (size_t)(r + i) * nb,
+                          nb, ch, s2, &p0, &p1, &ws, CPU_PREFETCH4);
             sa = _mm512_dpbusd_epi32(corr,
                                      _mm512_shuffle_epi8(lut, _mm512_and_si512(p0, lo4)), x0);
             sb = _mm512_dpbusd_epi32(
