@@ -509,6 +509,7 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
  * bit. */
 #define GEMV_ROWS 4
 #define DENSE_GEMV_ROWS 4
+_Static_assert(GEMV_ROWS == 4, "gemv_lut_avx512 names its four rows");
 /* The VNNI kernel groups rows of up to this many weights, where the per-row
  * set-up is a large share of the work; longer rows streamed from DRAM
  * measured faster one at a time (one sequential stream for the
@@ -525,47 +526,54 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
 gemv_lut_avx512(const cpu_kweight *w, int64_t r, const float *x, const krange *kr, float *y)
 {
-    const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;
+    const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK, rb = k / 2;
     const float *lut = w->wlut;
-    const uint8_t *row[GEMV_ROWS], *srow[GEMV_ROWS];
-    __m512 acc[GEMV_ROWS];
+    /* the four rows from one base and stride, their accumulators and
+     * codes as named variables: as arrays GCC kept them on the stack,
+     * storing and reloading them at every group */
+    const uint8_t *row = w->packed + (size_t)r * rb, *srow = w->scales + (size_t)r * nb;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     size_t b = kr->b0;
 
-    for (int i = 0; i < GEMV_ROWS; i++) {
-        row[i] = w->packed + (size_t)(r + i) * k / 2;
-        srow[i] = w->scales + (size_t)(r + i) * nb;
-        acc[i] = _mm512_setzero_ps();
-    }
-    /* a group at a time: one 64-byte load of each row's codes and one
-     * 8-byte load of its scales */
+/* Block B of row I (codes G, already shifted to the block's nibble) */
+#define GEMV_LUT_STEP(I, G, B)                                                                     \
+    acc##I = _mm512_fmadd_ps(                                                                      \
+        _mm512_permutexvar_ps(G, _mm512_load_ps(lut + 16 * (size_t)srow[(I) * nb + (B)])), xv,    \
+        acc##I)
+    /* a group at a time: one 64-byte load of each row's codes and a byte of
+     * its scales per block */
     for (; b + 8 <= kr->b1 && block_group(b, nb); b += 8) {
-        __m512i g[GEMV_ROWS];
-        for (int i = 0; i < GEMV_ROWS; i++) {
-            g[i] = _mm512_loadu_si512((const void *)(row[i] + 8 * b));
-            _mm_prefetch((const char *)(row[i] + 8 * b) + CPU_PREFETCH4, _MM_HINT_T0);
-        }
+        const __m512i g0 = _mm512_loadu_si512((const void *)(row + 8 * b));
+        const __m512i g1 = _mm512_loadu_si512((const void *)(row + rb + 8 * b));
+        const __m512i g2 = _mm512_loadu_si512((const void *)(row + 2 * rb + 8 * b));
+        const __m512i g3 = _mm512_loadu_si512((const void *)(row + 3 * rb + 8 * b));
+
+        for (size_t i = 0; i < GEMV_ROWS; i++)
+            _mm_prefetch((const char *)(row + i * rb + 8 * b) + CPU_PREFETCH4, _MM_HINT_T0);
 #pragma GCC unroll 8
         for (unsigned p = 0; p < 8; p++) {
             const __m512 xv = _mm512_loadu_ps(x + 16 * (b + p));
-#pragma GCC unroll 4
-            for (int i = 0; i < GEMV_ROWS; i++) {
-                const __m512 t = _mm512_load_ps(lut + 16 * (size_t)srow[i][b + p]);
-                const __m512i idx = p ? _mm512_srli_epi32(g[i], 4 * p) : g[i];
-                acc[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx, t), xv, acc[i]);
-            }
+            GEMV_LUT_STEP(0, p ? _mm512_srli_epi32(g0, 4 * p) : g0, b + p);
+            GEMV_LUT_STEP(1, p ? _mm512_srli_epi32(g1, 4 * p) : g1, b + p);
+            GEMV_LUT_STEP(2, p ? _mm512_srli_epi32(g2, 4 * p) : g2, b + p);
+            GEMV_LUT_STEP(3, p ? _mm512_srli_epi32(g3, 4 * p) : g3, b + p);
         }
     }
     for (; b < kr->b1; b++) {
         const __m512 xv = _mm512_loadu_ps(x + 16 * b);
-        for (int i = 0; i < GEMV_ROWS; i++)
-            acc[i] = _mm512_fmadd_ps(
-                _mm512_permutexvar_ps(block_codes512(row[i], nb, b),
-                                      _mm512_load_ps(lut + 16 * (size_t)srow[i][b])),
-                xv, acc[i]);
+        GEMV_LUT_STEP(0, block_codes512(row, nb, b), b);
+        GEMV_LUT_STEP(1, block_codes512(row + rb, nb, b), b);
+        GEMV_LUT_STEP(2, block_codes512(row + 2 * rb, nb, b), b);
+        GEMV_LUT_STEP(3, block_codes512(row + 3 * rb, nb, b), b);
     }
-    for (int i = 0; i < GEMV_ROWS; i++) {
-        float *yo = y + (size_t)r + (size_t)i;
-        *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[i]) : _mm512_reduce_add_ps(acc[i]);
+#undef GEMV_LUT_STEP
+    {
+        const float v[GEMV_ROWS] = {_mm512_reduce_add_ps(acc0), _mm512_reduce_add_ps(acc1),
+                                    _mm512_reduce_add_ps(acc2), _mm512_reduce_add_ps(acc3)};
+        for (int i = 0; i < GEMV_ROWS; i++) {
+            float *yo = y + (size_t)r + (size_t)i;
+            *yo = kr->acc ? *yo + v[i] : v[i];
+        }
     }
 }
 
