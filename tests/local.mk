@@ -154,7 +154,7 @@ endif
 
 # nvfp4 template and generate --chat (shell)
 TESTS += tests/template.test
-EXTRA_DIST += tests/template.test
+EXTRA_DIST += tests/template.test tests/chat_like.py
 
 # Programs built against the INSTALLED libraries with pkg-config alone:
 # consumer-format with only `pkg-config nvfp4-format` (the format layer
