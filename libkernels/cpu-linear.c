@@ -76,8 +76,11 @@
  *   took 4096x14336 from 0.60-0.78 to 0.92-1.0; a Xeon with AMX (16 GB/s a
  *   core) 4096 -> 2048 took 16384x2048 from 0.85 to 0.96, 2048x8192 0.88
  *   -> 0.96, 4096x14336 0.94 -> 0.91;
- *   CPU_PREFETCH4, per row of the 4-row W4A16 LUT GEMV (four streams, each
- *   consumed at a quarter of the rate), against 4096: Zen 5 16384 took
+ *   CPU_PREFETCH4, per row of the 4-row GEMVs (four streams, each
+ *   consumed at a quarter of the rate), measured on the W4A16 LUT GEMV
+ *   against 4096 (the 4-row VNNI GEMV, k <= GEMV4_MAX_K, had used the
+ *   single stream's distance: on the Xeon without AMX, W4A4 2048x2048
+ *   went from 0.77 to 0.84 at 1 thread with this one): Zen 5 16384 took
  *   2048x8192 from 0.37 to 0.5, 16384x2048 0.45 -> 0.55; the Xeon 8192
  *   took 14336x4096 from 0.48 to 0.71, 4096x14336 0.51 -> 0.57, 16384x2048
  *   0.67 -> 0.62.
@@ -308,7 +311,8 @@ scales16_avx512(const uint8_t *sc, __m512 s2)
 /* Chunk CH of a CHUNK-layout row as the two 64-byte planes and the 16
  * decoded block scales; a tail chunk of c < 16 blocks is read with masked
  * loads (zero bytes past its 4c bytes per plane and c scales: code 0 with a
- * zero activation and a zero scale contribute nothing). */
+ * zero activation and a zero scale contribute nothing).  The chunk PF
+ * bytes further on is prefetched. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline void
 chunk_load_pf(const uint8_t *row, const uint8_t *srow, size_t nb, size_t ch, __m512 s2,
               __m512i *p0, __m512i *p1, __m512 *ws, size_t pf)
@@ -330,8 +334,13 @@ chunk_load_pf(const uint8_t *row, const uint8_t *srow, size_t nb, size_t ch, __m
     _mm_prefetch((const char *)cb + pf + 64, _MM_HINT_T0);
 }
 
-#define chunk_load(row, srow, nb, ch, s2, p0, p1, ws)                                              \
-    chunk_load_pf(row, srow, nb, ch, s2, p0, p1, ws, CPU_PREFETCH)
+/* The same, prefetching the single stream's distance ahead. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline void
+chunk_load(const uint8_t *row, const uint8_t *srow, size_t nb, size_t ch, __m512 s2,
+           __m512i *p0, __m512i *p1, __m512 *ws)
+{
+    chunk_load_pf(row, srow, nb, ch, s2, p0, p1, ws, CPU_PREFETCH);
+}
 
 /* ---- AVX2 float kernel (BLOCK layout) ------------------------------------------ */
 
