@@ -552,11 +552,13 @@ gemv_lut_avx512(const cpu_kweight *w, int64_t r, const float *x, const krange *k
     /* a group at a time: one 64-byte load of each row's codes and a byte of
      * its scales per block */
     for (; b + 8 <= kr->b1 && block_group(b, nb); b += 8) {
-        const __m512i g0 = _mm512_loadu_si512((const void *)(row + 8 * b));
-        const __m512i g1 = _mm512_loadu_si512((const void *)(row + rb + 8 * b));
-        const __m512i g2 = _mm512_loadu_si512((const void *)(row + 2 * rb + 8 * b));
-        const __m512i g3 = _mm512_loadu_si512((const void *)(row + 3 * rb + 8 * b));
+        __m512i g0 = _mm512_loadu_si512((const void *)(row + 8 * b));
+        __m512i g1 = _mm512_loadu_si512((const void *)(row + rb + 8 * b));
+        __m512i g2 = _mm512_loadu_si512((const void *)(row + 2 * rb + 8 * b));
+        __m512i g3 = _mm512_loadu_si512((const void *)(row + 3 * rb + 8 * b));
 
+        /* in registers (GCC spilled one and reread another for each shift) */
+        __asm__("" : "+v"(g0), "+v"(g1), "+v"(g2), "+v"(g3));
         for (size_t i = 0; i < GEMV_ROWS; i++)
             _mm_prefetch((const char *)(row + i * rb + 8 * b) + CPU_PREFETCH4, _MM_HINT_T0);
 #pragma GCC unroll 8
