@@ -72,22 +72,42 @@
  * nvfp4k_cpu_tables_init() picks the distances by vendor; measured with
  * bench-kernels (GEMV over the ooc probe, 1 thread, best of 3):
  *   CPU_PREFETCH, one row streamed (the W4A4 VNNI GEMV, the float GEMV of
- *   one row, the GEMM's rows): Zen 5 (35 GB/s a core) 4096 -> 8192 bytes
- *   took 4096x14336 from 0.60-0.78 to 0.92-1.0; a Xeon with AMX (16 GB/s a
- *   core) 4096 -> 2048 took 16384x2048 from 0.85 to 0.96, 2048x8192 0.88
- *   -> 0.96, 4096x14336 0.94 -> 0.91;
+ *   one row, the GEMM's rows): Zen 4 (EPYC Genoa, 35 GB/s a core; an earlier
+ *   note called it Zen 5) 4096 -> 8192 bytes took 4096x14336 from 0.60-0.78 to 0.92-1.0; a Xeon with AMX
+ *   (16 GB/s a core) 4096 -> 2048 took 16384x2048 from 0.85 to 0.96,
+ *   2048x8192 0.88 -> 0.96, 4096x14336 0.94 -> 0.91;
  *   CPU_PREFETCH4, per row of the 4-row GEMVs (four streams, each
  *   consumed at a quarter of the rate), measured on the W4A16 LUT GEMV
  *   against 4096 (the 4-row VNNI GEMV, k <= GEMV4_MAX_K, had used the
  *   single stream's distance: on the Xeon without AMX, W4A4 2048x2048
- *   went from 0.77 to 0.84 at 1 thread with this one): Zen 5 16384 took
+ *   went from 0.77 to 0.84 at 1 thread with this one): Zen 4 16384 took
  *   2048x8192 from 0.37 to 0.5, 16384x2048 0.45 -> 0.55; the Xeon 8192
  *   took 14336x4096 from 0.48 to 0.71, 4096x14336 0.51 -> 0.57, 16384x2048
  *   0.67 -> 0.62.
- * Other CPUs get 4096 and 8192, between the two. */
+ * Other CPUs get 4096 and 8192, between the two.
+ *
+ * On AMD the prefetches go to L2 only (PREFETCHT1): with T0 the lines
+ * prefetched 8-16 KiB ahead on up to four streams fill L1 (32 KiB) and
+ * evict the activations and the lines about to be read.  On Zen 4, 1
+ * thread, W4A4 against the ooc probe went 0.34 -> 0.81 (16384x2048), 0.40
+ * -> 0.82 (4096x14336), 0.49 -> 0.74 (2048x8192), 0.57 -> 0.79
+ * (14336x4096); W4A16 10.1 -> 15.8 GB/s on 16384x2048, the bf16 head
+ * 128256x2048 16.5 -> 21.8 GB/s; the distances, re-measured with T1
+ * (4096-16384 by 4096-32768), stayed best where they were.  The Xeons were
+ * measured with T0 only, and keep it. */
 static size_t cpu_pf1 = 4096, cpu_pf4 = 8192;
 #define CPU_PREFETCH cpu_pf1
 #define CPU_PREFETCH4 cpu_pf4
+#ifdef CPU_X86
+static int cpu_pf_l2; /* PREFETCHT1 instead of T0 */
+#define CPU_PF(p)                                                     \
+    do {                                                              \
+        if (cpu_pf_l2)                                                \
+            _mm_prefetch((const char *)(p), _MM_HINT_T1);             \
+        else                                                          \
+            _mm_prefetch((const char *)(p), _MM_HINT_T0);             \
+    } while (0)
+#endif
 
 /* Products of fewer multiply-adds than this run on one thread. */
 #define CPU_LINEAR_PAR_MIN (512.0 * 1024.0)
@@ -149,6 +169,7 @@ static void cpu_tables_fill(void)
     if (__builtin_cpu_is("amd")) {
         cpu_pf1 = 8192;
         cpu_pf4 = 16384;
+        cpu_pf_l2 = 1;
     } else if (__builtin_cpu_is("intel")) {
         cpu_pf1 = 2048;
         cpu_pf4 = 8192;
@@ -330,8 +351,8 @@ chunk_load_pf(const uint8_t *row, const uint8_t *srow, size_t nb, size_t ch, __m
         *p1 = _mm512_maskz_loadu_epi8(mk, cb + 4 * c);
         *ws = scalesn_avx512(srow + ch * CPU_CHUNK_BLOCKS, c, s2);
     }
-    _mm_prefetch((const char *)cb + pf, _MM_HINT_T0);
-    _mm_prefetch((const char *)cb + pf + 64, _MM_HINT_T0);
+    CPU_PF(cb + pf);
+    CPU_PF(cb + pf + 64);
 }
 
 /* The same, prefetching the single stream's distance ahead. */
@@ -476,7 +497,7 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
                 whole ? _mm512_loadu_si512((const void *)(row + 8 * bg)) : _mm512_setzero_si512();
 
             /* one line per 8 blocks; see CPU_PREFETCH */
-            _mm_prefetch((const char *)(row + 8 * bg) + CPU_PREFETCH, _MM_HINT_T0);
+            CPU_PF(row + 8 * bg + CPU_PREFETCH);
 #pragma GCC unroll 8
             for (size_t u = 0; u < 8; u++) {
                 const size_t b = bg + u;
@@ -560,7 +581,7 @@ gemv_lut_avx512(const cpu_kweight *w, int64_t r, const float *x, const krange *k
         /* in registers (GCC spilled one and reread another for each shift) */
         __asm__("" : "+v"(g0), "+v"(g1), "+v"(g2), "+v"(g3));
         for (size_t i = 0; i < GEMV_ROWS; i++)
-            _mm_prefetch((const char *)(row + i * rb + 8 * b) + CPU_PREFETCH4, _MM_HINT_T0);
+            CPU_PF(row + i * rb + 8 * b + CPU_PREFETCH4);
 #pragma GCC unroll 8
         for (unsigned p = 0; p < 8; p++) {
             const __m512 xv = _mm512_loadu_ps(x + 16 * (b + p));
@@ -1411,7 +1432,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
 
         if ((i * esz) % 64 == 0)
             for (int j = 0; j < DENSE_GEMV_ROWS; j++)
-                _mm_prefetch(base + (size_t)j * k * esz + i * esz + ahead, _MM_HINT_T0);
+                CPU_PF(base + (size_t)j * k * esz + i * esz + ahead);
 #pragma GCC unroll 4
         for (int j = 0; j < DENSE_GEMV_ROWS; j++)
             acc[j] = _mm512_fmadd_ps(dense_load16(&q, ((size_t)lr + (size_t)j) * k + i, mk), xv,
