@@ -107,6 +107,9 @@ static int cpu_pf_l2; /* PREFETCHT1 instead of T0 */
         else                                                          \
             _mm_prefetch((const char *)(p), _MM_HINT_T0);             \
     } while (0)
+#define CPU_PF_LINE(p) CPU_PF(p)
+#else
+#define CPU_PF_LINE(p) __builtin_prefetch((p), 0, 3)
 #endif
 
 /* Products of fewer multiply-adds than this run on one thread. */
@@ -1689,7 +1692,8 @@ static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float 
     }
 }
 
-/* Rows ahead of the one running whose stretch the GEMM loop prefetches. */
+/* Rows ahead of the one running whose stretch the GEMM loop prefetches
+ * (into L1, or L2 on AMD: CPU_PF). */
 #define STRETCH_AHEAD 4
 
 /* The GEMM loop walks a tile's rows stretch by stretch, so each row's
@@ -1722,9 +1726,9 @@ static inline void prefetch_stretch(const cpu_kweight *w, int path, size_t r, co
         slen = b1 - b0;
     }
     for (size_t o = 0; o < len; o += 64)
-        __builtin_prefetch(p + o, 0, 3);
+        CPU_PF_LINE(p + o);
     for (size_t o = 0; o < slen; o += 64)
-        __builtin_prefetch(s + o, 0, 3);
+        CPU_PF_LINE(s + o);
 }
 
 /* Before rows R .. R+CNT-1 of a tile ending at R1 run: the stretches of
