@@ -72,10 +72,11 @@
  * nvfp4k_cpu_tables_init() picks the distances by vendor; measured with
  * bench-kernels (GEMV over the ooc probe, 1 thread, best of 3):
  *   CPU_PREFETCH, one row streamed (the W4A4 VNNI GEMV, the float GEMV of
- *   one row, the GEMM's rows): Zen 4 (EPYC Genoa, 35 GB/s a core; an earlier
- *   note called it Zen 5) 4096 -> 8192 bytes took 4096x14336 from 0.60-0.78 to 0.92-1.0; a Xeon with AMX
- *   (16 GB/s a core) 4096 -> 2048 took 16384x2048 from 0.85 to 0.96,
- *   2048x8192 0.88 -> 0.96, 4096x14336 0.94 -> 0.91;
+ *   one row, the GEMM's rows): Zen 4 (EPYC Genoa, 35 GB/s a core; an
+ *   earlier note called it Zen 5) 4096 -> 8192 bytes took 4096x14336 from
+ *   0.60-0.78 to 0.92-1.0; a Xeon with AMX (16 GB/s a core) 4096 -> 2048
+ *   took 16384x2048 from 0.85 to 0.96, 2048x8192 0.88 -> 0.96, 4096x14336
+ *   0.94 -> 0.91;
  *   CPU_PREFETCH4, per row of the 4-row GEMVs (four streams, each
  *   consumed at a quarter of the rate), measured on the W4A16 LUT GEMV
  *   against 4096 (the 4-row VNNI GEMV, k <= GEMV4_MAX_K, had used the
