@@ -1410,52 +1410,93 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
 
 /* One token, four rows of one dense part, unpacked x (m == 1): four FMA
  * chains in flight where one row alone waits on its single accumulator,
- * the dtype's load chosen once per call, and the weight stream prefetched
- * (one line per 64 bytes, the next group of rows' same offset ahead: rows
- * are contiguous).  Per row exactly the operations of
- * dense_row_avx512_body with nt = 1 (same masks, one accumulator, same
- * order, same reduction), so grouping rows changes no bit. */
+ * the dtype's load chosen once per call.  The rows are RS apart.  With
+ * RS = 1 (four neighbours, one stream jumping between four rows) the weight
+ * stream is prefetched, one line per 64 bytes, the next group of rows' same
+ * offset ahead.  With RS a quarter of a tile (tiles_range) each row is a
+ * long sequential stream of its own, which the hardware prefetchers follow
+ * without help, and software prefetches only got in their way: Zen 4, 1
+ * thread, bf16 [128256, 2048] 0.71 -> 1.00 of the ooc probe with none,
+ * 0.94-0.99 with T1 0.5-1 KB ahead, 0.75 with 2-16 KB ahead.  Per row
+ * exactly the operations of dense_row_avx512_body with nt = 1 (same masks,
+ * one accumulator, same order, same reduction), so grouping rows changes
+ * no bit. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
     __attribute__((always_inline)) void
     dense_gemv4_body(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
-                     const float *x, const krange *kr, float *y, nvfp4_dtype dt)
+                     size_t rs, const float *x, const krange *kr, float *y, nvfp4_dtype dt,
+                     int pf_l2)
 {
     const size_t k = (size_t)w->d.k, esz = dt == NVFP4_DTYPE_F32 ? 4 : 2;
     const size_t i1 = 16 * kr->b1 < k ? 16 * kr->b1 : k;
+    const size_t row = rs * k * esz, ahead = rs > 1 ? 0 : DENSE_GEMV_ROWS * row;
     const char *base = (const char *)p->data + (size_t)lr * k * esz;
-    const size_t ahead = DENSE_GEMV_ROWS * k * esz;
     const cpu_dense_part q = {p->data, dt, p->rows};
-    __m512 acc[DENSE_GEMV_ROWS];
+    const size_t l0 = (size_t)lr * k;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 16 * kr->b0;
 
-    for (int j = 0; j < DENSE_GEMV_ROWS; j++)
-        acc[j] = _mm512_setzero_ps();
-    for (size_t i = 16 * kr->b0; i < i1; i += 16) {
-        const __mmask16 mk =
-            i1 - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (i1 - i)) - 1);
-        const __m512 xv = _mm512_maskz_loadu_ps(mk, x + i);
-
-        if ((i * esz) % 64 == 0)
-            for (int j = 0; j < DENSE_GEMV_ROWS; j++)
-                CPU_PF(base + (size_t)j * k * esz + i * esz + ahead);
-#pragma GCC unroll 4
-        for (int j = 0; j < DENSE_GEMV_ROWS; j++)
-            acc[j] = _mm512_fmadd_ps(dense_load16(&q, ((size_t)lr + (size_t)j) * k + i, mk), xv,
-                                     acc[j]);
+#define DENSE_GEMV4_STEP(mk)                                                         \
+    do {                                                                             \
+        const __m512 xv = _mm512_maskz_loadu_ps((mk), x + i);                        \
+        a0 = _mm512_fmadd_ps(dense_load16(&q, l0 + i, (mk)), xv, a0);                \
+        a1 = _mm512_fmadd_ps(dense_load16(&q, l0 + rs * k + i, (mk)), xv, a1);       \
+        a2 = _mm512_fmadd_ps(dense_load16(&q, l0 + 2 * rs * k + i, (mk)), xv, a2);   \
+        a3 = _mm512_fmadd_ps(dense_load16(&q, l0 + 3 * rs * k + i, (mk)), xv, a3);   \
+    } while (0)
+    for (; i + 16 <= i1; i += 16) {
+        if (ahead && (i * esz) % 64 == 0) {
+            const char *pf = base + i * esz + ahead;
+            if (pf_l2) {
+                _mm_prefetch(pf, _MM_HINT_T1);
+                _mm_prefetch(pf + row, _MM_HINT_T1);
+                _mm_prefetch(pf + 2 * row, _MM_HINT_T1);
+                _mm_prefetch(pf + 3 * row, _MM_HINT_T1);
+            } else {
+                _mm_prefetch(pf, _MM_HINT_T0);
+                _mm_prefetch(pf + row, _MM_HINT_T0);
+                _mm_prefetch(pf + 2 * row, _MM_HINT_T0);
+                _mm_prefetch(pf + 3 * row, _MM_HINT_T0);
+            }
+        }
+        DENSE_GEMV4_STEP((__mmask16)0xFFFF);
     }
-    for (int j = 0; j < DENSE_GEMV_ROWS; j++) {
-        float *yo = y + (size_t)r + (size_t)j;
-        *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[j]) : _mm512_reduce_add_ps(acc[j]);
+    if (i < i1) {
+        const __mmask16 mk = (__mmask16)((1u << (i1 - i)) - 1);
+        DENSE_GEMV4_STEP(mk);
+    }
+#undef DENSE_GEMV4_STEP
+    {
+        float *yo = y + (size_t)r;
+        const float s0 = _mm512_reduce_add_ps(a0), s1 = _mm512_reduce_add_ps(a1),
+                    s2 = _mm512_reduce_add_ps(a2), s3 = _mm512_reduce_add_ps(a3);
+        yo[0] = kr->acc ? yo[0] + s0 : s0;
+        yo[rs] = kr->acc ? yo[rs] + s1 : s1;
+        yo[2 * rs] = kr->acc ? yo[2 * rs] + s2 : s2;
+        yo[3 * rs] = kr->acc ? yo[3 * rs] + s3 : s3;
     }
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
 dense_gemv4_avx512(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
-                   const float *x, const krange *kr, float *y)
+                   size_t rs, const float *x, const krange *kr, float *y)
 {
+    const int l2 = cpu_pf_l2;
+
     switch (p->dtype) {
-    case NVFP4_DTYPE_F32: dense_gemv4_body(w, p, r, lr, x, kr, y, NVFP4_DTYPE_F32); break;
-    case NVFP4_DTYPE_BF16: dense_gemv4_body(w, p, r, lr, x, kr, y, NVFP4_DTYPE_BF16); break;
-    default: dense_gemv4_body(w, p, r, lr, x, kr, y, NVFP4_DTYPE_F16); break;
+    case NVFP4_DTYPE_F32: dense_gemv4_body(w, p, r, lr, rs, x, kr, y, NVFP4_DTYPE_F32, l2); break;
+    case NVFP4_DTYPE_BF16:
+        if (l2)
+            dense_gemv4_body(w, p, r, lr, rs, x, kr, y, NVFP4_DTYPE_BF16, 1);
+        else
+            dense_gemv4_body(w, p, r, lr, rs, x, kr, y, NVFP4_DTYPE_BF16, 0);
+        break;
+    default:
+        if (l2)
+            dense_gemv4_body(w, p, r, lr, rs, x, kr, y, NVFP4_DTYPE_F16, 1);
+        else
+            dense_gemv4_body(w, p, r, lr, rs, x, kr, y, NVFP4_DTYPE_F16, 0);
+        break;
     }
 }
 
@@ -1664,12 +1705,13 @@ static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float 
         ku = 6;                               /* 8 tokens x 6 x 256 int8 = 12 KB */
     else
         ku = 64;                              /* 8 tokens x 1024 floats = 32 KB */
-    if (m == 1 && nth > 1) {
+    if (m == 1 && (nth > 1 || path == PATH_DENSE_AVX512)) {
         /* one token: about GEMV_CHUNKS tiles per thread, so that each
          * thread streams long runs of rows (16-row tiles, claimed 16 per
          * thread by the pool, restarted the stream every 18-74 KB: on 2
          * threads of a Xeon, W4A4 [1024, 4096] read at 0.71 of the probe,
-         * at 0.79-0.84 in 4 runs per thread) */
+         * at 0.79-0.84 in 4 runs per thread); the dense GEMV on one
+         * thread too, whose tiles tiles_range reads as four streams */
         const size_t row_bytes = w->d.scheme == NVFP4_SCHEME_NONE ? 2 * k : k / 2 + k / 16;
         const size_t chunks = n * row_bytes < (size_t)nth * GEMV_CHUNKS * GEMV_TILE_MIN
                                   ? GEMV_CHUNKS / 2 : GEMV_CHUNKS;
@@ -1764,6 +1806,26 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
     {
         for (size_t tile = tile0; tile < tile1; tile++) {
             const size_t r0 = tile * rt, r1 = r0 + rt < n ? r0 + rt : n;
+#ifdef CPU_X86
+            /* one token, dense: rows r, r + q, r + 2q, r + 3q of a tile of
+             * 4q rows together, four sequential streams (dense_gemv4_body);
+             * neighbouring rows, one stream jumping 2k-4k bytes between
+             * them, read at 0.64-0.75 of the probe on Zen 4 */
+            if (m == 1 && path == PATH_DENSE_AVX512 && !packed &&
+                (r1 - r0) % DENSE_GEMV_ROWS == 0 && r1 - r0 >= 2 * DENSE_GEMV_ROWS) {
+                int64_t dl, l1;
+                const cpu_dense_part *dp = dense_row(w, (int64_t)r0, &dl);
+                if (dense_row(w, (int64_t)r1 - 1, &l1) == dp) {
+                    const size_t sp = (r1 - r0) / DENSE_GEMV_ROWS;
+                    for (size_t r = r0; r < r0 + sp; r++, dl++)
+                        for (size_t u0 = 0; u0 < units; u0 += ku) {
+                            krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
+                            dense_gemv4_avx512(w, dp, (int64_t)r, dl, sp, x, &kr, y);
+                        }
+                    continue;
+                }
+            }
+#endif
             if (m == 1) {
                 /* One token: the same stretches, but each row (or group of
                  * four) runs through all of them before the next, so that
@@ -1793,7 +1855,7 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                         if (g == GEMV_ROWS && path == PATH_AVX512)
                             gemv_lut_avx512(w, (int64_t)r, x, &kr, y);
                         else if (g == DENSE_GEMV_ROWS && path == PATH_DENSE_AVX512)
-                            dense_gemv4_avx512(w, dp, (int64_t)r, dl, x, &kr, y);
+                            dense_gemv4_avx512(w, dp, (int64_t)r, dl, 1, x, &kr, y);
                         else if (g == GEMV_ROWS)
                             gemv4_vnni(w, (int64_t)r, a, nch, &kr, y);
                         else
