@@ -543,6 +543,9 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
  * bit. */
 #define GEMV_ROWS 4
 #define DENSE_GEMV_ROWS 4
+/* Batches of up to this many tokens read a dense weight as four streams
+ * (tiles_range), four tokens at a time. */
+#define DENSE_SPREAD_MAX_M 8
 _Static_assert(GEMV_ROWS == 4, "gemv_lut_avx512 names its four rows");
 /* The VNNI kernel groups rows of up to this many weights, where the per-row
  * set-up is a large share of the work; longer rows streamed from DRAM
@@ -1377,6 +1380,66 @@ dense_row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0
     }
 }
 
+/* NT (1-4) tokens of a small batch, four rows of one dense part RS apart
+ * (tiles_range: four sequential streams), tokens T0 .. T0 + NT - 1 of the
+ * first token tile (x packed or not).  Per row and token exactly the
+ * operations of dense_row_avx512_body (one accumulator, same order, same
+ * reduction), so the batch reads each weight once and changes no bit. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
+    __attribute__((always_inline)) void
+    dense_spread_body(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
+                      size_t rs, const float *x, size_t t0, const krange *kr, size_t nt,
+                      float *y)
+{
+    const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, l0 = (size_t)lr * k;
+    const size_t i1 = 16 * kr->b1 < k ? 16 * kr->b1 : k;
+    __m512 acc[4][4];
+
+#pragma GCC unroll 4
+    for (size_t t = 0; t < nt; t++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            acc[j][t] = _mm512_setzero_ps();
+    for (size_t i = 16 * kr->b0; i < i1; i += 16) {
+        const __mmask16 mk =
+            i1 - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (i1 - i)) - 1);
+        __m512 wv[4];
+
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            wv[j] = dense_load16(p, l0 + (size_t)j * rs * k + i, mk);
+#pragma GCC unroll 4
+        for (size_t t = 0; t < nt; t++) {
+            const __m512 xv = kr->packed ? _mm512_loadu_ps(xblock(x, k, 0, t0 + t, i / 16, 1))
+                                         : _mm512_maskz_loadu_ps(mk, x + (t0 + t) * k + i);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                acc[j][t] = _mm512_fmadd_ps(wv[j], xv, acc[j][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (size_t t = 0; t < nt; t++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            float *yo = y + (t0 + t) * n + (size_t)r + (size_t)j * rs;
+            const float v = _mm512_reduce_add_ps(acc[j][t]);
+            *yo = kr->acc ? *yo + v : v;
+        }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
+dense_spread_avx512(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
+                    size_t rs, const float *x, size_t t0, const krange *kr, size_t nt,
+                    float *y)
+{
+    switch (nt) {
+    case 1: dense_spread_body(w, p, r, lr, rs, x, t0, kr, 1, y); break;
+    case 2: dense_spread_body(w, p, r, lr, rs, x, t0, kr, 2, y); break;
+    case 3: dense_spread_body(w, p, r, lr, rs, x, t0, kr, 3, y); break;
+    default: dense_spread_body(w, p, r, lr, rs, x, t0, kr, 4, y); break;
+    }
+}
+
 /* Two rows of one dense part by a tile of NT packed tokens (k % 16 == 0):
  * each activation load feeds two FMAs, and the 2 x NT chains hide the
  * FMA latency one row's NT alone would not (NT < 8).  Per output the
@@ -1705,13 +1768,14 @@ static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float 
         ku = 6;                               /* 8 tokens x 6 x 256 int8 = 12 KB */
     else
         ku = 64;                              /* 8 tokens x 1024 floats = 32 KB */
-    if (m == 1 && (nth > 1 || path == PATH_DENSE_AVX512)) {
+    if ((m == 1 && nth > 1) || (m <= DENSE_SPREAD_MAX_M && path == PATH_DENSE_AVX512)) {
         /* one token: about GEMV_CHUNKS tiles per thread, so that each
          * thread streams long runs of rows (16-row tiles, claimed 16 per
          * thread by the pool, restarted the stream every 18-74 KB: on 2
          * threads of a Xeon, W4A4 [1024, 4096] read at 0.71 of the probe,
-         * at 0.79-0.84 in 4 runs per thread); the dense GEMV on one
-         * thread too, whose tiles tiles_range reads as four streams */
+         * at 0.79-0.84 in 4 runs per thread); a dense weight by up to
+         * DENSE_SPREAD_MAX_M tokens on one thread too, whose tiles
+         * tiles_range reads as four streams */
         const size_t row_bytes = w->d.scheme == NVFP4_SCHEME_NONE ? 2 * k : k / 2 + k / 16;
         const size_t chunks = n * row_bytes < (size_t)nth * GEMV_CHUNKS * GEMV_TILE_MIN
                                   ? GEMV_CHUNKS / 2 : GEMV_CHUNKS;
@@ -1807,11 +1871,14 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
         for (size_t tile = tile0; tile < tile1; tile++) {
             const size_t r0 = tile * rt, r1 = r0 + rt < n ? r0 + rt : n;
 #ifdef CPU_X86
-            /* one token, dense: rows r, r + q, r + 2q, r + 3q of a tile of
-             * 4q rows together, four sequential streams (dense_gemv4_body);
-             * neighbouring rows, one stream jumping 2k-4k bytes between
-             * them, read at 0.64-0.75 of the probe on Zen 4 */
-            if (m == 1 && path == PATH_DENSE_AVX512 && !packed &&
+            /* dense, up to DENSE_SPREAD_MAX_M tokens: rows r, r + q,
+             * r + 2q, r + 3q of a tile of 4q rows together, four sequential
+             * streams (dense_gemv4_body, dense_spread_body); neighbouring
+             * rows, one stream jumping 2k-4k bytes between them, read at
+             * 0.64-0.75 of the probe on Zen 4, and the 16-row tiles of
+             * small batches at 2.1 (B = 2) and 2.7 (B = 4) times the
+             * probe's time for the bf16 head, now 1.4 and 2.1 */
+            if (m <= DENSE_SPREAD_MAX_M && path == PATH_DENSE_AVX512 && (m > 1 || !packed) &&
                 (r1 - r0) % DENSE_GEMV_ROWS == 0 && r1 - r0 >= 2 * DENSE_GEMV_ROWS) {
                 int64_t dl, l1;
                 const cpu_dense_part *dp = dense_row(w, (int64_t)r0, &dl);
@@ -1820,7 +1887,12 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                     for (size_t r = r0; r < r0 + sp; r++, dl++)
                         for (size_t u0 = 0; u0 < units; u0 += ku) {
                             krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
-                            dense_gemv4_avx512(w, dp, (int64_t)r, dl, sp, x, &kr, y);
+                            if (m == 1)
+                                dense_gemv4_avx512(w, dp, (int64_t)r, dl, sp, x, &kr, y);
+                            else
+                                for (size_t t0 = 0; t0 < m; t0 += 4)
+                                    dense_spread_avx512(w, dp, (int64_t)r, dl, sp, x, t0, &kr,
+                                                        m - t0 < 4 ? m - t0 : 4, y);
                         }
                     continue;
                 }
