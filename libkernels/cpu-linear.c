@@ -561,21 +561,24 @@ _Static_assert(GEMV_ROWS == 4, "gemv_lut_avx512 names its four rows");
  * value times the block scale rounded once with the global scale, so the
  * bits are those of row_avx512_body at every m. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
-gemv_lut_avx512(const cpu_kweight *w, int64_t r, const float *x, const krange *kr, float *y)
+gemv_lut_avx512(const cpu_kweight *w, int64_t r, size_t rs, const float *x, const krange *kr,
+                float *y)
 {
-    const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK, rb = k / 2;
+    /* rb, sb: the byte strides between the four rows' codes and scales */
+    const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK, rb = rs * (k / 2), sb = rs * nb;
+    const size_t pfd = rs > 1 ? CPU_PREFETCH : CPU_PREFETCH4;
     const float *lut = w->wlut;
     /* the four rows from one base and stride, their accumulators and
      * codes as named variables: as arrays GCC kept them on the stack,
      * storing and reloading them at every group */
-    const uint8_t *row = w->packed + (size_t)r * rb, *srow = w->scales + (size_t)r * nb;
+    const uint8_t *row = w->packed + (size_t)r * (k / 2), *srow = w->scales + (size_t)r * nb;
     __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     size_t b = kr->b0;
 
 /* Block B of row I (codes G, already shifted to the block's nibble) */
 #define GEMV_LUT_STEP(I, G, B)                                                                     \
     acc##I = _mm512_fmadd_ps(                                                                      \
-        _mm512_permutexvar_ps(G, _mm512_load_ps(lut + 16 * (size_t)srow[(I) * nb + (B)])), xv,    \
+        _mm512_permutexvar_ps(G, _mm512_load_ps(lut + 16 * (size_t)srow[(I) * sb + (B)])), xv,    \
         acc##I)
     /* a group at a time: one 64-byte load of each row's codes and a byte of
      * its scales per block */
@@ -588,7 +591,7 @@ gemv_lut_avx512(const cpu_kweight *w, int64_t r, const float *x, const krange *k
         /* in registers (GCC spilled one and reread another for each shift) */
         __asm__("" : "+v"(g0), "+v"(g1), "+v"(g2), "+v"(g3));
         for (size_t i = 0; i < GEMV_ROWS; i++)
-            CPU_PF(row + i * rb + 8 * b + CPU_PREFETCH4);
+            CPU_PF(row + i * rb + 8 * b + pfd);
 #pragma GCC unroll 8
         for (unsigned p = 0; p < 8; p++) {
             const __m512 xv = _mm512_loadu_ps(x + 16 * (b + p));
@@ -610,7 +613,7 @@ gemv_lut_avx512(const cpu_kweight *w, int64_t r, const float *x, const krange *k
         const float v[GEMV_ROWS] = {_mm512_reduce_add_ps(acc0), _mm512_reduce_add_ps(acc1),
                                     _mm512_reduce_add_ps(acc2), _mm512_reduce_add_ps(acc3)};
         for (int i = 0; i < GEMV_ROWS; i++) {
-            float *yo = y + (size_t)r + (size_t)i;
+            float *yo = y + (size_t)r + (size_t)i * rs;
             *yo = kr->acc ? *yo + v[i] : v[i];
         }
     }
@@ -770,14 +773,15 @@ row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size
  * once per chunk feed four rows.  Per row exactly the operations of
  * row_vnni_body with nt = 1, so grouping rows changes no bit. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static void
-gemv4_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, const krange *kr,
-           float *y)
+gemv4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
+           const krange *kr, float *y)
 {
     const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;
     const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
     const __m512i lut = _mm512_broadcast_i32x4(
         _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    const size_t pfd = rs > 1 ? CPU_PREFETCH : CPU_PREFETCH4;
     __m512 acc[GEMV_ROWS];
 
     (void)nch;
@@ -797,8 +801,10 @@ gemv4_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, const k
             __m512i p0, p1, sa, sb;
             __m512 ws;
 
-            chunk_load_pf(w->packed + (size_t)(r + i) * k / 2, w->scales + (size_t)(r + i) * nb,
-                          nb, ch, s2, &p0, &p1, &ws, CPU_PREFETCH4);
+            const size_t ri = (size_t)r + (size_t)i * rs;
+
+            chunk_load_pf(w->packed + ri * k / 2, w->scales + ri * nb, nb, ch, s2, &p0, &p1, &ws,
+                          pfd);
             sa = _mm512_dpbusd_epi32(corr,
                                      _mm512_shuffle_epi8(lut, _mm512_and_si512(p0, lo4)), x0);
             sb = _mm512_dpbusd_epi32(
@@ -814,7 +820,7 @@ gemv4_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, const k
         }
     }
     for (int i = 0; i < GEMV_ROWS; i++) {
-        float *yo = y + (size_t)r + (size_t)i;
+        float *yo = y + (size_t)r + (size_t)i * rs;
         *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[i]) : _mm512_reduce_add_ps(acc[i]);
     }
 }
@@ -1748,6 +1754,14 @@ typedef struct {
     float *y;
 } tiles_job;
 
+/* One token on the 4-row NVFP4 GEMVs (gemv4_vnni, gemv_lut_avx512): rows
+ * r, r + q, r + 2q, r + 3q of a tile of 4q rows together, as the dense
+ * GEMV does (see tiles_range). */
+static inline int gemv_spread(int path)
+{
+    return path == PATH_VNNI || path == PATH_AVX512;
+}
+
 static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot);
 #ifdef CPU_AMX
 static void amx_range(const tiles_job *j, size_t tile0, size_t tile1);
@@ -1768,7 +1782,8 @@ static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float 
         ku = 6;                               /* 8 tokens x 6 x 256 int8 = 12 KB */
     else
         ku = 64;                              /* 8 tokens x 1024 floats = 32 KB */
-    if ((m == 1 && nth > 1) || (m <= DENSE_SPREAD_MAX_M && path == PATH_DENSE_AVX512)) {
+    if ((m == 1 && nth > 1) || (m <= DENSE_SPREAD_MAX_M && path == PATH_DENSE_AVX512) ||
+        (m == 1 && gemv_spread(path))) {
         /* one token: about GEMV_CHUNKS tiles per thread, so that each
          * thread streams long runs of rows (16-row tiles, claimed 16 per
          * thread by the pool, restarted the stream every 18-74 KB: on 2
@@ -1897,6 +1912,19 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                     continue;
                 }
             }
+            if (m == 1 && gemv_spread(path) && (r1 - r0) % GEMV_ROWS == 0 &&
+                r1 - r0 >= 2 * GEMV_ROWS) {
+                const size_t sp = (r1 - r0) / GEMV_ROWS;
+                for (size_t r = r0; r < r0 + sp; r++)
+                    for (size_t u0 = 0; u0 < units; u0 += ku) {
+                        krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
+                        if (path == PATH_VNNI)
+                            gemv4_vnni(w, (int64_t)r, sp, a, nch, &kr, y);
+                        else
+                            gemv_lut_avx512(w, (int64_t)r, sp, x, &kr, y);
+                    }
+                continue;
+            }
 #endif
             if (m == 1) {
                 /* One token: the same stretches, but each row (or group of
@@ -1925,11 +1953,11 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                         krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
 #ifdef CPU_X86
                         if (g == GEMV_ROWS && path == PATH_AVX512)
-                            gemv_lut_avx512(w, (int64_t)r, x, &kr, y);
+                            gemv_lut_avx512(w, (int64_t)r, 1, x, &kr, y);
                         else if (g == DENSE_GEMV_ROWS && path == PATH_DENSE_AVX512)
                             dense_gemv4_avx512(w, dp, (int64_t)r, dl, 1, x, &kr, y);
                         else if (g == GEMV_ROWS)
-                            gemv4_vnni(w, (int64_t)r, a, nch, &kr, y);
+                            gemv4_vnni(w, (int64_t)r, 1, a, nch, &kr, y);
                         else
 #endif
                             row_call(path, w, (int64_t)r, x, a, nch, 0, &kr, 1, y);
