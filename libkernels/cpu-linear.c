@@ -547,9 +547,11 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
  * (tiles_range), four tokens at a time. */
 #define DENSE_SPREAD_MAX_M 8
 _Static_assert(GEMV_ROWS == 4, "gemv_lut_avx512 names its four rows");
-/* The VNNI kernel groups rows of up to this many weights, where the per-row
- * set-up is a large share of the work; longer rows streamed from DRAM
- * measured faster one at a time (one sequential stream for the
+/* Where the rows of a one-token tile are not spread as four streams (a
+ * tile of fewer than 8 rows or not a multiple of 4: see tiles_range), the
+ * VNNI kernel groups neighbouring rows of up to this many weights, where
+ * the per-row set-up is a large share of the work; longer rows streamed
+ * from DRAM measured faster one at a time (one sequential stream for the
  * prefetchers; its chunks' chains already overlap). */
 #define GEMV4_MAX_K 2048
 
@@ -619,24 +621,25 @@ gemv_lut_avx512(const cpu_kweight *w, int64_t r, size_t rs, const float *x, cons
     }
 }
 
-/* The 2-row x NT-token kernels' results: y[t0+t][r, r+1] = (or +=) the
+/* The 2-row x NT-token kernels' results: y[t0+t][r, r+rs] = (or +=) the
  * horizontal sums of a0[t], a1[t]. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
     __attribute__((always_inline)) void
     store2x8(const __m512 *a0, const __m512 *a1, float *y, size_t t0, size_t n, int64_t r,
-             int acc, size_t nt)
+             size_t rs, int acc, size_t nt)
 {
 #pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++) {
         float *yo = y + (t0 + t) * n + (size_t)r;
         float v0 = _mm512_reduce_add_ps(a0[t]), v1 = _mm512_reduce_add_ps(a1[t]);
         yo[0] = acc ? yo[0] + v0 : v0;
-        yo[1] = acc ? yo[1] + v1 : v1;
+        yo[rs] = acc ? yo[rs] + v1 : v1;
     }
 }
 
-/* Two rows by a tile of NT packed tokens: each activation load feeds two
- * FMAs, so the loop is bound by the FMA units rather than by loads; with
+/* Two rows RS apart by a tile of NT packed tokens: each activation load
+ * feeds two FMAs, so the loop is bound by the FMA units rather than by
+ * loads; with
  * fewer than 8 tokens (decode batches of 2-7 sequences, a GEMM's last
  * tile) the two rows also double the independent accumulator chains that
  * one row's NT alone leaves latency-bound.  Every output sees exactly the
@@ -644,12 +647,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
  * roundings), so pairing rows changes no bit. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
     __attribute__((always_inline)) void
-row2_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
-                 size_t nt, float *y)
+row2_avx512_body(const cpu_kweight *w, int64_t r, size_t rs, const float *x, size_t t0,
+                 const krange *kr, size_t nt, float *y)
 {
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
-    const uint8_t *row0 = w->packed + (size_t)r * k / 2, *row1 = row0 + k / 2;
-    const uint8_t *srow0 = w->scales + (size_t)r * nb, *srow1 = srow0 + nb;
+    const uint8_t *row0 = w->packed + (size_t)r * k / 2, *row1 = row0 + rs * k / 2;
+    const uint8_t *srow0 = w->scales + (size_t)r * nb, *srow1 = srow0 + rs * nb;
     const float *lut = w->wlut;
     const float *xt = x + (t0 / 8) * nb * 128;
     __m512 a0[8], a1[8];
@@ -696,7 +699,7 @@ row2_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, con
         ROW2_STEP(b, w0, w1);
     }
 #undef ROW2_STEP
-    store2x8(a0, a1, y, t0, n, r, kr->acc, nt);
+    store2x8(a0, a1, y, t0, n, r, rs, kr->acc, nt);
 }
 
 /* ---- AVX-512 VNNI int8 kernel (CHUNK layout, W4A4) ---------------------------- */
@@ -769,9 +772,12 @@ row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size
     }
 }
 
-/* One token, four rows of the VNNI kernel: the activation codes loaded
- * once per chunk feed four rows.  Per row exactly the operations of
- * row_vnni_body with nt = 1, so grouping rows changes no bit. */
+/* One token, four rows of the VNNI kernel, RS apart: the activation codes
+ * loaded once per chunk feed four rows.  Per row exactly the operations of
+ * row_vnni_body with nt = 1, so grouping rows changes no bit.  With RS = 1
+ * (neighbours: one stream jumping between four rows) each row is
+ * prefetched at the 4-row distance, with RS a quarter of a tile (four
+ * sequential streams) at the single stream's. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static void
 gemv4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
            const krange *kr, float *y)
@@ -831,12 +837,13 @@ gemv4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t n
  * order), so pairing rows changes no bit. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline
     __attribute__((always_inline)) void
-    row2_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
-                   const krange *kr, size_t nt, float *y)
+    row2_vnni_body(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
+                   size_t t0, const krange *kr, size_t nt, float *y)
 {
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
-    const uint8_t *row[2] = {w->packed + (size_t)r * k / 2, w->packed + (size_t)(r + 1) * k / 2};
-    const uint8_t *srow[2] = {w->scales + (size_t)r * nb, w->scales + (size_t)(r + 1) * nb};
+    const size_t r1 = (size_t)r + rs;
+    const uint8_t *row[2] = {w->packed + (size_t)r * k / 2, w->packed + r1 * k / 2};
+    const uint8_t *srow[2] = {w->scales + (size_t)r * nb, w->scales + r1 * nb};
     const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
     const __m512i lut = _mm512_broadcast_i32x4(
         _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
@@ -890,7 +897,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static 
         float *yo = y + (t0 + t) * n + (size_t)r;
         float v0 = _mm512_reduce_add_ps(acc[0][t]), v1 = _mm512_reduce_add_ps(acc[1][t]);
         yo[0] = kr->acc ? yo[0] + v0 : v0;
-        yo[1] = kr->acc ? yo[1] + v1 : v1;
+        yo[rs] = kr->acc ? yo[rs] + v1 : v1;
     }
 }
 
@@ -991,17 +998,17 @@ CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", row_avx512,
               size_t nt, float *y),
              w, r, x, t0, kr)
 CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", row2_avx512,
-             (const cpu_kweight *w, int64_t r, const float *x, size_t t0, const krange *kr,
-              size_t nt, float *y),
-             w, r, x, t0, kr)
+             (const cpu_kweight *w, int64_t r, size_t rs, const float *x, size_t t0,
+              const krange *kr, size_t nt, float *y),
+             w, r, rs, x, t0, kr)
 CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni", row_vnni,
              (const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
               const krange *kr, size_t nt, float *y),
              w, r, a, nch, t0, kr)
 CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni", row2_vnni,
-             (const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
-              const krange *kr, size_t nt, float *y),
-             w, r, a, nch, t0, kr)
+             (const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
+              size_t t0, const krange *kr, size_t nt, float *y),
+             w, r, rs, a, nch, t0, kr)
 
 /* ---- AMX int8 GEMM (CHUNK layout, W4A4, 16 tokens x 16 rows) ----------------- */
 
@@ -1474,7 +1481,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
             a1[t] = _mm512_fmadd_ps(w1, xv, a1[t]);
         }
     }
-    store2x8(a0, a1, y, t0, n, r, kr->acc, nt);
+    store2x8(a0, a1, y, t0, n, r, 1, kr->acc, nt);
 }
 
 /* One token, four rows of one dense part, unpacked x (m == 1): four FMA
@@ -1754,12 +1761,21 @@ typedef struct {
     float *y;
 } tiles_job;
 
-/* One token on the 4-row NVFP4 GEMVs (gemv4_vnni, gemv_lut_avx512): rows
- * r, r + q, r + 2q, r + 3q of a tile of 4q rows together, as the dense
- * GEMV does (see tiles_range). */
+/* One token on the 4-row NVFP4 GEMVs (gemv4_vnni at every k,
+ * gemv_lut_avx512): rows r, r + q, r + 2q, r + 3q of a tile of 4q rows
+ * together, as the dense GEMV does, with the one-thread product cut into
+ * long tiles as on several threads (see tiles_range). */
 static inline int gemv_spread(int path)
 {
     return path == PATH_VNNI || path == PATH_AVX512;
+}
+
+/* Batches of 2 .. TOK_TILE tokens on the 2-row NVFP4 kernels (row2_vnni,
+ * row2_avx512 on packed activations): the same four streams, two rows
+ * RS apart per call (see tiles_range). */
+static inline int batch_spread(int path, size_t m, int packed)
+{
+    return m > 1 && m <= TOK_TILE && (path == PATH_VNNI || (path == PATH_AVX512 && packed));
 }
 
 static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot);
@@ -1783,14 +1799,14 @@ static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float 
     else
         ku = 64;                              /* 8 tokens x 1024 floats = 32 KB */
     if ((m == 1 && nth > 1) || (m <= DENSE_SPREAD_MAX_M && path == PATH_DENSE_AVX512) ||
-        (m == 1 && gemv_spread(path))) {
+        (m == 1 && gemv_spread(path)) || batch_spread(path, m, packed)) {
         /* one token: about GEMV_CHUNKS tiles per thread, so that each
          * thread streams long runs of rows (16-row tiles, claimed 16 per
          * thread by the pool, restarted the stream every 18-74 KB: on 2
          * threads of a Xeon, W4A4 [1024, 4096] read at 0.71 of the probe,
          * at 0.79-0.84 in 4 runs per thread); a dense weight by up to
-         * DENSE_SPREAD_MAX_M tokens on one thread too, whose tiles
-         * tiles_range reads as four streams */
+         * DENSE_SPREAD_MAX_M tokens and one token of NVFP4 on one
+         * thread too, whose tiles tiles_range reads as four streams */
         const size_t row_bytes = w->d.scheme == NVFP4_SCHEME_NONE ? 2 * k : k / 2 + k / 16;
         const size_t chunks = n * row_bytes < (size_t)nth * GEMV_CHUNKS * GEMV_TILE_MIN
                                   ? GEMV_CHUNKS / 2 : GEMV_CHUNKS;
@@ -1912,6 +1928,33 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                     continue;
                 }
             }
+            /* one token on the 4-row NVFP4 GEMVs: the same four streams.
+             * Four neighbouring rows (one stream jumping k/2 bytes between
+             * them) had read at 0.64-0.79 of the probe (W4A16) and
+             * 0.82-0.88 (W4A4 [16384, 2048], [4096, 14336]) on a Xeon with
+             * AMX, 1 thread; as four streams 0.85-1.0 and 0.98-1.03 */
+            /* 2-8 tokens on NVFP4: rows r and r + q, then r + 2q and
+             * r + 3q (two 2-row calls), each row through all its
+             * stretches before the next, instead of 16-row tiles walked
+             * stretch by stretch (each row's stretch a short stream of its
+             * own): Xeon, 1 thread, W4A4 [16384, 2048] B = 2 1.70 -> 1.27
+             * ms, B = 4 2.25 -> 1.50; per output the operations of the
+             * one-row kernel, so no bit moves */
+            if (batch_spread(path, m, packed) && (r1 - r0) % 4 == 0 && r1 - r0 >= 8) {
+                const size_t sp = (r1 - r0) / 4;
+                for (size_t r = r0; r < r0 + sp; r++)
+                    for (size_t u0 = 0; u0 < units; u0 += ku) {
+                        krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
+                        if (path == PATH_VNNI) {
+                            row2_vnni(w, (int64_t)r, sp, a, nch, 0, &kr, m, y);
+                            row2_vnni(w, (int64_t)(r + 2 * sp), sp, a, nch, 0, &kr, m, y);
+                        } else {
+                            row2_avx512(w, (int64_t)r, sp, x, 0, &kr, m, y);
+                            row2_avx512(w, (int64_t)(r + 2 * sp), sp, x, 0, &kr, m, y);
+                        }
+                    }
+                continue;
+            }
             if (m == 1 && gemv_spread(path) && (r1 - r0) % GEMV_ROWS == 0 &&
                 r1 - r0 >= 2 * GEMV_ROWS) {
                 const size_t sp = (r1 - r0) / GEMV_ROWS;
@@ -1982,13 +2025,13 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                         for (; r + 1 < r1; r += 2) {
                             if (pf)
                                 prefetch_ahead(w, path, r, 2, r1, &kr);
-                            row2_avx512(w, (int64_t)r, x, t0, &kr, nt, y);
+                            row2_avx512(w, (int64_t)r, 1, x, t0, &kr, nt, y);
                         }
                     if (path == PATH_VNNI)
                         for (; r + 1 < r1; r += 2) {
                             if (pf)
                                 prefetch_ahead(w, path, r, 2, r1, &kr);
-                            row2_vnni(w, (int64_t)r, a, nch, t0, &kr, nt, y);
+                            row2_vnni(w, (int64_t)r, 1, a, nch, t0, &kr, nt, y);
                         }
                     if (path == PATH_DENSE_AVX512 && packed)
                         while (r + 1 < r1) {
@@ -2025,7 +2068,7 @@ static void vnni_rows(const tiles_job *j, size_t m0, size_t m1, size_t r0, size_
             size_t r = r0;
             if (nt == TOK_TILE)
                 for (; r + 1 < r1; r += 2)
-                    row2_vnni(j->w, (int64_t)r, j->a, j->nch, t0, &kr, nt, j->y);
+                    row2_vnni(j->w, (int64_t)r, 1, j->a, j->nch, t0, &kr, nt, j->y);
             for (; r < r1; r++)
                 row_vnni(j->w, (int64_t)r, j->a, j->nch, t0, &kr, nt, j->y);
         }
