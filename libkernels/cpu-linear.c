@@ -1764,10 +1764,16 @@ typedef struct {
 /* One token on the 4-row NVFP4 GEMVs (gemv4_vnni at every k,
  * gemv_lut_avx512): rows r, r + q, r + 2q, r + 3q of a tile of 4q rows
  * together, as the dense GEMV does, with the one-thread product cut into
- * long tiles as on several threads (see tiles_range). */
-static inline int gemv_spread(int path)
+ * long tiles as on several threads (see tiles_range); not for products of
+ * under GEMV_TILE_MIN bytes, whose streams would be a few rows long
+ * (W4A16 [192, 576], 62 KB, 1 thread: 9.5-9.8 GB/s in 16-row tiles of
+ * neighbours, 8.6-9.1 spread). */
+static inline int gemv_spread(int path, const cpu_kweight *w)
 {
-    return path == PATH_VNNI || path == PATH_AVX512;
+    const size_t k = (size_t)w->d.k;
+
+    return (path == PATH_VNNI || path == PATH_AVX512) &&
+           (size_t)w->d.n * (k / 2 + k / 16) >= GEMV_TILE_MIN;
 }
 
 /* Batches of 2 .. TOK_TILE tokens on the 2-row NVFP4 kernels (row2_vnni,
@@ -1799,7 +1805,7 @@ static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float 
     else
         ku = 64;                              /* 8 tokens x 1024 floats = 32 KB */
     if ((m == 1 && nth > 1) || (m <= DENSE_SPREAD_MAX_M && path == PATH_DENSE_AVX512) ||
-        (m == 1 && gemv_spread(path)) || batch_spread(path, m, packed)) {
+        (m == 1 && gemv_spread(path, w)) || batch_spread(path, m, packed)) {
         /* one token: about GEMV_CHUNKS tiles per thread, so that each
          * thread streams long runs of rows (16-row tiles, claimed 16 per
          * thread by the pool, restarted the stream every 18-74 KB: on 2
@@ -1955,7 +1961,7 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                     }
                 continue;
             }
-            if (m == 1 && gemv_spread(path) && (r1 - r0) % GEMV_ROWS == 0 &&
+            if (m == 1 && gemv_spread(path, w) && (r1 - r0) % GEMV_ROWS == 0 &&
                 r1 - r0 >= 2 * GEMV_ROWS) {
                 const size_t sp = (r1 - r0) / GEMV_ROWS;
                 for (size_t r = r0; r < r0 + sp; r++)
