@@ -639,10 +639,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
 
 /* Two rows RS apart by a tile of NT packed tokens: each activation load
  * feeds two FMAs, so the loop is bound by the FMA units rather than by
- * loads; with
- * fewer than 8 tokens (decode batches of 2-7 sequences, a GEMM's last
- * tile) the two rows also double the independent accumulator chains that
- * one row's NT alone leaves latency-bound.  Every output sees exactly the
+ * loads; with fewer than 8 tokens (decode batches of 2-7 sequences, a
+ * GEMM's last tile) the two rows also double the independent accumulator
+ * chains that one row's NT alone leaves latency-bound.  Every output sees exactly the
  * operations of row_avx512_body with the same nt (same order, same
  * roundings), so pairing rows changes no bit. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
@@ -831,10 +830,10 @@ gemv4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t n
     }
 }
 
-/* Two rows by NT tokens: the activation codes, offsets and scales loaded
- * once feed both rows, and below 8 tokens the two rows double the chains
- * in flight.  Per output exactly the operations of row_vnni_body (same
- * order), so pairing rows changes no bit. */
+/* Two rows RS apart by NT tokens: the activation codes, offsets and
+ * scales loaded once feed both rows, and below 8 tokens the two rows
+ * double the chains in flight.  Per output exactly the operations of
+ * row_vnni_body (same order), so pairing rows changes no bit. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline
     __attribute__((always_inline)) void
     row2_vnni_body(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
@@ -1934,11 +1933,6 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                     continue;
                 }
             }
-            /* one token on the 4-row NVFP4 GEMVs: the same four streams.
-             * Four neighbouring rows (one stream jumping k/2 bytes between
-             * them) had read at 0.64-0.79 of the probe (W4A16) and
-             * 0.82-0.88 (W4A4 [16384, 2048], [4096, 14336]) on a Xeon with
-             * AMX, 1 thread; as four streams 0.85-1.0 and 0.98-1.03 */
             /* 2-8 tokens on NVFP4: rows r and r + q, then r + 2q and
              * r + 3q (two 2-row calls), each row through all its
              * stretches before the next, instead of 16-row tiles walked
@@ -1961,6 +1955,11 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                     }
                 continue;
             }
+            /* one token on the 4-row NVFP4 GEMVs: the same four streams.
+             * Four neighbouring rows (one stream jumping k/2 bytes between
+             * them) had read at 0.64-0.79 of the probe (W4A16) and
+             * 0.82-0.88 (W4A4 [16384, 2048], [4096, 14336]) on a Xeon with
+             * AMX, 1 thread; as four streams 0.85-1.0 and 0.98-1.03 */
             if (m == 1 && gemv_spread(path, w) && (r1 - r0) % GEMV_ROWS == 0 &&
                 r1 - r0 >= 2 * GEMV_ROWS) {
                 const size_t sp = (r1 - r0) / GEMV_ROWS;
