@@ -1933,43 +1933,36 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                     continue;
                 }
             }
-            /* 2-8 tokens on NVFP4: rows r and r + q, then r + 2q and
-             * r + 3q (two 2-row calls), each row through all its
-             * stretches before the next, instead of 16-row tiles walked
-             * stretch by stretch (each row's stretch a short stream of its
-             * own): Xeon, 1 thread, W4A4 [16384, 2048] B = 2 1.70 -> 1.27
-             * ms, B = 4 2.25 -> 1.50; per output the operations of the
-             * one-row kernel, so no bit moves */
-            if (batch_spread(path, m, packed) && (r1 - r0) % 4 == 0 && r1 - r0 >= 8) {
+            /* NVFP4 as four streams, rows r, r + q, r + 2q, r + 3q of a
+             * tile of 4q rows, each through all its stretches before the
+             * next.  One token (gemv_spread) on the 4-row GEMVs: four
+             * neighbouring rows (one stream jumping k/2 bytes between them)
+             * had read at 0.64-0.79 of the probe (W4A16) and 0.82-0.88
+             * (W4A4 [16384, 2048], [4096, 14336]) on a Xeon with AMX, 1
+             * thread; as four streams 0.85-1.0 and 0.98-1.03.  2-8 tokens
+             * (batch_spread) as two 2-row calls, instead of 16-row tiles
+             * walked stretch by stretch (each row's stretch a short stream
+             * of its own): W4A4 [16384, 2048], 1 thread, B = 2 1.70 -> 1.27
+             * ms, B = 4 2.25 -> 1.50.  Per output the operations of the
+             * one-row kernel, so no bit moves. */
+            if ((m == 1 ? gemv_spread(path, w) : batch_spread(path, m, packed)) &&
+                (r1 - r0) % 4 == 0 && r1 - r0 >= 8) {
                 const size_t sp = (r1 - r0) / 4;
                 for (size_t r = r0; r < r0 + sp; r++)
                     for (size_t u0 = 0; u0 < units; u0 += ku) {
                         krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
-                        if (path == PATH_VNNI) {
+                        const int64_t r2 = (int64_t)(r + 2 * sp);
+                        if (m == 1 && path == PATH_VNNI)
+                            gemv4_vnni(w, (int64_t)r, sp, a, nch, &kr, y);
+                        else if (m == 1)
+                            gemv_lut_avx512(w, (int64_t)r, sp, x, &kr, y);
+                        else if (path == PATH_VNNI) {
                             row2_vnni(w, (int64_t)r, sp, a, nch, 0, &kr, m, y);
-                            row2_vnni(w, (int64_t)(r + 2 * sp), sp, a, nch, 0, &kr, m, y);
+                            row2_vnni(w, r2, sp, a, nch, 0, &kr, m, y);
                         } else {
                             row2_avx512(w, (int64_t)r, sp, x, 0, &kr, m, y);
-                            row2_avx512(w, (int64_t)(r + 2 * sp), sp, x, 0, &kr, m, y);
+                            row2_avx512(w, r2, sp, x, 0, &kr, m, y);
                         }
-                    }
-                continue;
-            }
-            /* one token on the 4-row NVFP4 GEMVs: the same four streams.
-             * Four neighbouring rows (one stream jumping k/2 bytes between
-             * them) had read at 0.64-0.79 of the probe (W4A16) and
-             * 0.82-0.88 (W4A4 [16384, 2048], [4096, 14336]) on a Xeon with
-             * AMX, 1 thread; as four streams 0.85-1.0 and 0.98-1.03 */
-            if (m == 1 && gemv_spread(path, w) && (r1 - r0) % GEMV_ROWS == 0 &&
-                r1 - r0 >= 2 * GEMV_ROWS) {
-                const size_t sp = (r1 - r0) / GEMV_ROWS;
-                for (size_t r = r0; r < r0 + sp; r++)
-                    for (size_t u0 = 0; u0 < units; u0 += ku) {
-                        krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
-                        if (path == PATH_VNNI)
-                            gemv4_vnni(w, (int64_t)r, sp, a, nch, &kr, y);
-                        else
-                            gemv_lut_avx512(w, (int64_t)r, sp, x, &kr, y);
                     }
                 continue;
             }
