@@ -543,10 +543,11 @@ static void attend_head(const float *qi, float *o, const float *kpool, const flo
     (wide ? pwsum_avx512 : pwsum_scalar)(o, sc, inv, vpool, tab, bs, kvw, off, first, len, hd);
 }
 
-#ifdef CPU_HAVE_X86
 /* Query heads attended together that share a KV head (grouped-query
  * attention): each key and value row is loaded once for all of them. */
 #define ATTN_GROUP 4
+
+#ifdef CPU_HAVE_X86
 /* Positions ahead whose key and value rows are prefetched: a head's rows
  * are hd floats nkv * hd apart in the pool, a pattern the hardware
  * prefetchers follow poorly, and the first pass over a decode step's
@@ -707,6 +708,42 @@ static void fp8_gather(float *out, const uint8_t *pool, const int32_t *tab, size
     }
 }
 
+#ifdef CPU_HAVE_X86
+/* fp8_gather 16 elements at a time: an E4M3 byte S EEEE MMM written as the
+ * binary16 S 0EEEE MMM0000000 is the same number over 2^8, subnormals
+ * included (both exponent biases differ by 8), so vcvtph2ps and an exact
+ * multiply by 256 give e4m3_lut's float; the two NaN codes (S 1111 111, a
+ * finite binary16) take the table's NaN.  Then the same multiply by the
+ * scale: the same bits as fp8_gather. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+fp8_gather_avx512(float *out, const uint8_t *pool, const int32_t *tab, size_t bs, size_t kvw,
+                  size_t off, size_t first, size_t len, size_t hd, float scale)
+{
+    const __m512 sv = _mm512_set1_ps(scale), k256 = _mm512_set1_ps(256.0f);
+    const __m512 nan_pos = _mm512_set1_ps(e4m3_lut[0x7F]), nan_neg = _mm512_set1_ps(e4m3_lut[0xFF]);
+    const __m256i mag = _mm256_set1_epi16(0x7F), sgn = _mm256_set1_epi16(0x80);
+
+    for (size_t p = first; p < len; p++) {
+        const uint8_t *r = pool + ((size_t)tab[p / bs] * bs + p % bs) * kvw + off;
+        float *o = out + p * hd;
+        for (size_t d = 0; d < hd; d += 16) {
+            const __mmask16 mk = lanes16(hd - d);
+            const __m256i w = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(mk, r + d));
+            const __m256i m7 = _mm256_and_si256(w, mag);
+            const __m256i h = _mm256_or_si256(_mm256_slli_epi16(m7, 7),
+                                              _mm256_slli_epi16(_mm256_and_si256(w, sgn), 8));
+            const __mmask16 nan = _mm256_cmpeq_epi16_mask(m7, mag);
+            const __mmask16 neg = _mm256_cmpeq_epi16_mask(_mm256_and_si256(w, sgn), sgn);
+            __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(h), k256);
+
+            f = _mm512_mask_mov_ps(f, nan & (__mmask16)~neg, nan_pos);
+            f = _mm512_mask_mov_ps(f, nan & neg, nan_neg);
+            _mm512_mask_storeu_ps(o + d, mk, _mm512_mul_ps(f, sv));
+        }
+    }
+}
+#endif
+
 /* Items of cpu_attention_paged(): a query head (or, FP8, a KV head and its
  * group) of one token; any thread (nvfp4k_cpu_par()), SLOT's scratch. */
 typedef struct {
@@ -720,30 +757,94 @@ typedef struct {
     int wide;
 } attn_job;
 
+/* Whether FP8 items attend their query heads in groups (attend_group):
+ * AVX-512 and no sinks, as for float32 pools. */
+static inline int fp8_grouped(int wide, const nvfp4_kv_pages *kv)
+{
+#ifdef CPU_HAVE_X86
+    return wide && !kv->sinks;
+#else
+    (void)wide;
+    (void)kv;
+    return 0;
+#endif
+}
+
+/* Positions GF .. GL - 1 of KV head KVH of sequence SEQ, dequantized into
+ * KR and VR (row p at p); GL <= GF: none. */
+static void fp8_gather_kv(const attn_job *j, int32_t seq, size_t kvh, size_t gf, size_t gl,
+                          float *kr, float *vr)
+{
+    const nvfp4_kv_pages *kv = j->kv;
+    const size_t hd = j->hd, kvw = j->nkv * hd, bs = kv->block;
+    const int32_t *tab = kv->tables + (size_t)seq * kv->max_blocks;
+
+    if (gl <= gf)
+        return;
+#ifdef CPU_HAVE_X86
+    if (j->wide) {
+        fp8_gather_avx512(kr, kv->k_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->k_scale);
+        fp8_gather_avx512(vr, kv->v_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->v_scale);
+        return;
+    }
+#endif
+    fp8_gather(kr, kv->k_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->k_scale);
+    fp8_gather(vr, kv->v_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->v_scale);
+}
+
+/* Items (row, KV head) IT0 .. IT1 - 1, a KV head at a time: the rows of one
+ * sequence (a prefill's tokens) share its positions, so each position is
+ * dequantized once for all of them (GF .. GL: what SLOT's rows hold)
+ * where gathering per row redid the whole prefix for every token.  The
+ * pools do not change during the loop (the call's rows were stored
+ * before it), and each item's operations are the same in any order. */
 static void attn_fp8_range(void *arg, size_t it0, size_t it1, int slot)
 {
     const attn_job *j = arg;
     const nvfp4_kv_pages *kv = j->kv;
-    const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, kvw = nkv * hd, group = nh / nkv;
-    const size_t bs = kv->block, maxlen = kv->max_len;
+    const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, group = nh / nkv;
+    const size_t maxlen = kv->max_len;
     const int32_t zero = 0;
+    /* fp8_grouped(): SLOT's scratch starts with ATTN_GROUP rows of scores */
+    const int grouped = fp8_grouped(j->wide, kv);
+    float *sc = j->scores + (size_t)slot * j->per;
+    float *kr = sc + (grouped ? ATTN_GROUP : 1) * maxlen, *vr = kr + maxlen * hd;
 
-    for (size_t it = it0; it < it1; it++) {
-        size_t i = it / nkv, kvh = it % nkv, len = (size_t)kv->pos[i] + 1;
-        size_t first = kv->window && len > kv->window ? len - kv->window : 0;
-        const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
-        float *sc = j->scores + (size_t)slot * j->per, *kr, *vr;
+    for (size_t kvh = 0; kvh < nkv; kvh++) {
+        int32_t gseq = -1;
+        size_t gf = 0, gl = 0;
 
-        kr = sc + maxlen;
-        vr = kr + maxlen * hd;
-        fp8_gather(kr, kv->k_pool, tab, bs, kvw, kvh * hd, first, len, hd, kv->k_scale);
-        fp8_gather(vr, kv->v_pool, tab, bs, kvw, kvh * hd, first, len, hd, kv->v_scale);
-        for (size_t g = 0; g < group; g++) {
-            size_t h = kvh * group + g;
-            /* the gathered rows: one block of maxlen positions, row p at p */
-            attend_head(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kr, vr, &zero,
-                        maxlen, hd, 0, first, len, hd, j->scale,
-                        kv->sinks ? kv->sinks + h : NULL, sc, j->wide);
+        for (size_t it = it0 + (kvh + nkv - it0 % nkv) % nkv; it < it1; it += nkv) {
+            const size_t i = it / nkv, len = (size_t)kv->pos[i] + 1;
+            const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+
+            if (kv->seq[i] != gseq || first < gf || first > gl) {
+                gseq = kv->seq[i];
+                gf = gl = first;
+            }
+            fp8_gather_kv(j, gseq, kvh, gl, len, kr, vr);
+            gl = len > gl ? len : gl;
+#ifdef CPU_HAVE_X86
+            /* the group's query heads ATTN_GROUP at a time over the
+             * gathered rows, as for float32 pools (attend_group: the
+             * same bits) */
+            if (grouped) {
+                for (size_t g0 = 0; g0 < group; g0 += ATTN_GROUP) {
+                    const size_t h = kvh * group + g0;
+                    attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kr, vr,
+                                 &zero, maxlen, hd, 0, first, len, hd, j->scale, sc, maxlen,
+                                 (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
+                }
+                continue;
+            }
+#endif
+            for (size_t g = 0; g < group; g++) {
+                size_t h = kvh * group + g;
+                /* the gathered rows: one block of maxlen positions, row p at p */
+                attend_head(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kr, vr,
+                            &zero, maxlen, hd, 0, first, len, hd, j->scale,
+                            kv->sinks ? kv->sinks + h : NULL, sc, j->wide);
+            }
         }
     }
 }
@@ -810,7 +911,8 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
     const size_t kvw = nkv * hd, bs = kv->block, maxlen = kv->max_len;
     const int nth = nvfp4k_cpu_nthreads(ctx);
     const int fp8 = kv->dtype == NVFP4_KV_ELEM_FP8_E4M3;
-    /* per thread: maxlen scores; FP8: also maxlen dequantized K and V rows */
+    /* per thread: maxlen scores (ATTN_GROUP rows where grouped); FP8: also
+     * maxlen dequantized K and V rows */
     size_t per, bytes;
     float *scores;
 #ifdef CPU_HAVE_X86
@@ -828,7 +930,11 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
     const int grouped = 0;
 #endif
 
-    if (__builtin_mul_overflow(maxlen, fp8 ? 1 + 2 * hd : grouped ? ATTN_GROUP : 1, &per) ||
+    if (__builtin_mul_overflow(maxlen,
+                               fp8 ? (fp8_grouped(wide, kv) ? ATTN_GROUP : 1) + 2 * hd
+                               : grouped ? ATTN_GROUP
+                                         : 1,
+                               &per) ||
         __builtin_mul_overflow(per, (size_t)nth * sizeof(float), &bytes))
         return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
                                "scratch of %zu positions of %zu is out of range", maxlen, hd);
