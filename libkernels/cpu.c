@@ -679,12 +679,31 @@ attend_group(const float *q, float *o, const float *kpool, const float *vpool,
 /* FP8 E4M3 pools (nvfp4_kv_elem): numerics.h's codec, the one vLLM's
  * semantics were checked against (kvcache.c's fixtures). */
 static float e4m3_lut[256];
+#ifdef CPU_HAVE_X86
+/* fp8_gather_vbmi's: the bfloat16 bytes of each magnitude, the byte order */
+static uint8_t e4m3_bf16_lo[128], e4m3_bf16_hi[128], e4m3_unpack_perm[64];
+#endif
 static pthread_once_t e4m3_lut_once = PTHREAD_ONCE_INIT;
+
+static int e4m3_vbmi; /* fp8_gather_vbmi's tables are filled and it may run */
 
 static void e4m3_lut_fill(void)
 {
     for (int i = 0; i < 256; i++)
         e4m3_lut[i] = num_e4m3_value((uint32_t)i);
+#ifdef CPU_HAVE_X86
+    for (int i = 0; i < 128; i++) {
+        uint32_t u;
+        memcpy(&u, &e4m3_lut[i], sizeof(u));
+        e4m3_bf16_lo[i] = (uint8_t)(u >> 16);
+        e4m3_bf16_hi[i] = (uint8_t)(u >> 24);
+    }
+    for (int r = 0; r < 4; r++)
+        for (int l = 0; l < 4; l++)
+            for (int t = 0; t < 4; t++)
+                e4m3_unpack_perm[16 * l + 4 * r + t] = (uint8_t)(16 * r + 4 * l + t);
+    e4m3_vbmi = __builtin_cpu_supports("avx512vbmi");
+#endif
 }
 
 static void fp8_store(uint8_t *dst, const float *x, size_t n, float scale)
@@ -742,6 +761,47 @@ fp8_gather_avx512(float *out, const uint8_t *pool, const int32_t *tab, size_t bs
         }
     }
 }
+
+/* fp8_gather 64 elements at a time with AVX-512 VBMI: every E4M3 value is
+ * a bfloat16 (its exponent fits, its 3 mantissa bits too, subnormals are
+ * normal there, NaN is 0x7FC0), so the float is the code's bfloat16 bits
+ * << 16, the very bits of e4m3_lut: two 128-entry byte tables looked up by
+ * the 7 magnitude bits (vpermi2b) give the bfloat16's two bytes, the sign
+ * bit is ORed in, and two rounds of unpacking with zeros widen them to
+ * floats.  The unpacking works within 128-bit lanes, so the bytes are put
+ * in the order it undoes first (vpermb): float vector r, lane l, slot s
+ * takes byte 16 l + 4 r + s, which must hold element 16 r + 4 l + s. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) static void
+fp8_gather_vbmi(float *out, const uint8_t *pool, const int32_t *tab, size_t bs, size_t kvw,
+                size_t off, size_t first, size_t len, size_t hd, float scale)
+{
+    const __m512 sv = _mm512_set1_ps(scale);
+    const __m512i lo0 = _mm512_loadu_si512(e4m3_bf16_lo), lo1 = _mm512_loadu_si512(e4m3_bf16_lo + 64);
+    const __m512i hi0 = _mm512_loadu_si512(e4m3_bf16_hi), hi1 = _mm512_loadu_si512(e4m3_bf16_hi + 64);
+    const __m512i perm = _mm512_loadu_si512(e4m3_unpack_perm), sgn = _mm512_set1_epi8((char)0x80);
+    const __m512i zero = _mm512_setzero_si512();
+
+    for (size_t p = first; p < len; p++) {
+        const uint8_t *r = pool + ((size_t)tab[p / bs] * bs + p % bs) * kvw + off;
+        float *o = out + p * hd;
+        for (size_t d = 0; d < hd; d += 64) {
+            const size_t nd = hd - d < 64 ? hd - d : 64;
+            const __mmask64 mk = nd == 64 ? ~(__mmask64)0 : ((__mmask64)1 << nd) - 1;
+            const __m512i b = _mm512_permutexvar_epi8(perm, _mm512_maskz_loadu_epi8(mk, r + d));
+            const __m512i lo = _mm512_permutex2var_epi8(lo0, b, lo1);
+            /* hi | (b & 0x80) */
+            const __m512i hi =
+                _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, b, hi1), b, sgn, 0xF8);
+            const __m512i w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
+            const __m512i f[4] = {_mm512_unpacklo_epi16(zero, w0), _mm512_unpackhi_epi16(zero, w0),
+                                  _mm512_unpacklo_epi16(zero, w1), _mm512_unpackhi_epi16(zero, w1)};
+
+            for (size_t v = 0; v < 4 && 16 * v < nd; v++)
+                _mm512_mask_storeu_ps(o + d + 16 * v, lanes16(nd - 16 * v),
+                                      _mm512_mul_ps(_mm512_castsi512_ps(f[v]), sv));
+        }
+    }
+}
 #endif
 
 /* Items of cpu_attention_paged(): a query head (or, FP8, a KV head and its
@@ -754,7 +814,7 @@ typedef struct {
     float scale;
     float *scores;
     size_t per;
-    int wide;
+    int wide; /* AVX-512: 1; 2 at the VNNI level and above (fp8_gather_kv) */
 } attn_job;
 
 /* Whether FP8 items attend their query heads in groups (attend_group):
@@ -782,6 +842,13 @@ static void fp8_gather_kv(const attn_job *j, int32_t seq, size_t kvh, size_t gf,
     if (gl <= gf)
         return;
 #ifdef CPU_HAVE_X86
+    /* VBMI where the backend runs the VNNI kernels (every CPU with VBMI
+     * has them; NVFP4_CPU_ISA=avx512 keeps the binary16 path testable) */
+    if (j->wide > 1 && e4m3_vbmi) {
+        fp8_gather_vbmi(kr, kv->k_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->k_scale);
+        fp8_gather_vbmi(vr, kv->v_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->v_scale);
+        return;
+    }
     if (j->wide) {
         fp8_gather_avx512(kr, kv->k_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->k_scale);
         fp8_gather_avx512(vr, kv->v_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->v_scale);
@@ -916,7 +983,8 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
     size_t per, bytes;
     float *scores;
 #ifdef CPU_HAVE_X86
-    const int wide = ((cpu_ctx *)ctx)->isa >= CPU_ISA_AVX512;
+    const cpu_isa isa = ((cpu_ctx *)ctx)->isa;
+    const int wide = isa >= CPU_ISA_VNNI ? 2 : isa >= CPU_ISA_AVX512;
 #else
     const int wide = 0;
 #endif
