@@ -682,10 +682,9 @@ static float e4m3_lut[256];
 #ifdef CPU_HAVE_X86
 /* fp8_gather_vbmi's: the bfloat16 bytes of each magnitude, the byte order */
 static uint8_t e4m3_bf16_lo[128], e4m3_bf16_hi[128], e4m3_unpack_perm[64];
+static int e4m3_vbmi; /* its tables are filled and the CPU has VBMI */
 #endif
 static pthread_once_t e4m3_lut_once = PTHREAD_ONCE_INIT;
-
-static int e4m3_vbmi; /* fp8_gather_vbmi's tables are filled and it may run */
 
 static void e4m3_lut_fill(void)
 {
