@@ -1753,6 +1753,7 @@ static inline void row_call(int path, const cpu_kweight *w, int64_t r, const flo
 
 typedef struct {
     int path, packed;
+    int spread; /* NVFP4 rows as four streams (nvfp4_spread) */
     const cpu_kweight *w;
     const float *x;
     const act_q8 *a;
@@ -1783,6 +1784,12 @@ static inline int batch_spread(int path, size_t m, int packed)
     return m > 1 && m <= TOK_TILE && (path == PATH_VNNI || (path == PATH_AVX512 && packed));
 }
 
+/* Whether a call's NVFP4 tiles are read as four streams (tiles_range). */
+static inline int nvfp4_spread(int path, const cpu_kweight *w, size_t m, int packed)
+{
+    return m == 1 ? gemv_spread(path, w) : batch_spread(path, m, packed);
+}
+
 static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot);
 #ifdef CPU_AMX
 static void amx_range(const tiles_job *j, size_t tile0, size_t tile1);
@@ -1793,6 +1800,7 @@ static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float 
 {
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n;
     const size_t units = path >= PATH_VNNI ? nch : (k + 15) / 16;
+    const int spread = nvfp4_spread(path, w, m, packed);
     size_t ku, rt;
 
     /* Stretches of k whose partial sums are added to y one after the other:
@@ -1803,8 +1811,7 @@ static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float 
         ku = 6;                               /* 8 tokens x 6 x 256 int8 = 12 KB */
     else
         ku = 64;                              /* 8 tokens x 1024 floats = 32 KB */
-    if ((m == 1 && nth > 1) || (m <= DENSE_SPREAD_MAX_M && path == PATH_DENSE_AVX512) ||
-        (m == 1 && gemv_spread(path, w)) || batch_spread(path, m, packed)) {
+    if ((m == 1 && nth > 1) || (m <= DENSE_SPREAD_MAX_M && path == PATH_DENSE_AVX512) || spread) {
         /* one token: about GEMV_CHUNKS tiles per thread, so that each
          * thread streams long runs of rows (16-row tiles, claimed 16 per
          * thread by the pool, restarted the stream every 18-74 KB: on 2
@@ -1830,7 +1837,7 @@ static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float 
 #endif
     }
     {
-        tiles_job j = {path, packed, w, x, a, nch, m, units, ku, rt, y};
+        tiles_job j = {path, packed, spread, w, x, a, nch, m, units, ku, rt, y};
         nvfp4k_cpu_par(ctx, (n + rt - 1) / rt, nth, tiles_range, &j);
     }
 }
@@ -1945,9 +1952,8 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
              * of its own): W4A4 [16384, 2048], 1 thread, B = 2 1.70 -> 1.27
              * ms, B = 4 2.25 -> 1.50.  Per output the operations of the
              * one-row kernel, so no bit moves. */
-            if ((m == 1 ? gemv_spread(path, w) : batch_spread(path, m, packed)) &&
-                (r1 - r0) % 4 == 0 && r1 - r0 >= 8) {
-                const size_t sp = (r1 - r0) / 4;
+            if (j->spread && (r1 - r0) % GEMV_ROWS == 0 && r1 - r0 >= 2 * GEMV_ROWS) {
+                const size_t sp = (r1 - r0) / GEMV_ROWS;
                 for (size_t r = r0; r < r0 + sp; r++)
                     for (size_t u0 = 0; u0 < units; u0 += ku) {
                         krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};

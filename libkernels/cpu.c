@@ -467,6 +467,13 @@ static inline const float *page_row(const float *pool, const int32_t *tab, size_
     return pool + ((size_t)tab[p / block] * block + p % block) * kvw;
 }
 
+/* page_row for FP8 pools: one byte an element. */
+static inline const uint8_t *page_row8(const uint8_t *pool, const int32_t *tab, size_t block,
+                                       size_t kvw, size_t p)
+{
+    return pool + ((size_t)tab[p / block] * block + p % block) * kvw;
+}
+
 static void pwsum_scalar(float *out, const float *w, float inv, const float *pool,
                          const int32_t *tab, size_t block, size_t kvw, size_t off,
                          size_t first, size_t len, size_t n)
@@ -719,7 +726,7 @@ static void fp8_gather(float *out, const uint8_t *pool, const int32_t *tab, size
                        float scale)
 {
     for (size_t p = first; p < len; p++) {
-        const uint8_t *r = pool + ((size_t)tab[p / bs] * bs + p % bs) * kvw + off;
+        const uint8_t *r = page_row8(pool, tab, bs, kvw, p) + off;
         float *o = out + p * hd;
         for (size_t d = 0; d < hd; d++)
             o[d] = e4m3_lut[r[d]] * scale;
@@ -742,7 +749,7 @@ fp8_gather_avx512(float *out, const uint8_t *pool, const int32_t *tab, size_t bs
     const __m256i mag = _mm256_set1_epi16(0x7F), sgn = _mm256_set1_epi16(0x80);
 
     for (size_t p = first; p < len; p++) {
-        const uint8_t *r = pool + ((size_t)tab[p / bs] * bs + p % bs) * kvw + off;
+        const uint8_t *r = page_row8(pool, tab, bs, kvw, p) + off;
         float *o = out + p * hd;
         for (size_t d = 0; d < hd; d += 16) {
             const __mmask16 mk = lanes16(hd - d);
@@ -781,7 +788,7 @@ fp8_gather_vbmi(float *out, const uint8_t *pool, const int32_t *tab, size_t bs, 
     const __m512i zero = _mm512_setzero_si512();
 
     for (size_t p = first; p < len; p++) {
-        const uint8_t *r = pool + ((size_t)tab[p / bs] * bs + p % bs) * kvw + off;
+        const uint8_t *r = page_row8(pool, tab, bs, kvw, p) + off;
         float *o = out + p * hd;
         for (size_t d = 0; d < hd; d += 64) {
             const size_t nd = hd - d < 64 ? hd - d : 64;
@@ -814,20 +821,9 @@ typedef struct {
     float *scores;
     size_t per;
     int wide; /* AVX-512: 1; 2 at the VNNI level and above (fp8_gather_kv) */
+    int grouped; /* query heads ATTN_GROUP at a time (attend_group); SLOT's
+                  * scratch starts with ATTN_GROUP rows of scores */
 } attn_job;
-
-/* Whether FP8 items attend their query heads in groups (attend_group):
- * AVX-512 and no sinks, as for float32 pools. */
-static inline int fp8_grouped(int wide, const nvfp4_kv_pages *kv)
-{
-#ifdef CPU_HAVE_X86
-    return wide && !kv->sinks;
-#else
-    (void)wide;
-    (void)kv;
-    return 0;
-#endif
-}
 
 /* Positions GF .. GL - 1 of KV head KVH of sequence SEQ, dequantized into
  * KR and VR (row p at p); GL <= GF: none. */
@@ -871,10 +867,8 @@ static void attn_fp8_range(void *arg, size_t it0, size_t it1, int slot)
     const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, group = nh / nkv;
     const size_t maxlen = kv->max_len;
     const int32_t zero = 0;
-    /* fp8_grouped(): SLOT's scratch starts with ATTN_GROUP rows of scores */
-    const int grouped = fp8_grouped(j->wide, kv);
     float *sc = j->scores + (size_t)slot * j->per;
-    float *kr = sc + (grouped ? ATTN_GROUP : 1) * maxlen, *vr = kr + maxlen * hd;
+    float *kr = sc + (j->grouped ? ATTN_GROUP : 1) * maxlen, *vr = kr + maxlen * hd;
 
     for (size_t kvh = 0; kvh < nkv; kvh++) {
         int32_t gseq = -1;
@@ -894,7 +888,7 @@ static void attn_fp8_range(void *arg, size_t it0, size_t it1, int slot)
             /* the group's query heads ATTN_GROUP at a time over the
              * gathered rows, as for float32 pools (attend_group: the
              * same bits) */
-            if (grouped) {
+            if (j->grouped) {
                 for (size_t g0 = 0; g0 < group; g0 += ATTN_GROUP) {
                     const size_t h = kvh * group + g0;
                     attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kr, vr,
@@ -988,20 +982,17 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
     const int wide = 0;
 #endif
 
-    /* float32 pools in AVX-512 without sinks: the query heads of a KV
-     * head in groups of ATTN_GROUP (attend_group(), the same bits) */
+    /* AVX-512 without sinks: the query heads of a KV head in groups of
+     * ATTN_GROUP (attend_group(), the same bits); float32 pools only where
+     * a KV head has several (FP8 items are KV heads in any case) */
 #ifdef CPU_HAVE_X86
-    const int grouped = wide && !fp8 && !kv->sinks && nh / nkv > 1;
+    const int grouped = wide && !kv->sinks && (fp8 || nh / nkv > 1);
     const size_t sub = grouped ? (nh / nkv + ATTN_GROUP - 1) / ATTN_GROUP : 0;
 #else
     const int grouped = 0;
 #endif
 
-    if (__builtin_mul_overflow(maxlen,
-                               fp8 ? (fp8_grouped(wide, kv) ? ATTN_GROUP : 1) + 2 * hd
-                               : grouped ? ATTN_GROUP
-                                         : 1,
-                               &per) ||
+    if (__builtin_mul_overflow(maxlen, (grouped ? ATTN_GROUP : 1) + (fp8 ? 2 * hd : 0), &per) ||
         __builtin_mul_overflow(per, (size_t)nth * sizeof(float), &bytes))
         return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
                                "scratch of %zu positions of %zu is out of range", maxlen, hd);
@@ -1024,11 +1015,11 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
         }
     }
     {
-        attn_job j = {q, out, kv, nh, nkv, hd, scale, scores, per, wide};
+        attn_job j = {q, out, kv, nh, nkv, hd, scale, scores, per, wide, grouped};
         /* a decode step of a short context is a few microseconds: one thread */
         const int t = m * nh * maxlen * hd >= 8 * CPU_PAR_MIN ? nth : 1;
 #ifdef CPU_HAVE_X86
-        if (grouped)
+        if (grouped && !fp8)
             nvfp4k_cpu_par(ctx, m * nkv * sub, t, attn_group_range, &j);
         else
 #endif
