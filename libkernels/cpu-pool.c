@@ -11,6 +11,20 @@
  * a core.  Idle workers spin for CPU_POOL_SPIN_NS, then sleep on a
  * condition variable; the caller signals only when one sleeps.
  *
+ * Spinning pays on a quiet machine (a sleeping worker takes tens of
+ * microseconds to wake, in a virtual machine more) and costs on a busy
+ * one: a spinning thread uses up its share of a core, so the scheduler
+ * preempts it, or the caller, in the middle of a chunk, and the others
+ * wait for it.  So the caller looks at the number of runnable threads on
+ * the machine (Linux: the fourth field of /proc/loadavg) once per
+ * CPU_POOL_LOAD_NS: when the others, with this loop's threads, outnumber
+ * the online CPUs in half of the recent looks, the machine counts as busy.
+ * Then idle workers sleep at once, and a caller left waiting for a claimed
+ * chunk sleeps too, so that its core is free for the thread it waits for;
+ * a thread that sleeps rather than spins also keeps the scheduler's credit
+ * for the next time it wakes.  Where that count cannot be read, the pool
+ * spins as on a quiet machine.
+ *
  * Which thread runs a chunk changes no result: every loop given to the pool
  * computes each of its items (an output row, a token, a head) with the same
  * operations whoever runs it.
@@ -22,10 +36,13 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cpu-internal.h"
 
@@ -46,11 +63,14 @@
 #define CPU_POOL_WAIT_SPIN_NS 50000
 /* Chunks per participating thread: the last ones to finish are short. */
 #define CPU_POOL_CHUNKS 16
+/* How often the caller looks at the machine's load. */
+#define CPU_POOL_LOAD_NS 1000000u
 
 struct cpu_pool {
     pthread_mutex_t run;   /* one caller at a time (trylock) */
     pthread_mutex_t lock;  /* sleeping and waking */
     pthread_cond_t wake;
+    pthread_cond_t finished; /* the caller sleeps on it (busy machine) */
     pthread_t *tids;
     int nworkers;
     /* atomics */
@@ -58,12 +78,19 @@ struct cpu_pool {
     uint64_t done;         /* chunks finished in this generation */
     int want;              /* workers 0 .. want-1 take part */
     int sleepers;
+    int caller_sleeps;
+    int busy;              /* the machine is busy: no spinning */
     int quit;
     /* the job; written by the caller between generations only */
     cpu_par_fn fn;
     void *arg;
     size_t n;
     uint32_t nchunks;
+    /* the load watch; the caller's, with `run` held */
+    int loadavg;           /* /proc/loadavg, or -1 */
+    int ncpu;
+    uint64_t load_t0;
+    unsigned load;         /* 0 .. 256: recent looks that saw a busy machine */
 };
 
 typedef struct {
@@ -84,7 +111,7 @@ static void pool_work(cpu_pool *p, uint32_t gen, int slot)
     uint64_t v = __atomic_load_n(&p->next, __ATOMIC_ACQUIRE);
 
     for (;;) {
-        uint32_t left = (uint32_t)v, c;
+        uint32_t left = (uint32_t)v, c, nch;
         size_t i0, i1;
 
         if ((uint32_t)(v >> 32) != gen || left == 0)
@@ -93,11 +120,17 @@ static void pool_work(cpu_pool *p, uint32_t gen, int slot)
                                          __ATOMIC_ACQUIRE))
             continue;
         /* the job is this generation's until its last chunk is done */
-        c = p->nchunks - left;
-        i0 = p->n * c / p->nchunks;
-        i1 = p->n * (c + 1) / p->nchunks;
+        nch = p->nchunks;
+        c = nch - left;
+        i0 = p->n * c / nch;
+        i1 = p->n * (c + 1) / nch;
         p->fn(p->arg, i0, i1, slot);
-        __atomic_fetch_add(&p->done, 1, __ATOMIC_RELEASE);
+        if (__atomic_add_fetch(&p->done, 1, __ATOMIC_SEQ_CST) == nch &&
+            __atomic_load_n(&p->caller_sleeps, __ATOMIC_SEQ_CST)) {
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_signal(&p->finished);
+            pthread_mutex_unlock(&p->lock);
+        }
         v = __atomic_load_n(&p->next, __ATOMIC_ACQUIRE);
     }
 }
@@ -111,6 +144,7 @@ static void *pool_main(void *varg)
 
     free(me);
     for (;;) {
+        const uint64_t spin = __atomic_load_n(&p->busy, __ATOMIC_RELAXED) ? 0 : CPU_POOL_SPIN_NS;
         uint64_t t0 = 0;
         uint32_t gen;
         unsigned spins = 0;
@@ -123,7 +157,7 @@ static void *pool_main(void *varg)
                 continue;
             if (!t0)
                 t0 = pool_ns();
-            else if (pool_ns() - t0 > CPU_POOL_SPIN_NS) {
+            else if (pool_ns() - t0 > spin) {
                 pthread_mutex_lock(&p->lock);
                 __atomic_add_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
                 while ((uint32_t)(__atomic_load_n(&p->next, __ATOMIC_SEQ_CST) >> 32) == seen &&
@@ -158,6 +192,9 @@ void nvfp4k_cpu_pool_free(cpu_pool *p)
     if (!p)
         return;
     pool_stop(p);
+    if (p->loadavg >= 0)
+        close(p->loadavg);
+    pthread_cond_destroy(&p->finished);
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->lock);
     pthread_mutex_destroy(&p->run);
@@ -186,6 +223,15 @@ static cpu_pool *pool_new(void)
         free(p);
         return NULL;
     }
+    if (pthread_cond_init(&p->finished, NULL) != 0) {
+        pthread_cond_destroy(&p->wake);
+        pthread_mutex_destroy(&p->lock);
+        pthread_mutex_destroy(&p->run);
+        free(p);
+        return NULL;
+    }
+    p->loadavg = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    p->ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
     return p;
 }
 
@@ -212,6 +258,51 @@ static void pool_grow(cpu_pool *p, int want)
         }
         p->nworkers++;
     }
+}
+
+/* With p->run held, before a loop on NTH threads: whether the machine is
+ * busy (the threads that would run beside this loop's NTH, with them,
+ * outnumber the CPUs), smoothed over the last looks. */
+static void pool_watch_load(cpu_pool *p, int nth)
+{
+    char buf[128], *slash;
+    uint64_t now;
+    ssize_t len;
+    long running, others;
+
+    if (p->loadavg < 0 || p->ncpu < 1)
+        return;
+    now = pool_ns();
+    if (now - p->load_t0 < CPU_POOL_LOAD_NS)
+        return;
+    p->load_t0 = now;
+    /* "0.52 0.58 0.59 3/345 12345": runnable threads / all threads */
+    len = pread(p->loadavg, buf, sizeof(buf) - 1, 0);
+    if (len <= 0)
+        return;
+    buf[len] = '\0';
+    slash = strchr(buf, '/');
+    if (!slash)
+        return;
+    while (slash > buf && slash[-1] >= '0' && slash[-1] <= '9')
+        slash--;
+    running = strtol(slash, NULL, 10);
+    /* less this thread and the workers awake now */
+    others = running - 1 - (p->nworkers - __atomic_load_n(&p->sleepers, __ATOMIC_RELAXED));
+    p->load = p->load - p->load / 8 + (others + nth > p->ncpu ? 32 : 0);
+    __atomic_store_n(&p->busy, p->load >= 128, __ATOMIC_RELAXED);
+}
+
+/* With p->run held, the machine busy: sleeps until the NCH chunks of the
+ * job are done. */
+static void pool_sleep_done(cpu_pool *p, uint32_t nch)
+{
+    pthread_mutex_lock(&p->lock);
+    __atomic_store_n(&p->caller_sleeps, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&p->done, __ATOMIC_SEQ_CST) != nch)
+        pthread_cond_wait(&p->finished, &p->lock);
+    __atomic_store_n(&p->caller_sleeps, 0, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&p->lock);
 }
 
 /* The loop without the pool (another thread holds it): OpenMP, as before. */
@@ -262,6 +353,7 @@ void nvfp4k_cpu_par(cpu_ctx *c, size_t n, int nth, cpu_par_fn fn, void *arg)
     }
     if (nth - 1 > p->nworkers)
         nth = p->nworkers + 1;
+    pool_watch_load(p, nth);
     nch = (uint32_t)(n < (size_t)nth * CPU_POOL_CHUNKS ? n : (size_t)nth * CPU_POOL_CHUNKS);
     p->fn = fn;
     p->arg = arg;
@@ -284,8 +376,12 @@ void nvfp4k_cpu_par(cpu_ctx *c, size_t n, int nth, cpu_par_fn fn, void *arg)
             continue;
         if (!t0)
             t0 = pool_ns();
-        else if (pool_ns() - t0 > CPU_POOL_WAIT_SPIN_NS)
-            sched_yield();
+        else if (pool_ns() - t0 > CPU_POOL_WAIT_SPIN_NS) {
+            if (__atomic_load_n(&p->busy, __ATOMIC_RELAXED))
+                pool_sleep_done(p, nch);
+            else
+                sched_yield();
+        }
     }
     pthread_mutex_unlock(&p->run);
 }

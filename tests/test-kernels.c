@@ -22,12 +22,15 @@
 #include <check.h>
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #if defined(__linux__) && defined(__x86_64__)
 #include <sys/syscall.h>
-#include <unistd.h>
 #endif
 
 #include <nvfp4/kernels.h>
@@ -1140,6 +1143,113 @@ START_TEST(test_rmsnorm)
 }
 END_TEST
 
+/* ---- a busy machine ------------------------------------------------------------ */
+
+static int busy_stop;
+
+static void *busy_spin(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&busy_stop, __ATOMIC_ACQUIRE))
+        ;
+    return NULL;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Runnable threads on the machine (Linux /proc/loadavg), or -1. */
+static long runnable_now(void)
+{
+    char buf[128], *slash;
+    long r = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+
+    if (!f)
+        return -1;
+    if (fgets(buf, sizeof(buf), f) && (slash = strchr(buf, '/')) != NULL) {
+        while (slash > buf && slash[-1] >= '0' && slash[-1] <= '9')
+            slash--;
+        r = strtol(slash, NULL, 10);
+    }
+    fclose(f);
+    return r;
+}
+
+/* With more runnable threads than CPUs the pool stops spinning: idle
+ * workers sleep at once and a caller waiting for a claimed chunk sleeps
+ * until the worker that holds it signals (libkernels/cpu-pool.c).  Beside
+ * NCPU - 1 spinning threads, rmsnorm at 2 threads (one more runnable
+ * thread than CPUs), called for 300 ms (long enough for the pool to see
+ * the load), gives the bits of 1 thread, held to a float64 reference,
+ * every time: no chunk is lost or read before it is written, and no call
+ * hangs.  (A caller that stops waiting, or a worker that does not signal,
+ * fails it: both checked.) */
+START_TEST(test_busy_machine)
+{
+    enum { M = 256, D = 4096, MAXSPIN = 64 };
+    nvfp4_error err;
+    nvfp4_backend *be = open_cpu();
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    const int nspin = ncpu < 2 ? 1 : ncpu - 1 > MAXSPIN ? MAXSPIN : (int)ncpu - 1;
+    const int quick = getenv("NVFP4_TEST_QUICK") != NULL;
+    const double span = quick ? 0.05 : 0.3;
+    float *x = malloc(sizeof(float) * M * D), *w = malloc(sizeof(float) * D);
+    float *y1 = malloc(sizeof(float) * M * D), *y = malloc(sizeof(float) * M * D);
+    pthread_t spin[MAXSPIN];
+    long calls = 0, seen = -1;
+    int started = 0;
+    double t0;
+
+    ck_assert(x && w && y1 && y);
+    for (int i = 0; i < M * D; i++)
+        x[i] = frand(-4, 4);
+    for (int i = 0; i < D; i++)
+        w[i] = frand(0.5f, 1.5f);
+    nvfp4_backend_set_threads(be, 1);
+    ck_assert_int_eq(nvfp4_k_rmsnorm(be, x, w, M, D, 1e-6f, y1, &err), NVFP4_OK);
+    for (int i = 0; i < M; i++) {
+        double ss = 0;
+        for (int j = 0; j < D; j++)
+            ss += (double)x[i * D + j] * x[i * D + j];
+        for (int j = 0; j < D; j++) {
+            double r = x[i * D + j] / sqrt(ss / D + 1e-6) * w[j];
+            ck_assert_msg(fabs(y1[i * D + j] - r) <= 4 * ldexp(fabs(r), -24) + 1e-30,
+                          "%d,%d: %.9g vs %.9g", i, j, y1[i * D + j], r);
+        }
+    }
+    __atomic_store_n(&busy_stop, 0, __ATOMIC_RELEASE);
+    while (started < nspin && pthread_create(&spin[started], NULL, busy_spin, NULL) == 0)
+        started++;
+    ck_assert_int_gt(started, 0);
+    nvfp4_backend_set_threads(be, 2);
+    t0 = now_s();
+    do {
+        memset(y, 0xff, sizeof(float) * M * D);
+        ck_assert_int_eq(nvfp4_k_rmsnorm(be, x, w, M, D, 1e-6f, y, &err), NVFP4_OK);
+        ck_assert_msg(memcmp(y, y1, sizeof(float) * M * D) == 0,
+                      "call %ld on a busy machine differs from 1 thread", calls);
+        if (++calls == 8)
+            seen = runnable_now();
+    } while (now_s() - t0 < span || calls < (quick ? 3 : 40));
+    __atomic_store_n(&busy_stop, 1, __ATOMIC_RELEASE);
+    while (started > 0)
+        pthread_join(spin[--started], NULL);
+    fprintf(stderr, "busy machine: %ld calls at 2 threads beside %d spinning threads, "
+                    "%ld runnable of %ld CPUs seen\n",
+            calls, nspin, seen, ncpu);
+    free(x);
+    free(w);
+    free(y1);
+    free(y);
+    nvfp4_backend_free(be);
+}
+END_TEST
+
 START_TEST(test_rope)
 {
     nvfp4_error err;
@@ -1873,6 +1983,7 @@ int main(void)
     tcase_add_test(tc, test_upload_rejects);
     tcase_add_test(tc, test_torch_linear);
     tcase_add_test(tc, test_rmsnorm);
+    tcase_add_test(tc, test_busy_machine);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
     tcase_add_test(tc, test_attention_groups);
