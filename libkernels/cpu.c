@@ -427,35 +427,12 @@ static float dot_scalar(const float *a, const float *b, size_t n)
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
-/* Attention scores: 16 lanes, two accumulators, a masked tail.  The order
- * depends on n only, so a score is the same whatever the thread count. */
-__attribute__((target("avx512f"))) static float dot_avx512(const float *a, const float *b,
-                                                            size_t n)
-{
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
-    }
-    for (; i < n; i += 16) {
-        __mmask16 mk = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, a + i), _mm512_maskz_loadu_ps(mk, b + i),
-                             s0);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-}
-
 static inline __mmask16 lanes16(size_t n)
 {
     return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
 }
 
 #define CPU_HAVE_X86 1
-#endif
-
-#ifndef CPU_HAVE_X86
-#define dot_avx512 dot_scalar
 #endif
 
 /* ---- paged attention ------------------------------------------------------- */
@@ -487,54 +464,20 @@ static void pwsum_scalar(float *out, const float *w, float inv, const float *poo
     }
 }
 
-#ifdef CPU_HAVE_X86
-/* wsum_avx512 over the rows of a block table: the same operations in the same
- * (position) order. */
-__attribute__((target("avx512f"))) static void
-pwsum_avx512(float *out, const float *w, float inv, const float *pool, const int32_t *tab,
-             size_t block, size_t kvw, size_t off, size_t first, size_t len, size_t n)
-{
-    for (size_t d0 = 0; d0 < n; d0 += 64) {
-        const size_t nd = n - d0 < 64 ? n - d0 : 64;
-        const __mmask16 m0 = lanes16(nd), m1 = lanes16(nd > 16 ? nd - 16 : 0),
-                        m2 = lanes16(nd > 32 ? nd - 32 : 0), m3 = lanes16(nd > 48 ? nd - 48 : 0);
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
 
-        for (size_t p = first; p < len; p++) {
-            const float *vp = page_row(pool, tab, block, kvw, p) + off + d0;
-            const __m512 wv = _mm512_set1_ps(w[p] * inv);
-            a0 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m0, vp), a0);
-            if (nd > 16)
-                a1 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m1, vp + 16), a1);
-            if (nd > 32)
-                a2 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m2, vp + 32), a2);
-            if (nd > 48)
-                a3 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m3, vp + 48), a3);
-        }
-        _mm512_mask_storeu_ps(out + d0, m0, a0);
-        _mm512_mask_storeu_ps(out + d0 + 16, m1, a1);
-        _mm512_mask_storeu_ps(out + d0 + 32, m2, a2);
-        _mm512_mask_storeu_ps(out + d0 + 48, m3, a3);
-    }
-}
-#else
-#define pwsum_avx512 pwsum_scalar
-#endif
-
-/* One (row, head): scores of QI against the keys of positions first .. len-1
- * (found through TAB in KPOOL), a numerically safe softmax (max subtracted)
- * in float32, and the weighted sum of the values into O, in position order.
- * SC holds len scores. */
+/* One (row, head) without SIMD: scores of QI against the keys of positions
+ * first .. len-1 (found through TAB in KPOOL), a numerically safe softmax
+ * (max subtracted) in float32, and the weighted sum of the values into O,
+ * in position order.  SC holds len scores.  (AVX-512: attend_group().) */
 static void attend_head(const float *qi, float *o, const float *kpool, const float *vpool,
                         const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first,
-                        size_t len, size_t hd, float scale, const float *sink, float *sc,
-                        int wide)
+                        size_t len, size_t hd, float scale, const float *sink, float *sc)
 {
     float mx = -INFINITY, sum = 0.0f, inv;
 
     for (size_t p = first; p < len; p++) {
         const float *kr = page_row(kpool, tab, bs, kvw, p) + off;
-        sc[p] = (wide ? dot_avx512 : dot_scalar)(qi, kr, hd) * scale;
+        sc[p] = dot_scalar(qi, kr, hd) * scale;
         if (sc[p] > mx)
             mx = sc[p];
     }
@@ -547,7 +490,7 @@ static void attend_head(const float *qi, float *o, const float *kpool, const flo
     if (sink) /* gpt-oss: the head's sink, one more logit with no value */
         sum += expf(*sink - mx);
     inv = 1.0f / sum;
-    (wide ? pwsum_avx512 : pwsum_scalar)(o, sc, inv, vpool, tab, bs, kvw, off, first, len, hd);
+    pwsum_scalar(o, sc, inv, vpool, tab, bs, kvw, off, first, len, hd);
 }
 
 /* Query heads attended together that share a KV head (grouped-query
@@ -562,63 +505,180 @@ static void attend_head(const float *qi, float *o, const float *kpool, const flo
  * for the scores, values to L2 for the weighted sum that follows. */
 #define ATTN_PREFETCH 32
 
-/* attend_head() (wide) for G query heads of one KV head: per head exactly
- * its operations in its order (dot_avx512's two accumulators and
- * reduction, the max, expf and the sum in position order, pwsum_avx512's
- * accumulation), so grouping heads changes no bit; what changes is that a
- * position's key row (hd floats, nkv * hd apart in the pool) is read
- * once for G scores, from L1 for all but the first, and its address
- * computed once, and that G independent chains overlap.  SC holds G rows
- * of MAXLEN scores. */
+/* e^x in 16 lanes, for the softmax of the AVX-512 attention: x = n ln 2 + r
+ * with n an integer and |r| <= ln 2 / 2 (ln 2 in two parts, Cody and
+ * Waite), e^r by its Taylor series to r^7 (truncation below 1e-8
+ * relative), times 2^n by vscalefps, which also rounds a subnormal result
+ * once.  Within 1 ulp of the correctly rounded e^x for every float32 x in
+ * [-105, 89] (checked against float64 exp, all 2.2e9 of them); arguments
+ * are clamped to [-110, 89] first (e^-110 is 0 in float32, e^89
+ * infinity), which keeps NaN (the clamps take a NaN second operand) and
+ * sends -infinity to 0. */
+__attribute__((target("avx512f"))) static inline __m512 exp16(__m512 x)
+{
+    __m512 n, r, p;
+
+    x = _mm512_max_ps(_mm512_set1_ps(-110.0f), x);
+    x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
+    n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723e-6f), r);
+    p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* The lane sums of U[0] .. U[15] in lanes 0 .. 15: 128-bit quarters added
+ * in pairs (q0 + q2, q1 + q3), then the halves of what is left, then
+ * 32-bit pairs, then neighbours; the order depends on nothing but the
+ * lanes, so a position's score is the same in any block of 16. */
+__attribute__((target("avx512f"))) static inline __m512 sum16x16(const __m512 u[16])
+{
+    __m512 t[8], v[4], w[2], x;
+
+    for (int l = 0; l < 8; l++)
+        t[l] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * l], u[2 * l + 1], 0x44),
+                             _mm512_shuffle_f32x4(u[2 * l], u[2 * l + 1], 0xEE));
+    /* t[l]: position 2l in quarters 0-1, 2l + 1 in 2-3 */
+    for (int l = 0; l < 4; l++)
+        v[l] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * l], t[2 * l + 1], 0x88),
+                             _mm512_shuffle_f32x4(t[2 * l], t[2 * l + 1], 0xDD));
+    /* v[l]: position 4l + k in quarter k */
+    for (int l = 0; l < 2; l++)
+        w[l] = _mm512_add_ps(_mm512_shuffle_ps(v[2 * l], v[2 * l + 1], 0x44),
+                             _mm512_shuffle_ps(v[2 * l], v[2 * l + 1], 0xEE));
+    /* w[l]: quarter k holds 8l + k (lanes 0-1) and 8l + 4 + k (lanes 2-3) */
+    x = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+    /* x: lane 4k + j holds position 4j + k */
+    return _mm512_permutexvar_ps(
+        _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), x);
+}
+
+/* A walk over the rows of positions first, first + 1, ... of a block table
+ * (page_row() without a division per row). */
+typedef struct {
+    const int32_t *tab;
+    size_t bs, blk, in;
+} page_walk;
+
+static inline page_walk page_walk_at(const int32_t *tab, size_t bs, size_t p)
+{
+    page_walk w = {tab, bs, p / bs, p % bs};
+    return w;
+}
+
+/* The row index of the walk's position; then on to the next. */
+static inline size_t page_walk_next(page_walk *w)
+{
+    const size_t r = (size_t)w->tab[w->blk] * w->bs + w->in;
+    if (++w->in == w->bs)
+        w->in = 0, w->blk++;
+    return r;
+}
+
+/* Attention of G query heads of one KV head (AVX-512; every wide path,
+ * float32 and FP8 pools, grouped or not, runs it, so their bits agree):
+ * the scores of 16 positions at a time, each a dot product of two
+ * accumulators over the head dimension whose lanes sum16x16() adds, times
+ * SCALE; the max (SINK, G logits or NULL, joins it); e^(score - max) by
+ * exp16() summed in 16 lanes in position order and then across them (a
+ * sink adds its own term last); the weights score / sum; the weighted sum
+ * of the values in position order.  Each key and value row is read once
+ * for the G heads, from L1 for all but the first.  SC holds G rows of
+ * MAXLEN scores.  PF: prefetch the rows ahead (pools in memory; not the
+ * rows an FP8 gather has just written). */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 attend_group_body(const float *q, float *o, const float *kpool, const float *vpool,
                   const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first,
-                  size_t len, size_t hd, float scale, float *sc, size_t maxlen, const int G)
+                  size_t len, size_t hd, float scale, const float *sink, float *sc,
+                  size_t maxlen, int pf, const int G)
 {
-    float mx[ATTN_GROUP], sum[ATTN_GROUP], inv[ATTN_GROUP];
+    __m512 mxv[ATTN_GROUP];
+    float mx[ATTN_GROUP];
+    page_walk wk = page_walk_at(tab, bs, first),
+              wp = page_walk_at(tab, bs, first + ATTN_PREFETCH), wval;
 
     for (int g = 0; g < G; g++)
-        mx[g] = -INFINITY, sum[g] = 0.0f;
-    for (size_t p = first; p < len; p++) {
-        const float *kr = page_row(kpool, tab, bs, kvw, p) + off;
-        if (p + ATTN_PREFETCH < len) {
-            const size_t pn = p + ATTN_PREFETCH;
-            const char *kn = (const char *)(page_row(kpool, tab, bs, kvw, pn) + off);
-            const char *vn = (const char *)(page_row(vpool, tab, bs, kvw, pn) + off);
-            for (size_t b = 0; b < hd * sizeof(float); b += 64) {
-                _mm_prefetch(kn + b, _MM_HINT_T0);
-                _mm_prefetch(vn + b, _MM_HINT_T1);
+        mxv[g] = _mm512_set1_ps(-INFINITY);
+    for (size_t p0 = first; p0 < len; p0 += 16) {
+        const size_t c = len - p0 < 16 ? len - p0 : 16;
+        const __mmask16 mk = lanes16(c);
+        const float *kr[16];
+
+        for (size_t l = 0; l < c; l++) {
+            kr[l] = kpool + page_walk_next(&wk) * kvw + off;
+            if (pf && p0 + l + ATTN_PREFETCH < len) {
+                const size_t rn = page_walk_next(&wp) * kvw + off;
+                const char *kn = (const char *)(kpool + rn), *vn = (const char *)(vpool + rn);
+                for (size_t b = 0; b < hd * sizeof(float); b += 64) {
+                    _mm_prefetch(kn + b, _MM_HINT_T0);
+                    _mm_prefetch(vn + b, _MM_HINT_T1);
+                }
             }
         }
-#pragma GCC unroll 4
         for (int g = 0; g < G; g++) {
             const float *qi = q + (size_t)g * hd;
-            __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-            size_t i = 0;
-            float v;
-            for (; i + 32 <= hd; i += 32) {
-                s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i), _mm512_loadu_ps(kr + i), s0);
-                s1 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i + 16), _mm512_loadu_ps(kr + i + 16),
-                                     s1);
+            __m512 u[16], s;
+
+#pragma GCC unroll 16
+            for (size_t l = 0; l < 16; l++) {
+                __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+                size_t i = 0;
+
+                if (l >= c) {
+                    u[l] = s0;
+                    continue;
+                }
+                for (; i + 32 <= hd; i += 32) {
+                    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i), _mm512_loadu_ps(kr[l] + i), s0);
+                    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i + 16),
+                                         _mm512_loadu_ps(kr[l] + i + 16), s1);
+                }
+                for (; i < hd; i += 16) {
+                    const __mmask16 mi = lanes16(hd - i);
+                    s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mi, qi + i),
+                                         _mm512_maskz_loadu_ps(mi, kr[l] + i), s0);
+                }
+                u[l] = _mm512_add_ps(s0, s1);
             }
-            for (; i < hd; i += 16) {
-                __mmask16 mk = lanes16(hd - i);
-                s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, qi + i),
-                                     _mm512_maskz_loadu_ps(mk, kr + i), s0);
-            }
-            v = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)) * scale;
-            sc[(size_t)g * maxlen + p] = v;
-            if (v > mx[g])
-                mx[g] = v;
+            s = _mm512_mul_ps(sum16x16(u), _mm512_set1_ps(scale));
+            _mm512_mask_storeu_ps(sc + (size_t)g * maxlen + p0, mk, s);
+            /* a NaN score (first operand) leaves the max as it was */
+            mxv[g] = _mm512_mask_max_ps(mxv[g], mk, s, mxv[g]);
         }
     }
     for (int g = 0; g < G; g++) {
         float *scg = sc + (size_t)g * maxlen;
-        for (size_t p = first; p < len; p++) {
-            scg[p] = expf(scg[p] - mx[g]);
-            sum[g] += scg[p];
+        __m512 acc = _mm512_setzero_ps(), m, inv;
+        float sum;
+
+        mx[g] = _mm512_reduce_max_ps(mxv[g]);
+        if (sink && sink[g] > mx[g]) /* transformers: cat, minus the max, softmax */
+            mx[g] = sink[g];
+        m = _mm512_set1_ps(mx[g]);
+        for (size_t p0 = first; p0 < len; p0 += 16) {
+            const __mmask16 mk = lanes16(len - p0);
+            const __m512 e = _mm512_maskz_mov_ps(
+                mk, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, scg + p0), m)));
+            _mm512_mask_storeu_ps(scg + p0, mk, e);
+            acc = _mm512_add_ps(acc, e);
         }
-        inv[g] = 1.0f / sum[g];
+        sum = _mm512_reduce_add_ps(acc);
+        if (sink) /* gpt-oss: the head's sink, one more logit with no value */
+            sum += _mm512_cvtss_f32(exp16(_mm512_set1_ps(sink[g] - mx[g])));
+        inv = _mm512_set1_ps(1.0f / sum);
+        for (size_t p0 = first; p0 < len; p0 += 16) {
+            const __mmask16 mk = lanes16(len - p0);
+            _mm512_mask_storeu_ps(scg + p0, mk,
+                                  _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, scg + p0), inv));
+        }
     }
     for (size_t d0 = 0; d0 < hd; d0 += 64) {
         const size_t nd = hd - d0 < 64 ? hd - d0 : 64;
@@ -629,15 +689,16 @@ attend_group_body(const float *q, float *o, const float *kpool, const float *vpo
         for (int g = 0; g < G; g++)
             for (int l = 0; l < 4; l++)
                 a[g][l] = _mm512_setzero_ps();
+        wval = page_walk_at(tab, bs, first);
         for (size_t p = first; p < len; p++) {
-            const float *vp = page_row(vpool, tab, bs, kvw, p) + off + d0;
+            const float *vp = vpool + page_walk_next(&wval) * kvw + off + d0;
             const __m512 v0 = _mm512_maskz_loadu_ps(m0, vp);
             const __m512 v1 = nd > 16 ? _mm512_maskz_loadu_ps(m1, vp + 16) : v0;
             const __m512 v2 = nd > 32 ? _mm512_maskz_loadu_ps(m2, vp + 32) : v0;
             const __m512 v3 = nd > 48 ? _mm512_maskz_loadu_ps(m3, vp + 48) : v0;
 #pragma GCC unroll 4
             for (int g = 0; g < G; g++) {
-                const __m512 wv = _mm512_set1_ps(sc[(size_t)g * maxlen + p] * inv[g]);
+                const __m512 wv = _mm512_set1_ps(sc[(size_t)g * maxlen + p]);
                 a[g][0] = _mm512_fmadd_ps(wv, v0, a[g][0]);
                 if (nd > 16)
                     a[g][1] = _mm512_fmadd_ps(wv, v1, a[g][1]);
@@ -660,26 +721,38 @@ attend_group_body(const float *q, float *o, const float *kpool, const float *vpo
 __attribute__((target("avx512f"))) static void
 attend_group(const float *q, float *o, const float *kpool, const float *vpool,
              const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first, size_t len,
-             size_t hd, float scale, float *sc, size_t maxlen, int G)
+             size_t hd, float scale, const float *sink, float *sc, size_t maxlen, int pf, int G)
 {
+    /* the body for each group size, and for the common head sizes with
+     * their loops unrolled (the same operations as for any hd) */
+#define ATTN_BODY(HD, G_)                                                                         \
+    attend_group_body(q, o, kpool, vpool, tab, bs, kvw, off, first, len, HD, scale, sink, sc,    \
+                      maxlen, pf, G_)
+#define ATTN_BODY_HD(G_)                                                                          \
+    do {                                                                                          \
+        if (hd == 64)                                                                             \
+            ATTN_BODY(64, G_);                                                                    \
+        else if (hd == 128)                                                                       \
+            ATTN_BODY(128, G_);                                                                   \
+        else                                                                                      \
+            ATTN_BODY(hd, G_);                                                                    \
+    } while (0)
     switch (G) {
     case 1:
-        attend_group_body(q, o, kpool, vpool, tab, bs, kvw, off, first, len, hd, scale, sc,
-                          maxlen, 1);
+        ATTN_BODY_HD(1);
         break;
     case 2:
-        attend_group_body(q, o, kpool, vpool, tab, bs, kvw, off, first, len, hd, scale, sc,
-                          maxlen, 2);
+        ATTN_BODY_HD(2);
         break;
     case 3:
-        attend_group_body(q, o, kpool, vpool, tab, bs, kvw, off, first, len, hd, scale, sc,
-                          maxlen, 3);
+        ATTN_BODY_HD(3);
         break;
     default:
-        attend_group_body(q, o, kpool, vpool, tab, bs, kvw, off, first, len, hd, scale, sc,
-                          maxlen, 4);
+        ATTN_BODY_HD(4);
         break;
     }
+#undef ATTN_BODY_HD
+#undef ATTN_BODY
 }
 #endif
 
@@ -820,9 +893,9 @@ typedef struct {
     float scale;
     float *scores;
     size_t per;
-    int wide; /* AVX-512: 1; 2 at the VNNI level and above (fp8_gather_kv) */
-    int grouped; /* query heads ATTN_GROUP at a time (attend_group); SLOT's
-                  * scratch starts with ATTN_GROUP rows of scores */
+    int wide; /* AVX-512: 1, 2 at the VNNI level and above (fp8_gather_kv):
+               * query heads ATTN_GROUP at a time (attend_group), SLOT's
+               * scratch starting with ATTN_GROUP rows of scores */
 } attn_job;
 
 /* Positions GF .. GL - 1 of KV head KVH of sequence SEQ, dequantized into
@@ -868,7 +941,7 @@ static void attn_fp8_range(void *arg, size_t it0, size_t it1, int slot)
     const size_t maxlen = kv->max_len;
     const int32_t zero = 0;
     float *sc = j->scores + (size_t)slot * j->per;
-    float *kr = sc + (j->grouped ? ATTN_GROUP : 1) * maxlen, *vr = kr + maxlen * hd;
+    float *kr = sc + (j->wide ? ATTN_GROUP : 1) * maxlen, *vr = kr + maxlen * hd;
 
     for (size_t kvh = 0; kvh < nkv; kvh++) {
         int32_t gseq = -1;
@@ -886,13 +959,14 @@ static void attn_fp8_range(void *arg, size_t it0, size_t it1, int slot)
             gl = len > gl ? len : gl;
 #ifdef CPU_HAVE_X86
             /* the group's query heads ATTN_GROUP at a time over the
-             * gathered rows, as for float32 pools (attend_group: the
-             * same bits) */
-            if (j->grouped) {
+             * gathered rows (one block of maxlen positions, row p at p),
+             * as for float32 pools (attend_group: the same bits) */
+            if (j->wide) {
                 for (size_t g0 = 0; g0 < group; g0 += ATTN_GROUP) {
                     const size_t h = kvh * group + g0;
                     attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kr, vr,
-                                 &zero, maxlen, hd, 0, first, len, hd, j->scale, sc, maxlen,
+                                 &zero, maxlen, hd, 0, first, len, hd, j->scale,
+                                 kv->sinks ? kv->sinks + h : NULL, sc, maxlen, 0,
                                  (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
                 }
                 continue;
@@ -900,10 +974,9 @@ static void attn_fp8_range(void *arg, size_t it0, size_t it1, int slot)
 #endif
             for (size_t g = 0; g < group; g++) {
                 size_t h = kvh * group + g;
-                /* the gathered rows: one block of maxlen positions, row p at p */
                 attend_head(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kr, vr,
                             &zero, maxlen, hd, 0, first, len, hd, j->scale,
-                            kv->sinks ? kv->sinks + h : NULL, sc, j->wide);
+                            kv->sinks ? kv->sinks + h : NULL, sc);
             }
         }
     }
@@ -924,15 +997,14 @@ static void attn_range(void *arg, size_t it0, size_t it1, int slot)
         float *sc = j->scores + (size_t)slot * j->per;
 
         attend_head(j->q + it * hd, j->out + it * hd, kv->k_pool, kv->v_pool, tab, bs, kvw,
-                    kvh * hd, first, len, hd, j->scale, kv->sinks ? kv->sinks + h : NULL, sc,
-                    j->wide);
+                    kvh * hd, first, len, hd, j->scale, kv->sinks ? kv->sinks + h : NULL, sc);
     }
 }
 
 #ifdef CPU_HAVE_X86
-/* Items of cpu_attention_paged() for float32 pools, AVX-512 and no sinks:
- * (row, KV head, ATTN_GROUP of its query heads); SLOT's scratch holds
- * ATTN_GROUP rows of max_len scores. */
+/* Items of cpu_attention_paged() for float32 pools with AVX-512: (row, KV
+ * head, ATTN_GROUP of its query heads); SLOT's scratch holds ATTN_GROUP
+ * rows of max_len scores. */
 static void attn_group_range(void *arg, size_t it0, size_t it1, int slot)
 {
     const attn_job *j = arg;
@@ -949,7 +1021,8 @@ static void attn_group_range(void *arg, size_t it0, size_t it1, int slot)
 
         attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kv->k_pool,
                      kv->v_pool, tab, bs, kvw, kvh * hd, first, len, hd, j->scale,
-                     j->scores + (size_t)slot * j->per, kv->max_len, G);
+                     kv->sinks ? kv->sinks + h : NULL, j->scores + (size_t)slot * j->per,
+                     kv->max_len, 1, G);
     }
 }
 #endif
@@ -961,8 +1034,8 @@ static void attn_group_range(void *arg, size_t it0, size_t it1, int slot)
  * (row, head) runs over its own sequence's positions 0 .. pos[i] in position
  * order, so a row's output does not depend on the other rows of the call
  * (batch invariance) nor on the thread count.  FP8 pools give the same bits
- * as float32 pools holding the dequantized values: the same attend_head()
- * over the same float32 numbers. */
+ * as float32 pools holding the dequantized values: the same attend_group()
+ * (AVX-512) or attend_head() over the same float32 numbers. */
 static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *k,
                                         const float *v, const nvfp4_kv_pages *kv, size_t m,
                                         size_t nh, size_t nkv, size_t hd, float scale,
@@ -971,7 +1044,7 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
     const size_t kvw = nkv * hd, bs = kv->block, maxlen = kv->max_len;
     const int nth = nvfp4k_cpu_nthreads(ctx);
     const int fp8 = kv->dtype == NVFP4_KV_ELEM_FP8_E4M3;
-    /* per thread: maxlen scores (ATTN_GROUP rows where grouped); FP8: also
+    /* per thread: maxlen scores (ATTN_GROUP rows with AVX-512); FP8: also
      * maxlen dequantized K and V rows */
     size_t per, bytes;
     float *scores;
@@ -982,17 +1055,13 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
     const int wide = 0;
 #endif
 
-    /* AVX-512 without sinks: the query heads of a KV head in groups of
-     * ATTN_GROUP (attend_group(), the same bits); float32 pools only where
-     * a KV head has several (FP8 items are KV heads in any case) */
+    /* AVX-512: the query heads of a KV head in groups of ATTN_GROUP
+     * (attend_group()) */
 #ifdef CPU_HAVE_X86
-    const int grouped = wide && !kv->sinks && (fp8 || nh / nkv > 1);
-    const size_t sub = grouped ? (nh / nkv + ATTN_GROUP - 1) / ATTN_GROUP : 0;
-#else
-    const int grouped = 0;
+    const size_t sub = (nh / nkv + ATTN_GROUP - 1) / ATTN_GROUP;
 #endif
 
-    if (__builtin_mul_overflow(maxlen, (grouped ? ATTN_GROUP : 1) + (fp8 ? 2 * hd : 0), &per) ||
+    if (__builtin_mul_overflow(maxlen, (wide ? ATTN_GROUP : 1) + (fp8 ? 2 * hd : 0), &per) ||
         __builtin_mul_overflow(per, (size_t)nth * sizeof(float), &bytes))
         return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
                                "scratch of %zu positions of %zu is out of range", maxlen, hd);
@@ -1015,11 +1084,11 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
         }
     }
     {
-        attn_job j = {q, out, kv, nh, nkv, hd, scale, scores, per, wide, grouped};
+        attn_job j = {q, out, kv, nh, nkv, hd, scale, scores, per, wide};
         /* a decode step of a short context is a few microseconds: one thread */
         const int t = m * nh * maxlen * hd >= 8 * CPU_PAR_MIN ? nth : 1;
 #ifdef CPU_HAVE_X86
-        if (grouped && !fp8)
+        if (wide && !fp8)
             nvfp4k_cpu_par(ctx, m * nkv * sub, t, attn_group_range, &j);
         else
 #endif
