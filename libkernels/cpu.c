@@ -583,6 +583,21 @@ static inline size_t page_walk_next(page_walk *w)
     return r;
 }
 
+/* FP8 pools read inside attend_group(): the keys of 16 positions at a time
+ * and the values of 16 positions, 64 of their elements at a time,
+ * dequantized (fp8_rows) into scratch that stays in L1, where the prefill
+ * path dequantizes a sequence's rows once into scratch of the whole context
+ * (fp8_gather_kv). */
+typedef struct {
+    const uint8_t *k, *v; /* the pools */
+    float ks, vs;         /* their scales */
+    int wide;             /* attn_job.wide */
+    float *kbuf, *vbuf;   /* 16 rows of hd floats, 16 rows of 64 */
+} attn_fp8;
+
+static void fp8_rows(int wide, float *out, const uint8_t *pool, const int32_t *tab, size_t bs,
+                     size_t kvw, size_t off, size_t first, size_t len, size_t n, float scale);
+
 /* Attention of G query heads of one KV head (AVX-512; every wide path,
  * float32 and FP8 pools, grouped or not, runs it, so their bits agree):
  * the scores of 16 positions at a time, each a dot product of two
@@ -593,12 +608,13 @@ static inline size_t page_walk_next(page_walk *w)
  * of the values in position order.  Each key and value row is read once
  * for the G heads, from L1 for all but the first.  SC holds G rows of
  * MAXLEN scores.  PF: prefetch the rows ahead (pools in memory; not the
- * rows an FP8 gather has just written). */
+ * rows an FP8 gather has just written).  F8: FP8 pools read here (KPOOL
+ * and VPOOL unused), the same float32 values as their gathered rows. */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 attend_group_body(const float *q, float *o, const float *kpool, const float *vpool,
                   const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first,
                   size_t len, size_t hd, float scale, const float *sink, float *sc,
-                  size_t maxlen, int pf, const int G)
+                  size_t maxlen, int pf, const attn_fp8 *f8, const int G)
 {
     __m512 mxv[ATTN_GROUP];
     float mx[ATTN_GROUP];
@@ -612,12 +628,16 @@ attend_group_body(const float *q, float *o, const float *kpool, const float *vpo
         const __mmask16 mk = lanes16(c);
         const float *kr[16];
 
+        if (f8)
+            fp8_rows(f8->wide, f8->kbuf, f8->k, tab, bs, kvw, off, p0, p0 + c, hd, f8->ks);
         for (size_t l = 0; l < c; l++) {
-            kr[l] = kpool + page_walk_next(&wk) * kvw + off;
+            kr[l] = f8 ? f8->kbuf + l * hd : kpool + page_walk_next(&wk) * kvw + off;
             if (pf && p0 + l + ATTN_PREFETCH < len) {
                 const size_t rn = page_walk_next(&wp) * kvw + off;
-                const char *kn = (const char *)(kpool + rn), *vn = (const char *)(vpool + rn);
-                for (size_t b = 0; b < hd * sizeof(float); b += 64) {
+                const size_t esz = f8 ? 1 : sizeof(float);
+                const char *kn = f8 ? (const char *)(f8->k + rn) : (const char *)(kpool + rn);
+                const char *vn = f8 ? (const char *)(f8->v + rn) : (const char *)(vpool + rn);
+                for (size_t b = 0; b < hd * esz; b += 64) {
                     _mm_prefetch(kn + b, _MM_HINT_T0);
                     _mm_prefetch(vn + b, _MM_HINT_T1);
                 }
@@ -690,22 +710,30 @@ attend_group_body(const float *q, float *o, const float *kpool, const float *vpo
             for (int l = 0; l < 4; l++)
                 a[g][l] = _mm512_setzero_ps();
         wval = page_walk_at(tab, bs, first);
-        for (size_t p = first; p < len; p++) {
-            const float *vp = vpool + page_walk_next(&wval) * kvw + off + d0;
-            const __m512 v0 = _mm512_maskz_loadu_ps(m0, vp);
-            const __m512 v1 = nd > 16 ? _mm512_maskz_loadu_ps(m1, vp + 16) : v0;
-            const __m512 v2 = nd > 32 ? _mm512_maskz_loadu_ps(m2, vp + 32) : v0;
-            const __m512 v3 = nd > 48 ? _mm512_maskz_loadu_ps(m3, vp + 48) : v0;
+        for (size_t p0 = first; p0 < len; p0 += 16) {
+            const size_t c = len - p0 < 16 ? len - p0 : 16;
+
+            if (f8)
+                fp8_rows(f8->wide, f8->vbuf, f8->v, tab, bs, kvw, off + d0, p0, p0 + c, nd,
+                         f8->vs);
+            for (size_t l = 0; l < c; l++) {
+                const float *vp =
+                    f8 ? f8->vbuf + l * nd : vpool + page_walk_next(&wval) * kvw + off + d0;
+                const __m512 v0 = _mm512_maskz_loadu_ps(m0, vp);
+                const __m512 v1 = nd > 16 ? _mm512_maskz_loadu_ps(m1, vp + 16) : v0;
+                const __m512 v2 = nd > 32 ? _mm512_maskz_loadu_ps(m2, vp + 32) : v0;
+                const __m512 v3 = nd > 48 ? _mm512_maskz_loadu_ps(m3, vp + 48) : v0;
 #pragma GCC unroll 4
-            for (int g = 0; g < G; g++) {
-                const __m512 wv = _mm512_set1_ps(sc[(size_t)g * maxlen + p]);
-                a[g][0] = _mm512_fmadd_ps(wv, v0, a[g][0]);
-                if (nd > 16)
-                    a[g][1] = _mm512_fmadd_ps(wv, v1, a[g][1]);
-                if (nd > 32)
-                    a[g][2] = _mm512_fmadd_ps(wv, v2, a[g][2]);
-                if (nd > 48)
-                    a[g][3] = _mm512_fmadd_ps(wv, v3, a[g][3]);
+                for (int g = 0; g < G; g++) {
+                    const __m512 wv = _mm512_set1_ps(sc[(size_t)g * maxlen + p0 + l]);
+                    a[g][0] = _mm512_fmadd_ps(wv, v0, a[g][0]);
+                    if (nd > 16)
+                        a[g][1] = _mm512_fmadd_ps(wv, v1, a[g][1]);
+                    if (nd > 32)
+                        a[g][2] = _mm512_fmadd_ps(wv, v2, a[g][2]);
+                    if (nd > 48)
+                        a[g][3] = _mm512_fmadd_ps(wv, v3, a[g][3]);
+                }
             }
         }
         for (int g = 0; g < G; g++) {
@@ -721,13 +749,14 @@ attend_group_body(const float *q, float *o, const float *kpool, const float *vpo
 __attribute__((target("avx512f"))) static void
 attend_group(const float *q, float *o, const float *kpool, const float *vpool,
              const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first, size_t len,
-             size_t hd, float scale, const float *sink, float *sc, size_t maxlen, int pf, int G)
+             size_t hd, float scale, const float *sink, float *sc, size_t maxlen, int pf,
+             const attn_fp8 *f8, int G)
 {
     /* the body for each group size, and for the common head sizes with
      * their loops unrolled (the same operations as for any hd) */
 #define ATTN_BODY(HD, G_)                                                                         \
     attend_group_body(q, o, kpool, vpool, tab, bs, kvw, off, first, len, HD, scale, sink, sc,    \
-                      maxlen, pf, G_)
+                      maxlen, pf, f8, G_)
 #define ATTN_BODY_HD(G_)                                                                          \
     do {                                                                                          \
         if (hd == 64)                                                                             \
@@ -800,7 +829,7 @@ static void fp8_gather(float *out, const uint8_t *pool, const int32_t *tab, size
 {
     for (size_t p = first; p < len; p++) {
         const uint8_t *r = page_row8(pool, tab, bs, kvw, p) + off;
-        float *o = out + p * hd;
+        float *o = out + (p - first) * hd;
         for (size_t d = 0; d < hd; d++)
             o[d] = e4m3_lut[r[d]] * scale;
     }
@@ -823,7 +852,7 @@ fp8_gather_avx512(float *out, const uint8_t *pool, const int32_t *tab, size_t bs
 
     for (size_t p = first; p < len; p++) {
         const uint8_t *r = page_row8(pool, tab, bs, kvw, p) + off;
-        float *o = out + p * hd;
+        float *o = out + (p - first) * hd;
         for (size_t d = 0; d < hd; d += 16) {
             const __mmask16 mk = lanes16(hd - d);
             const __m256i w = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(mk, r + d));
@@ -862,7 +891,7 @@ fp8_gather_vbmi(float *out, const uint8_t *pool, const int32_t *tab, size_t bs, 
 
     for (size_t p = first; p < len; p++) {
         const uint8_t *r = page_row8(pool, tab, bs, kvw, p) + off;
-        float *o = out + p * hd;
+        float *o = out + (p - first) * hd;
         for (size_t d = 0; d < hd; d += 64) {
             const size_t nd = hd - d < 64 ? hd - d : 64;
             const __mmask64 mk = nd == 64 ? ~(__mmask64)0 : ((__mmask64)1 << nd) - 1;
@@ -883,6 +912,29 @@ fp8_gather_vbmi(float *out, const uint8_t *pool, const int32_t *tab, size_t bs, 
 }
 #endif
 
+/* Elements OFF .. OFF + N - 1 of the rows of positions FIRST .. LEN - 1 of
+ * an FP8 pool, dequantized into OUT (position p at row p - FIRST, N floats
+ * a row) by the gather WIDE selects: the same bits from each. */
+static void fp8_rows(int wide, float *out, const uint8_t *pool, const int32_t *tab, size_t bs,
+                     size_t kvw, size_t off, size_t first, size_t len, size_t n, float scale)
+{
+#ifdef CPU_HAVE_X86
+    /* VBMI where the backend runs the VNNI kernels (every CPU with VBMI
+     * has them; NVFP4_CPU_ISA=avx512 keeps the binary16 path testable) */
+    if (wide > 1 && e4m3_vbmi) {
+        fp8_gather_vbmi(out, pool, tab, bs, kvw, off, first, len, n, scale);
+        return;
+    }
+    if (wide) {
+        fp8_gather_avx512(out, pool, tab, bs, kvw, off, first, len, n, scale);
+        return;
+    }
+#else
+    (void)wide;
+#endif
+    fp8_gather(out, pool, tab, bs, kvw, off, first, len, n, scale);
+}
+
 /* Items of cpu_attention_paged(): a query head (or, FP8, a KV head and its
  * group) of one token; any thread (nvfp4k_cpu_par()), SLOT's scratch. */
 typedef struct {
@@ -892,7 +944,7 @@ typedef struct {
     size_t nh, nkv, hd;
     float scale;
     float *scores;
-    size_t per;
+    size_t per, m;
     int wide; /* AVX-512: 1, 2 at the VNNI level and above (fp8_gather_kv):
                * query heads ATTN_GROUP at a time (attend_group), SLOT's
                * scratch starting with ATTN_GROUP rows of scores */
@@ -909,22 +961,8 @@ static void fp8_gather_kv(const attn_job *j, int32_t seq, size_t kvh, size_t gf,
 
     if (gl <= gf)
         return;
-#ifdef CPU_HAVE_X86
-    /* VBMI where the backend runs the VNNI kernels (every CPU with VBMI
-     * has them; NVFP4_CPU_ISA=avx512 keeps the binary16 path testable) */
-    if (j->wide > 1 && e4m3_vbmi) {
-        fp8_gather_vbmi(kr, kv->k_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->k_scale);
-        fp8_gather_vbmi(vr, kv->v_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->v_scale);
-        return;
-    }
-    if (j->wide) {
-        fp8_gather_avx512(kr, kv->k_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->k_scale);
-        fp8_gather_avx512(vr, kv->v_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->v_scale);
-        return;
-    }
-#endif
-    fp8_gather(kr, kv->k_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->k_scale);
-    fp8_gather(vr, kv->v_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->v_scale);
+    fp8_rows(j->wide, kr + gf * hd, kv->k_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->k_scale);
+    fp8_rows(j->wide, vr + gf * hd, kv->v_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->v_scale);
 }
 
 /* Items (row, KV head) IT0 .. IT1 - 1, a KV head at a time: the rows of one
@@ -942,6 +980,10 @@ static void attn_fp8_range(void *arg, size_t it0, size_t it1, int slot)
     const int32_t zero = 0;
     float *sc = j->scores + (size_t)slot * j->per;
     float *kr = sc + (j->wide ? ATTN_GROUP : 1) * maxlen, *vr = kr + maxlen * hd;
+#ifdef CPU_HAVE_X86
+    const attn_fp8 f8 = {kv->k_pool, kv->v_pool, kv->k_scale, kv->v_scale,
+                         j->wide,    vr + maxlen * hd, vr + maxlen * hd + 16 * hd};
+#endif
 
     for (size_t kvh = 0; kvh < nkv; kvh++) {
         int32_t gseq = -1;
@@ -951,6 +993,27 @@ static void attn_fp8_range(void *arg, size_t it0, size_t it1, int slot)
             const size_t i = it / nkv, len = (size_t)kv->pos[i] + 1;
             const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
 
+#ifdef CPU_HAVE_X86
+            /* a row alone in its sequence (decode): no scratch of the whole
+             * context, whose rows it would read once, but the pools read
+             * inside attend_group (the same bits).  The rows of a prefill
+             * share the scratch: at 4096 positions (4 MB of it per KV
+             * head) they ran at 350 tok/s that way and 250 converting
+             * their rows each. */
+            if (j->wide && (i == 0 || kv->seq[i - 1] != kv->seq[i]) &&
+                (i + 1 == j->m || kv->seq[i + 1] != kv->seq[i])) {
+                const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+
+                for (size_t g0 = 0; g0 < group; g0 += ATTN_GROUP) {
+                    const size_t h = kvh * group + g0;
+                    attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, NULL, NULL,
+                                 tab, kv->block, nkv * hd, kvh * hd, first, len, hd, j->scale,
+                                 kv->sinks ? kv->sinks + h : NULL, sc, maxlen, 1, &f8,
+                                 (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
+                }
+                continue;
+            }
+#endif
             if (kv->seq[i] != gseq || first < gf || first > gl) {
                 gseq = kv->seq[i];
                 gf = gl = first;
@@ -966,7 +1029,7 @@ static void attn_fp8_range(void *arg, size_t it0, size_t it1, int slot)
                     const size_t h = kvh * group + g0;
                     attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kr, vr,
                                  &zero, maxlen, hd, 0, first, len, hd, j->scale,
-                                 kv->sinks ? kv->sinks + h : NULL, sc, maxlen, 0,
+                                 kv->sinks ? kv->sinks + h : NULL, sc, maxlen, 0, NULL,
                                  (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
                 }
                 continue;
@@ -1022,7 +1085,7 @@ static void attn_group_range(void *arg, size_t it0, size_t it1, int slot)
         attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kv->k_pool,
                      kv->v_pool, tab, bs, kvw, kvh * hd, first, len, hd, j->scale,
                      kv->sinks ? kv->sinks + h : NULL, j->scores + (size_t)slot * j->per,
-                     kv->max_len, 1, G);
+                     kv->max_len, 1, NULL, G);
     }
 }
 #endif
@@ -1045,7 +1108,7 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
     const int nth = nvfp4k_cpu_nthreads(ctx);
     const int fp8 = kv->dtype == NVFP4_KV_ELEM_FP8_E4M3;
     /* per thread: maxlen scores (ATTN_GROUP rows with AVX-512); FP8: also
-     * maxlen dequantized K and V rows */
+     * maxlen dequantized K and V rows, and with AVX-512 attn_fp8's 16 + 16 */
     size_t per, bytes;
     float *scores;
 #ifdef CPU_HAVE_X86
@@ -1062,6 +1125,7 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
 #endif
 
     if (__builtin_mul_overflow(maxlen, (wide ? ATTN_GROUP : 1) + (fp8 ? 2 * hd : 0), &per) ||
+        __builtin_add_overflow(per, fp8 && wide ? 16 * hd + 16 * 64 : 0, &per) ||
         __builtin_mul_overflow(per, (size_t)nth * sizeof(float), &bytes))
         return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
                                "scratch of %zu positions of %zu is out of range", maxlen, hd);
@@ -1084,7 +1148,7 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
         }
     }
     {
-        attn_job j = {q, out, kv, nh, nkv, hd, scale, scores, per, wide};
+        attn_job j = {q, out, kv, nh, nkv, hd, scale, scores, per, m, wide};
         /* a decode step of a short context is a few microseconds: one thread */
         const int t = m * nh * maxlen * hd >= 8 * CPU_PAR_MIN ? nth : 1;
 #ifdef CPU_HAVE_X86
