@@ -1104,6 +1104,22 @@ END_TEST
 
 /* ---- the other operations ----------------------------------------------------- */
 
+/* Y = rmsnorm(X) * W (eps 1e-6) of M rows of D against float64: three
+ * float32 roundings of the result, 4 ulp. */
+static void rmsnorm_ref_check(const float *x, const float *w, const float *y, int m, int d)
+{
+    for (int i = 0; i < m; i++) {
+        double ss = 0;
+        for (int j = 0; j < d; j++)
+            ss += (double)x[i * d + j] * x[i * d + j];
+        for (int j = 0; j < d; j++) {
+            double r = x[i * d + j] / sqrt(ss / d + 1e-6) * w[j];
+            ck_assert_msg(fabs(y[i * d + j] - r) <= 4 * ldexp(fabs(r), -24) + 1e-30,
+                          "%d,%d: %.9g vs %.9g", i, j, y[i * d + j], r);
+        }
+    }
+}
+
 START_TEST(test_rmsnorm)
 {
     nvfp4_error err;
@@ -1121,17 +1137,7 @@ START_TEST(test_rmsnorm)
                          NVFP4_OK);
     }
     ck_assert(memcmp(y, y2, sizeof(y)) == 0);
-    for (int i = 0; i < M; i++) {
-        double ss = 0;
-        for (int j = 0; j < D; j++)
-            ss += (double)x[i * D + j] * x[i * D + j];
-        for (int j = 0; j < D; j++) {
-            double r = x[i * D + j] / sqrt(ss / D + 1e-6) * w[j];
-            /* three float32 roundings of the result: 4 ulp */
-            ck_assert_msg(fabs(y[i * D + j] - r) <= 4 * ldexp(fabs(r), -24) + 1e-30,
-                          "%d,%d: %.9g vs %.9g", i, j, y[i * D + j], r);
-        }
-    }
+    rmsnorm_ref_check(x, w, y, M, D);
     /* in place */
     ck_assert_int_eq(nvfp4_k_rmsnorm(be, x, w, M, D, 1e-6f, x, &err), NVFP4_OK);
     ck_assert(memcmp(x, y, sizeof(y)) == 0);
@@ -1212,16 +1218,7 @@ START_TEST(test_busy_machine)
         w[i] = frand(0.5f, 1.5f);
     nvfp4_backend_set_threads(be, 1);
     ck_assert_int_eq(nvfp4_k_rmsnorm(be, x, w, M, D, 1e-6f, y1, &err), NVFP4_OK);
-    for (int i = 0; i < M; i++) {
-        double ss = 0;
-        for (int j = 0; j < D; j++)
-            ss += (double)x[i * D + j] * x[i * D + j];
-        for (int j = 0; j < D; j++) {
-            double r = x[i * D + j] / sqrt(ss / D + 1e-6) * w[j];
-            ck_assert_msg(fabs(y1[i * D + j] - r) <= 4 * ldexp(fabs(r), -24) + 1e-30,
-                          "%d,%d: %.9g vs %.9g", i, j, y1[i * D + j], r);
-        }
-    }
+    rmsnorm_ref_check(x, w, y1, M, D);
     __atomic_store_n(&busy_stop, 0, __ATOMIC_RELEASE);
     while (started < nspin && pthread_create(&spin[started], NULL, busy_spin, NULL) == 0)
         started++;
