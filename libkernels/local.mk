@@ -6,6 +6,7 @@ pkgconfig_DATA += pkgconfig/nvfp4-kernels.pc
 libkernels_libnvfp4_kernels_la_SOURCES = \
 	%reldir%/backend-impl.h \
 	%reldir%/cpu-internal.h \
+	%reldir%/cpu-exp16.h \
 	%reldir%/registry.c \
 	%reldir%/cpu.c \
 	%reldir%/cpu-linear.c \

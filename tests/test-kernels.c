@@ -32,6 +32,9 @@
 #if defined(__linux__) && defined(__x86_64__)
 #include <sys/syscall.h>
 #endif
+#if defined(__GNUC__) && defined(__x86_64__)
+#include "../libkernels/cpu-exp16.h"
+#endif
 
 #include <nvfp4/kernels.h>
 
@@ -1149,6 +1152,69 @@ START_TEST(test_rmsnorm)
 }
 END_TEST
 
+/* ---- the attention's e^x ----------------------------------------------------------- */
+
+#if defined(__GNUC__) && defined(__x86_64__)
+/* Order of float32 F on a line through -0 and +0 (ulp distances). */
+static int64_t f32_order(float f)
+{
+    int32_t i;
+    memcpy(&i, &f, sizeof(i));
+    return i < 0 ? -(int64_t)(i & 0x7FFFFFFF) : i;
+}
+
+__attribute__((target("avx512f"))) static void exp16_apply(const float *x, float *y)
+{
+    _mm512_storeu_ps(y, exp16(_mm512_loadu_ps(x)));
+}
+#endif
+
+/* exp16 (libkernels/cpu-exp16.h, the AVX-512 softmax's e^x) within 1 ulp
+ * of float64 exp rounded to float32, on every 61st float32 from 89 down
+ * to -105 (3.7e7 of them: normal, subnormal and zero results) and on
+ * -0, +-inf, NaN and arguments past the clamps. */
+START_TEST(test_exp16)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+    const float special[] = {-0.0f, 0.0f, -INFINITY, INFINITY, NAN, -110.5f, -200.0f, 100.0f,
+                             88.72f, 89.0f, -87.5f, -103.9f, -104.0f, -1e-30f, 1e-30f, 0.5f};
+    float x[16], y[16];
+    /* under valgrind every 6101st */
+    const int step = getenv("NVFP4_TEST_QUICK") ? 6101 : 61;
+    int64_t worst = 0;
+    float at = 0;
+
+    if (!__builtin_cpu_supports("avx512f")) {
+        fprintf(stderr, "test_exp16: skipped, no AVX-512\n");
+        return;
+    }
+    for (float x0 = 89.0f; x0 > -105.0f;) {
+        for (int l = 0; l < 16; l++) {
+            x[l] = x0;
+            for (int s = 0; s < step; s++)
+                x0 = nextafterf(x0, -INFINITY);
+        }
+        exp16_apply(x, y);
+        for (int l = 0; l < 16; l++) {
+            const int64_t d = llabs(f32_order(y[l]) - f32_order((float)exp((double)x[l])));
+            if (d > worst)
+                worst = d, at = x[l];
+        }
+    }
+    ck_assert_msg(worst <= 1, "exp16 %lld ulp from float64 exp at %.9g", (long long)worst, at);
+    exp16_apply(special, y);
+    for (int l = 0; l < 16; l++) {
+        const float r = (float)exp((double)special[l]);
+        if (isnan(r))
+            ck_assert_msg(isnan(y[l]), "exp16(%g) = %g", special[l], y[l]);
+        else
+            ck_assert_msg(llabs(f32_order(y[l]) - f32_order(r)) <= 1, "exp16(%g) = %.9g, not %.9g",
+                          special[l], y[l], r);
+    }
+#endif
+}
+END_TEST
+
 /* ---- a busy machine ------------------------------------------------------------ */
 
 static int busy_stop;
@@ -1995,6 +2061,7 @@ int main(void)
     tcase_add_test(tc, test_upload_rejects);
     tcase_add_test(tc, test_torch_linear);
     tcase_add_test(tc, test_rmsnorm);
+    tcase_add_test(tc, test_exp16);
     tcase_add_test(tc, test_busy_machine);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
