@@ -273,7 +273,7 @@ static void gemv_line(nvfp4_backend *be, const shape *sh, nvfp4_kweight *const *
     t0 = now();
     do {
         for (int s = 0; s < 4; s++) {
-            double a, b, ca;
+            double a = 0, b, ca = 0;
             if (s < 2 && s >= nsch)
                 continue;
             /* at more than one thread each timed call follows an untimed
