@@ -60,6 +60,7 @@
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
 #define CPU_X86 1
+#include "cpu-lanes16.h"
 #endif
 
 /* Tokens per tile of the kernels (activations of a tile packed together). */
@@ -900,22 +901,18 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static 
     }
 }
 
-/* §5 for one block of 16 in AVX-512: the E2M1 code of every element,
- * doubled (-12..12), and s / gs.  Identical to numerics.h's num_qdq_block
- * (test-kernels checks the two bit for bit through an identity weight, and
- * against torch's act_qdq fixture): its num_qdq_scale for the block scale,
- * the same float32 product x * osc, and E2M1 round-half-even by counting
- * the edges of NUM_E2M1_EDGES passed (saturating like the clamp to 6). */
+/* §5's E2M1 codes of one block of 16 in AVX-512, doubled (-12..12), from
+ * its osc = gs / s: the same float32 product x * osc as numerics.h's
+ * num_qdq_code, and E2M1 round-half-even by counting the edges of
+ * NUM_E2M1_EDGES passed (saturating like the clamp to 6).  TWICE: 2 *
+ * e2m1_f as integers (qdq_twice()). */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __m512i
-qdq_block_avx512(const float *xb, float gs, float *back_out)
+qdq_codes_avx512(__m512 v, __m512 osc, __m512i twice)
 {
-    __m512 v = _mm512_loadu_ps(xb), a;
-    float osc;
+    const __m512 a = _mm512_abs_ps(_mm512_mul_ps(v, osc));
     __m512i q = _mm512_setzero_si512();
     const __m512i one = _mm512_set1_epi32(1);
 
-    (void)num_qdq_scale(_mm512_reduce_max_ps(_mm512_abs_ps(v)), gs, &osc, back_out);
-    a = _mm512_abs_ps(_mm512_mul_ps(v, _mm512_set1_ps(osc)));
 #define QDQ_PASS(e, cmp) \
     q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(e), _CMP_##cmp##_OQ), q, one);
     NUM_E2M1_EDGES(QDQ_PASS)
@@ -924,35 +921,110 @@ qdq_block_avx512(const float *xb, float gs, float *back_out)
     q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), q,
                               _mm512_set1_epi32(8));
     /* code -> 2 * E2M1 value, exact; -0 -> 0 */
-    return _mm512_permutexvar_epi32(
-        q, _mm512_cvttps_epi32(_mm512_add_ps(_mm512_loadu_ps(e2m1_f), _mm512_loadu_ps(e2m1_f))));
+    return _mm512_permutexvar_epi32(q, twice);
 }
 
-/* One row for the VNNI kernel: codes in the CHUNK plane order. */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
+__attribute__((target("avx512f"))) static inline __m512i qdq_twice(void)
+{
+    const __m512 v = _mm512_loadu_ps(e2m1_f);
+    return _mm512_cvttps_epi32(_mm512_add_ps(v, v));
+}
+
+/* §5 for one block of 16 in AVX-512: the doubled E2M1 codes and s / gs.
+ * Identical to numerics.h's num_qdq_block (test-kernels checks the two bit
+ * for bit through an identity weight, and against torch's act_qdq
+ * fixture): its num_qdq_scale for the block scale. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __m512i
+qdq_block_avx512(const float *xb, float gs, float *back_out)
+{
+    const __m512 v = _mm512_loadu_ps(xb);
+    float osc;
+
+    (void)num_qdq_scale(_mm512_reduce_max_ps(_mm512_abs_ps(v)), gs, &osc, back_out);
+    return qdq_codes_avx512(v, _mm512_set1_ps(osc), qdq_twice());
+}
+
+/* num_qdq_scale() in 16 lanes, the same IEEE operations lane by lane: s =
+ * E4M3(gs * (amax * 1/6)) as a float (num_e4m3_encode then
+ * num_e4m3_value), osc = s == 0 ? 0 : gs / s, back = s / gs.  The E4M3
+ * rounding on the float's bits: a normal result keeps 3 mantissa bits,
+ * rounded half to even by adding 0x7FFFF plus the last kept bit; below
+ * 2^-6 the value rounds to a multiple of 2^-9 (adding and taking away
+ * 2^14, whose float32 ulp is 2^-9, rounds it half to even); from 448 up,
+ * infinity too, 448; NaN stays NaN. */
+__attribute__((target("avx512f,avx512dq"))) static inline void
+qdq_scale16(__m512 amax, float gs, __m512 *osc, __m512 *back)
+{
+    const __m512 g = _mm512_set1_ps(gs), big = _mm512_set1_ps(16384.0f);
+    const __m512 y = _mm512_mul_ps(g, _mm512_mul_ps(amax, _mm512_set1_ps(1.0f / 6.0f)));
+    const __m512i u = _mm512_castps_si512(y);
+    const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, 20), _mm512_set1_epi32(1));
+    __m512i r = _mm512_and_si512(_mm512_add_epi32(a, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFFF))),
+                                 _mm512_set1_epi32((int)0xFFF00000u));
+    __m512 s;
+
+    r = _mm512_mask_mov_epi32(
+        r, _mm512_cmplt_epi32_mask(a, _mm512_set1_epi32(0x3C800000)),
+        _mm512_castps_si512(_mm512_sub_ps(_mm512_add_ps(_mm512_castsi512_ps(a), big), big)));
+    r = _mm512_mask_mov_epi32(r, _mm512_cmpge_epi32_mask(a, _mm512_set1_epi32(0x43E00000)),
+                              _mm512_set1_epi32(0x43E00000));
+    r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(a, _mm512_set1_epi32(0x7F800000)),
+                              _mm512_set1_epi32(0x7FC00000));
+    s = _mm512_castsi512_ps(
+        _mm512_or_si512(r, _mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u))));
+    *osc = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(s, _mm512_setzero_ps(), _CMP_NEQ_UQ), g, s);
+    *back = _mm512_div_ps(s, g);
+}
+
+/* One row for the VNNI kernel: codes in the CHUNK plane order, a chunk of
+ * 16 blocks at a time.  The 16 maxima come from one max16x16, the 16
+ * scales from one qdq_scale16.  The codes of block j, elements 4s..4s+3,
+ * go to step s (64 bytes: blocks 0-15, 4 codes each): each block's 16
+ * bytes are stored in order, then the four steps gathered out of them by
+ * dword permutes.  corr = -12 x the block's code sum, which one vpdpbusd
+ * per step adds up (4 codes a dword, a dword a block). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static void
 quantize_row_q8(const float *x, size_t k, float gs, int8_t *q, float *xs,
                 int32_t *corr)
 {
-    const size_t nch = chunks_of((int64_t)k);
+    const size_t nb = k / NVFP4_BLOCK, nch = chunks_of((int64_t)k);
+    const __m512i twice = qdq_twice(), ones = _mm512_set1_epi8(1);
+    /* step s, dword j: dword 4j + s of the blocks' bytes, blocks 0-7 from
+     * the first pair of registers, 8-15 from the second */
+    const __m512i idx = _mm512_set_epi32(28, 24, 20, 16, 12, 8, 4, 0, 28, 24, 20, 16, 12, 8, 4, 0);
+    _Alignas(64) int8_t codes[CPU_CHUNK];
 
-    memset(q, 0, nch * CPU_CHUNK);
-    memset(xs, 0, nch * CPU_CHUNK_BLOCKS * sizeof(float));
-    memset(corr, 0, nch * CPU_CHUNK_BLOCKS * sizeof(int32_t));
-    for (size_t b = 0; b < k / NVFP4_BLOCK; b++) {
-        size_t ch = b / CPU_CHUNK_BLOCKS, j = b % CPU_CHUNK_BLOCKS;
-        float back;
-        __m512i c = qdq_block_avx512(x + b * NVFP4_BLOCK, gs, &back);
-        __m128i c8 = _mm512_cvtepi32_epi8(c);
-        int8_t *dst = q + ch * CPU_CHUNK + 4 * j;
+    for (size_t ch = 0; ch < nch; ch++) {
+        const size_t b0 = ch * CPU_CHUNK_BLOCKS;
+        const size_t cnt = nb - b0 < CPU_CHUNK_BLOCKS ? nb - b0 : CPU_CHUNK_BLOCKS;
+        const float *xc = x + b0 * NVFP4_BLOCK;
+        __m512 ab[CPU_CHUNK_BLOCKS], osc, back;
+        __m512i c[4], acc = _mm512_setzero_si512();
 
-        /* elements 4s..4s+3 go to step s */
-        for (int s = 0; s < 4; s++) {
-            int32_t d = _mm_cvtsi128_si32(_mm_srli_si128(c8, 0));
-            c8 = _mm_srli_si128(c8, 4);
-            memcpy(dst + 64 * s, &d, 4);
+        for (size_t j = 0; j < CPU_CHUNK_BLOCKS; j++)
+            ab[j] = j < cnt ? _mm512_abs_ps(_mm512_loadu_ps(xc + j * NVFP4_BLOCK))
+                            : _mm512_setzero_ps();
+        /* blocks past the row: amax 0, s 0, osc 0, back 0, codes 0 */
+        qdq_scale16(max16x16(ab), gs, &osc, &back);
+        _mm512_storeu_ps(xs + b0, _mm512_mul_ps(back, _mm512_set1_ps(0.25f)));
+        if (cnt < CPU_CHUNK_BLOCKS)
+            memset(codes, 0, sizeof(codes));
+        for (size_t j = 0; j < cnt; j++) {
+            const __m512 oj = _mm512_permutexvar_ps(_mm512_set1_epi32((int)j), osc);
+            const __m512i cj = qdq_codes_avx512(_mm512_loadu_ps(xc + j * NVFP4_BLOCK), oj, twice);
+            _mm_store_si128((__m128i *)(codes + j * NVFP4_BLOCK), _mm512_cvtepi32_epi8(cj));
         }
-        xs[ch * CPU_CHUNK_BLOCKS + j] = back * 0.25f;
-        corr[ch * CPU_CHUNK_BLOCKS + j] = -12 * _mm512_reduce_add_epi32(c);
+        for (int i = 0; i < 4; i++)
+            c[i] = _mm512_load_si512(codes + 64 * i);
+        for (int st = 0; st < 4; st++) {
+            const __m512i ix = _mm512_add_epi32(idx, _mm512_set1_epi32(st));
+            const __m512i step = _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(c[0], ix, c[1]),
+                                                         _mm512_permutex2var_epi32(c[2], ix, c[3]));
+            _mm512_storeu_si512(q + ch * CPU_CHUNK + 64 * st, step);
+            acc = _mm512_dpbusd_epi32(acc, ones, step);
+        }
+        _mm512_storeu_si512(corr + b0, _mm512_mullo_epi32(acc, _mm512_set1_epi32(-12)));
     }
 }
 

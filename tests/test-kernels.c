@@ -748,6 +748,30 @@ START_TEST(test_w4a4_activation_exact)
             ck_assert_msg(wq[i] == we[i], "qdq_row edge %d: %g vs %g", i, wq[i], we[i]);
         identity_w4a4(32, 1.0f, xe, 1, we, "E2M1 edges");
     }
+
+    /* the E4M3 rounding of the block scales (the vector kernels round 16
+     * at once): with input_scale 1, s = E4M3(amax / 6) and amax = 6 m 2^e
+     * makes amax * float32(1/6) = m 2^e exactly, so these hit the ties
+     * (half to even) of normal scales, of subnormal ones (units of 2^-9),
+     * of the step to zero, and the saturation at 448; then a float32
+     * subnormal block; 20 blocks: a chunk of 16 and a tail of 4 */
+    {
+        static const double m2e[20] = {
+            1.0625,         1.1875,         1.0625 / 8,     2.5 / 512,    3.5 / 512,
+            1.5 / 512,      0.5 / 512,      1.0 / 4096,     448,          460,
+            470,            1e6,            1.0 / 64,       0.9999 / 64,  7.5 / 512,
+            15.5 / 512 / 2, 1.9375 * 0.125, 0.0,            1e-40 / 6,    3.0};
+        const size_t kb = 20 * 16;
+        float xb[20 * 16], wb[20 * 16];
+        for (size_t b = 0; b < 20; b++) {
+            const float amax = (float)(6.0 * m2e[b]);
+            for (size_t e = 0; e < 16; e++)
+                xb[b * 16 + e] = e == b % 16 ? (b & 1 ? -amax : amax)
+                                             : amax * frand(-1.0f, 1.0f);
+        }
+        nvfp4_quant_qdq_row(xb, kb, 1.0f, wb);
+        identity_w4a4((int64_t)kb, 1.0f, xb, 1, wb, "E4M3 scale edges");
+    }
     free(x);
     free(want);
     free(x2);
@@ -1841,6 +1865,14 @@ START_TEST(test_rowops)
     /* silu_mul and add */
     for (int i = 0; i < M * 2 * N; i++)
         g[i] = frand(-8, 8);
+    {
+        /* gates where e^-g overflows, underflows or nears either; the
+         * row of 37 takes the 16-lane kernel's masked tail */
+        static const float edge[] = {100.0f, -100.0f, 88.5f, -88.5f, 89.5f, -89.5f,
+                                     0.0f,   -0.0f,   20.0f, -20.0f, 1e-30f, -120.0f};
+        for (size_t i = 0; i < sizeof(edge) / sizeof(edge[0]); i++)
+            g[(i % M) * 2 * N + 3 * i] = edge[i];
+    }
     ck_assert_int_eq(nvfp4_k_silu_mul(be, g, M, N, o, &err), NVFP4_OK);
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
