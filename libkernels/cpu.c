@@ -1013,26 +1013,36 @@ static void attn_range(void *arg, size_t it0, size_t it1, int slot)
 
 #ifdef CPU_HAVE_X86
 /* Items of cpu_attention_paged() for float32 pools with AVX-512: (row, KV
- * head, ATTN_GROUP of its query heads); SLOT's scratch holds ATTN_GROUP
- * rows of max_len scores. */
+ * head, ATTN_GROUP of its query heads), the last row first: a prefill's
+ * rows grow longer, and the pool's threads claim chunks in order, so the
+ * chunks left for last are the short ones.  SLOT's scratch holds
+ * ATTN_GROUP rows of max_len scores. */
 static void attn_group_range(void *arg, size_t it0, size_t it1, int slot)
 {
     const attn_job *j = arg;
     const nvfp4_kv_pages *kv = j->kv;
     const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, kvw = nkv * hd, group = nh / nkv;
     const size_t bs = kv->block, sub = (group + ATTN_GROUP - 1) / ATTN_GROUP;
+    const size_t items = j->m * nkv * sub;
 
-    for (size_t it = it0; it < it1; it++) {
+    for (size_t rit = it0; rit < it1; rit++) {
+        const size_t it = items - 1 - rit;
         size_t i = it / (nkv * sub), kvh = it / sub % nkv, g0 = it % sub * ATTN_GROUP;
         size_t h = kvh * group + g0, len = (size_t)kv->pos[i] + 1;
         size_t first = kv->window && len > kv->window ? len - kv->window : 0;
         const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
         const int G = (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP);
 
+        /* prefetch for the first row of a sequence in the call (a decode
+         * row): the next rows of a prefill find the same rows in the
+         * caches, and their prefetches only cost (SmolLM2 shape, prompt
+         * 512: 5 % of the prefill; 2048: 2 %) */
+        const int pf = i == 0 || kv->seq[i - 1] != kv->seq[i];
+
         attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kv->k_pool,
                      kv->v_pool, tab, bs, kvw, kvh * hd, first, len, hd, j->scale,
                      kv->sinks ? kv->sinks + h : NULL, j->scores + (size_t)slot * j->per,
-                     kv->max_len, 1, NULL, G);
+                     kv->max_len, pf, NULL, G);
     }
 }
 #endif
