@@ -1321,27 +1321,45 @@ amx_tile16(const int8_t *aq, const int8_t *bp, const float *wst, const float *xs
 #pragma GCC unroll 16
         for (size_t t = 0; t < AMX_T; t++)
             ac[t] = _mm512_setzero_ps();
-        /* block i of the next lane on the tile unit, block i of this one
-         * in float, then the next lane's sums stored (a store right after
-         * its TDPBSSD would wait for it, and the float step behind it) */
-#define AMX_STEP(i, c, ta, tb)                                                    \
-    if ((i) < cn) {                                                               \
-        _tile_loadd(ta, aq + (bn + (i) * CPU_CHUNK_BLOCKS) * AMX_T * 16, 16);     \
-        _tile_loadd(tb, bp + (bn + (i) * CPU_CHUNK_BLOCKS) * 256, 64);            \
-        _tile_zero(c);                                                            \
-        _tile_dpbssd(c, ta, tb);                                                  \
-    }                                                                             \
-    if ((i) < cnt)                                                                \
-        amx_fstep(ac, buf + (i) * 256, wst, xs, xst, (ch0 + (i)) * CPU_CHUNK_BLOCKS + j); \
-    if ((i) < cn)                                                                 \
+        /* the next lane's blocks on the tile unit, four at a time (the C
+         * tiles), while this lane's float steps run, and only then their
+         * sums stored: a store right behind its TDPBSSD waits for it (perf:
+         * a third of this kernel's samples sat on such stores when each
+         * block's float step alone stood between them) */
+#define AMX_ISSUE(i, c, ta, tb)                                                \
+    if ((i) < cn) {                                                        \
+        _tile_loadd(ta, aq + (bn + (i) * CPU_CHUNK_BLOCKS) * AMX_T * 16, 16);  \
+        _tile_loadd(tb, bp + (bn + (i) * CPU_CHUNK_BLOCKS) * 256, 64);         \
+        _tile_zero(c);                                                     \
+        _tile_dpbssd(c, ta, tb);                                           \
+    }
+#define AMX_FSTEP(i)                                                           \
+    if ((i) < cnt)                                                         \
+        amx_fstep(ac, buf + (i) * 256, wst, xs, xst, (ch0 + (i)) * CPU_CHUNK_BLOCKS + j);
+#define AMX_STORE(i, c)                                                        \
+    if ((i) < cn)                                                          \
         _tile_stored(c, nbuf + (i) * 256, 64);
-        AMX_STEP(0, 0, 4, 5)
-        AMX_STEP(1, 1, 6, 7)
-        AMX_STEP(2, 2, 4, 5)
-        AMX_STEP(3, 3, 6, 7)
-        AMX_STEP(4, 0, 4, 5)
-        AMX_STEP(5, 1, 6, 7)
-#undef AMX_STEP
+        AMX_ISSUE(0, 0, 4, 5)
+        AMX_ISSUE(1, 1, 6, 7)
+        AMX_ISSUE(2, 2, 4, 5)
+        AMX_ISSUE(3, 3, 6, 7)
+        AMX_FSTEP(0)
+        AMX_FSTEP(1)
+        AMX_FSTEP(2)
+        AMX_FSTEP(3)
+        AMX_STORE(0, 0)
+        AMX_STORE(1, 1)
+        AMX_STORE(2, 2)
+        AMX_STORE(3, 3)
+        AMX_ISSUE(4, 0, 4, 5)
+        AMX_ISSUE(5, 1, 6, 7)
+        AMX_FSTEP(4)
+        AMX_FSTEP(5)
+        AMX_STORE(4, 0)
+        AMX_STORE(5, 1)
+#undef AMX_ISSUE
+#undef AMX_FSTEP
+#undef AMX_STORE
 #pragma GCC unroll 16
         for (size_t t = 0; t < AMX_T; t++)
             acc[t][j] = ac[t];
@@ -1862,6 +1880,9 @@ static inline int nvfp4_spread(int path, const cpu_kweight *w, size_t m, int pac
     return m == 1 ? gemv_spread(path, w) : batch_spread(path, m, packed);
 }
 
+/* the fewest row tiles of a multi-token product per thread (run_tiles) */
+#define GEMM_TILES_PER_THREAD 3
+
 static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot);
 #ifdef CPU_AMX
 static void amx_range(const tiles_job *j, size_t tile0, size_t tile1);
@@ -1899,10 +1920,20 @@ static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float 
     } else if (m <= TOK_TILE) {
         rt = 16;
     } else {
-        /* 512 KB of NVFP4 (or 1 MB of bf16) weights per tile */
+        /* 512 KB of NVFP4 (or 1 MB of bf16) weights per tile, and at least
+         * GEMM_TILES_PER_THREAD tiles a thread where the rows allow: each
+         * tile holds all m tokens, so SmolLM2's [576, 576] made 3 tiles of
+         * 256 rows, 2 for one thread and 1 for the other (perf of a
+         * 2-thread prefill: 28.7 % of the samples in one thread's AMX
+         * kernel, 21.9 % in the other's) */
         size_t row_bytes = w->d.scheme == NVFP4_SCHEME_NONE ? 2 * k : k / 2 + k / 16;
+        const size_t tiles = (size_t)nth * GEMM_TILES_PER_THREAD;
+        const size_t even = ((n + tiles - 1) / tiles + 7) / 8 * 8;
+
         rt = 512 * 1024 / (row_bytes + 1);
-        rt = rt < 8 ? 8 : rt > 256 ? 256 : rt;
+        rt = rt > 256 ? 256 : rt;
+        rt = nth > 1 && rt > even ? even : rt;
+        rt = rt < 8 ? 8 : rt;
 #ifdef CPU_AMX
         if (path == PATH_AMX)
             rt = rt < 16 ? 16 : rt / 16 * 16; /* whole groups of 16 rows */
