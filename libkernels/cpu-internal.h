@@ -59,6 +59,9 @@ typedef void (*cpu_par_fn)(void *arg, size_t i0, size_t i1, int slot);
  * waited for; while another thread uses the pool, an OpenMP loop. */
 void nvfp4k_cpu_par(cpu_ctx *c, size_t n, int nth, cpu_par_fn fn, void *arg);
 void nvfp4k_cpu_pool_free(cpu_pool *p);
+/* Whether the pool last saw a busy machine (more runnable threads than
+ * CPUs in half of its recent looks); 0 before its first loop. */
+int nvfp4k_cpu_pool_busy(cpu_ctx *c);
 
 /* The CHUNK layout (see cpu-linear.c): chunks of 256 weights (16 blocks)
  * in 128 bytes, the tail chunk of c < 16 blocks in 8*c bytes. */
@@ -93,7 +96,8 @@ typedef struct {
     float *bias;        /* [n] or NULL */
     /* per kind of call (one token; more, per token): smoothed nanoseconds
      * on one thread and on all (0: not measured yet) and a call count, to
-     * run on the faster (nvfp4k_cpu_linear); relaxed atomics only */
+     * run on the faster on a busy machine (nvfp4k_cpu_linear); relaxed
+     * atomics only */
     uint64_t run_ns[2][2];
     uint64_t run_calls[2];
 } cpu_kweight;

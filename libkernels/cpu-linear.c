@@ -114,7 +114,10 @@ static int cpu_pf_l2; /* PREFETCHT1 instead of T0 */
 #define CPU_PF_LINE(p) __builtin_prefetch((p), 0, 3)
 #endif
 
-/* Products of fewer multiply-adds than this run on one thread. */
+/* Products of fewer multiply-adds than this run on one thread: waking a
+ * second worker costs microseconds on an idle machine and milliseconds on
+ * a busy one (nvfp4k_cpu_linear). */
+#define CPU_LINEAR_PAR_MIN_QUIET (64.0 * 1024.0)
 #define CPU_LINEAR_PAR_MIN (512.0 * 1024.0)
 
 /* Block scales decoded per stretch of a row (floats on the stack). */
@@ -2234,10 +2237,16 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
                                const float *x, size_t m, float *y, int nthreads,
                                nvfp4_error *err);
 
-/* Products choose between one thread and all of them by measuring both:
- * on a busy machine a second worker can cost more than it brings (each
- * parallel region waits until it gets a core), on a quiet one it doubles
- * the bandwidth and the FLOPS.  Each weight keeps a smoothed time per
+/* Products choose between one thread and all of them.  On a quiet machine
+ * (the pool's last look: nvfp4k_cpu_pool_busy) all, from
+ * CPU_LINEAR_PAR_MIN_QUIET multiply-adds up: a second worker doubles the
+ * bandwidth and the FLOPS.  Timing both there misled: while the calls ran
+ * on one thread the worker went to sleep, so the calls on two woke it and
+ * measured slower than one thread, and SmolLM2's GEMVs stayed on one
+ * (2-thread decode 167-182 tok/s, 209-228 with all threads).  On a busy
+ * machine a second worker can cost more than it brings (each parallel
+ * region waits until it gets a core): there products from
+ * CPU_LINEAR_PAR_MIN up measure both.  Each weight keeps a smoothed time per
  * choice for one token and per token for more, runs on the faster and
  * tries the other one call in CPU_RUN_EXPLORE (8 times less often when
  * it measured more than twice as slow) to follow the machine's load.
@@ -2284,8 +2293,14 @@ nvfp4_status nvfp4k_cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *d
     uint64_t t0;
     int choice;
 
-    if (all <= 1 || (double)m * (double)desc->n * (double)desc->k < CPU_LINEAR_PAR_MIN)
+    const double work = (double)m * (double)desc->n * (double)desc->k;
+
+    if (all <= 1 || work < CPU_LINEAR_PAR_MIN_QUIET)
+        return linear_run(ctx, kw, desc, x, m, y, 1, err);
+    if (!nvfp4k_cpu_pool_busy(ctx))
         return linear_run(ctx, kw, desc, x, m, y, all, err);
+    if (work < CPU_LINEAR_PAR_MIN)
+        return linear_run(ctx, kw, desc, x, m, y, 1, err);
     choice = run_pick(kw, kind);
     t0 = mono_ns();
     st = linear_run(ctx, kw, desc, x, m, y, choice ? all : 1, err);
@@ -2361,9 +2376,7 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
 {
     const size_t k = (size_t)desc->k, n = (size_t)desc->n, nch = chunks_of(desc->k);
     const size_t kp = nch * CPU_CHUNK;
-    /* small products run on the calling thread: waking a second worker
-     * costs microseconds on an idle machine and milliseconds on a busy one */
-    const int nth = (double)m * (double)n * (double)k < CPU_LINEAR_PAR_MIN ? 1 : nthreads;
+    const int nth = nthreads; /* nvfp4k_cpu_linear's choice */
     const cpu_isa isa = ctx->isa;
     const size_t s_x = m * k * sizeof(float),
                  s_xp = (m + 7) / 8 * (k / 16) * 128 * sizeof(float);

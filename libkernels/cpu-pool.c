@@ -293,6 +293,13 @@ static void pool_watch_load(cpu_pool *p, int nth)
     __atomic_store_n(&p->busy, p->load >= 128, __ATOMIC_RELAXED);
 }
 
+int nvfp4k_cpu_pool_busy(cpu_ctx *c)
+{
+    cpu_pool *p = __atomic_load_n(&c->pool, __ATOMIC_ACQUIRE);
+
+    return p && __atomic_load_n(&p->busy, __ATOMIC_RELAXED);
+}
+
 /* With p->run held, the machine busy: sleeps until the NCH chunks of the
  * job are done. */
 static void pool_sleep_done(cpu_pool *p, uint32_t nch)
