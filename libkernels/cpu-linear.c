@@ -723,6 +723,10 @@ typedef struct {
                          * A tiles); NULL for the other paths */
 } act_q8;
 
+/* Tokens of a group in aq, and bytes of one block's A tile there. */
+#define AMX_A_TOKENS 16
+#define AMX_A_BLOCK (AMX_A_TOKENS * NVFP4_BLOCK)
+
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline __attribute__((always_inline)) void
 row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
               const krange *kr, size_t nt, float *y)
@@ -986,10 +990,12 @@ qdq_scale16(__m512 amax, float gs, __m512 *osc, __m512 *back)
  * go to step s (64 bytes: blocks 0-15, 4 codes each): each block's 16
  * bytes are stored in order, then the four steps gathered out of them by
  * dword permutes.  corr = -12 x the block's code sum, which one vpdpbusd
- * per step adds up (4 codes a dword, a dword a block). */
+ * per step adds up (4 codes a dword, a dword a block).  AQ (or NULL): the
+ * token's row of its group's AMX A tiles, where each block's 16 codes go
+ * in order too (act_q8.aq's layout; AMX_A_BLOCK bytes a block). */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static void
 quantize_row_q8(const float *x, size_t k, float gs, int8_t *q, float *xs,
-                int32_t *corr)
+                int32_t *corr, int8_t *aq)
 {
     const size_t nb = k / NVFP4_BLOCK, nch = chunks_of((int64_t)k);
     const __m512i twice = qdq_twice(), ones = _mm512_set1_epi8(1);
@@ -1016,7 +1022,11 @@ quantize_row_q8(const float *x, size_t k, float gs, int8_t *q, float *xs,
         for (size_t j = 0; j < cnt; j++) {
             const __m512 oj = _mm512_permutexvar_ps(_mm512_set1_epi32((int)j), osc);
             const __m512i cj = qdq_codes_avx512(_mm512_loadu_ps(xc + j * NVFP4_BLOCK), oj, twice);
-            _mm_store_si128((__m128i *)(codes + j * NVFP4_BLOCK), _mm512_cvtepi32_epi8(cj));
+            const __m128i c8 = _mm512_cvtepi32_epi8(cj);
+
+            _mm_store_si128((__m128i *)(codes + j * NVFP4_BLOCK), c8);
+            if (aq) /* the AMX A tiles' row too: block b at b x 256 */
+                _mm_storeu_si128((__m128i *)(aq + (b0 + j) * AMX_A_BLOCK), c8);
         }
         for (int i = 0; i < 4; i++)
             c[i] = _mm512_load_si512(codes + 64 * i);
@@ -1096,7 +1106,7 @@ CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni", row2_vnni,
  * AMX_MIN_TOKENS stay on VNNI: unpacking the B tiles costs about as much as
  * 16 tokens of product (measured on 4096x4096, one thread, against VNNI:
  * 0.71x at m = 16, 1.05x at 64, 1.14x at 128, 1.21x at 512). */
-#define AMX_T 16
+#define AMX_T AMX_A_TOKENS
 #define AMX_MIN_TOKENS 64
 
 /* The tile unit computes the exact integer sum of one block for 16 tokens
@@ -1144,29 +1154,6 @@ __attribute__((target("amx-tile,amx-int8"))) static void amx_begin(void)
 __attribute__((target("amx-tile"))) static void amx_end(void)
 {
     _tile_release();
-}
-
-/* The A tiles of tokens T0 .. T0+15: aq [nb][16][16] from act_q8's plane
- * order (byte 64s + 4j + e of a chunk is element 4s + e of block j). */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
-amx_pack_a(const act_q8 *a, size_t kp, size_t nb, size_t t0, int8_t *aq)
-{
-    const __m512i idx = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32(AMX_T * 16));
-
-    for (size_t t = 0; t < AMX_T; t++) {
-        const int8_t *q = a->q + (t0 + t) * kp;
-        for (size_t ch = 0; ch * CPU_CHUNK_BLOCKS < nb; ch++) {
-            const size_t c = nb - ch * CPU_CHUNK_BLOCKS;
-            const __mmask16 mk = c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << c) - 1);
-            int8_t *dst = aq + ch * CPU_CHUNK_BLOCKS * AMX_T * 16 + t * 16;
-            for (int s = 0; s < 4; s++)
-                _mm512_mask_i32scatter_epi32(
-                    dst + 4 * s, mk, idx,
-                    _mm512_loadu_si512((const void *)(q + ch * CPU_CHUNK + 64 * s)), 1);
-        }
-    }
 }
 
 /* OUT[j] lane i = IN[i] lane j: a 16 x 16 transpose of 32-bit elements
@@ -1302,8 +1289,9 @@ static inline size_t amx_lane_cnt(size_t ch0, size_t ch1, size_t j, size_t nb)
 
 /* Outputs of tokens T0 .. T0+15, rows R .. R+15 over chunks [kr->b0,
  * kr->b1) (at most 6): XS is act_q8's xs of token T0 (stride NCH * 16), AQ
- * and BP the tiles of amx_pack_a / amx_pack_b.  The tile unit computes the
- * next lane's sums while the float step takes this lane's. */
+ * and BP the tiles of act_q8.aq (quantize_row_q8) / amx_pack_b.  The tile
+ * unit computes the next lane's sums while the float step takes this
+ * lane's. */
 __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq"))) static void
 amx_tile16(const int8_t *aq, const int8_t *bp, const float *wst, const float *xs, size_t nch,
            size_t nb, const krange *kr, float *y, size_t n)
@@ -2309,7 +2297,7 @@ nvfp4_status nvfp4k_cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *d
 }
 
 /* The per-token steps of a product (any thread: nvfp4k_cpu_par()). */
-enum { PREP_QDQ_REF, PREP_QDQ_AVX512, PREP_Q8, PREP_BIAS, PREP_AMX_A };
+enum { PREP_QDQ_REF, PREP_QDQ_AVX512, PREP_Q8, PREP_BIAS };
 
 typedef struct {
     int kind;
@@ -2321,6 +2309,7 @@ typedef struct {
     size_t kp, nch;
     const float *bias;
     size_t n;
+    size_t m;            /* Q8: the call's tokens */
 } prep_job;
 
 static void prep_range(void *arg, size_t t0, size_t t1, int slot)
@@ -2337,16 +2326,16 @@ static void prep_range(void *arg, size_t t0, size_t t1, int slot)
             break;
 #ifdef CPU_X86
         case PREP_Q8:
+            /* tokens of whole groups of AMX_T also write their A tiles'
+             * rows (a.aq: m / AMX_T groups) */
             quantize_row_q8(j->x + t * k, k, j->gs, j->a->q + t * j->kp,
                             j->a->xs + t * j->nch * CPU_CHUNK_BLOCKS,
-                            j->a->corr + t * j->nch * CPU_CHUNK_BLOCKS);
+                            j->a->corr + t * j->nch * CPU_CHUNK_BLOCKS,
+                            j->a->aq && t < j->m / AMX_A_TOKENS * AMX_A_TOKENS
+                                ? j->a->aq + t / AMX_A_TOKENS * (k / NVFP4_BLOCK) * AMX_A_BLOCK +
+                                      t % AMX_A_TOKENS * NVFP4_BLOCK
+                                : NULL);
             break;
-#ifdef CPU_AMX
-        case PREP_AMX_A: /* t: a group of 16 tokens */
-            amx_pack_a(j->a, j->kp, k / NVFP4_BLOCK, t * AMX_T,
-                       j->a->aq + t * (k / NVFP4_BLOCK) * AMX_T * 16);
-            break;
-#endif
         case PREP_QDQ_AVX512:
             qdq_row_avx512(j->x + t * k, k, j->gs, j->out + t * k);
             break;
@@ -2437,20 +2426,15 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
          * the same arithmetic in AVX-512 (bit-identical, tested) */
         const int ref = desc->scheme == NVFP4_SCHEME_NONE || isa < CPU_ISA_AVX512;
         prep_job j = {ref ? PREP_QDQ_REF : PREP_QDQ_AVX512, x, k, desc->input_gs, tmp, &a, kp,
-                      nch, NULL, 0};
+                      nch, NULL, 0, m};
         nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
         xin = tmp;
     }
     if (a.q) {
-        prep_job j = {PREP_Q8, x, k, desc->input_gs, NULL, &a, kp, nch, NULL, 0};
+        /* (with a.aq the AMX A tiles too) */
+        prep_job j = {PREP_Q8, x, k, desc->input_gs, NULL, &a, kp, nch, NULL, 0, m};
         nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
     }
-#ifdef CPU_AMX
-    if (a.aq) {
-        prep_job j = {PREP_AMX_A, x, k, desc->input_gs, NULL, &a, kp, nch, NULL, 0};
-        nvfp4k_cpu_par(ctx, m / AMX_T, nth, prep_range, &j);
-    }
-#endif
     if (xp) {
         pack_x(xin, m, k, xp);
         xin = xp;
@@ -2463,7 +2447,7 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
         nvfp4k_cpu_scratch_put(&ctx->act_scratch, buf, locked);
 
     if (w->bias) {
-        prep_job j = {PREP_BIAS, NULL, 0, 0.0f, y, &a, 0, 0, w->bias, n};
+        prep_job j = {PREP_BIAS, NULL, 0, 0.0f, y, &a, 0, 0, w->bias, n, m};
         nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
     }
     return NVFP4_OK;
