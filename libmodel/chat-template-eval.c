@@ -46,7 +46,8 @@ static int repeat(ctctx *C, const ctnode *at, const cval *s, long long k, cval *
         char *p = nvfp4m_ct_new(C, at, total + 1);
         if (!p)
             return -1;
-        for (long long i = 0; i < k; i++)
+        /* an empty string copies nothing (its pointer may be NULL) */
+        for (long long i = 0; unit && i < k; i++)
             memcpy(p + (size_t)i * unit, s->u.s.p, unit);
         out->u.s.p = p;
         out->u.s.n = total;
@@ -54,7 +55,9 @@ static int repeat(ctctx *C, const ctnode *at, const cval *s, long long k, cval *
         clist *l = nvfp4m_ct_new(C, at, sizeof *l);
         if (!l || (total && !(l->v = nvfp4m_ct_new(C, at, total))))
             return -1;
-        for (long long i = 0; i < k; i++)
+        /* an empty list, k times, is empty: l->v stays NULL (UBSan in CI's
+         * fuzz stage: applying zero offset to null pointer) */
+        for (long long i = 0; unit && i < k; i++)
             memcpy(l->v + (size_t)i * s->u.l->n, s->u.l->v, unit);
         l->n = s->u.l->n * (size_t)k;
         out->u.l = l;
