@@ -20,6 +20,7 @@
 #include "config.h"
 
 #include <check.h>
+#include <fenv.h>
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
@@ -1739,6 +1740,106 @@ static void attention_paged_fp8_case(const char *isa, int hd)
     nvfp4_backend_free(be);
 }
 
+/* A prefill's rows give each row the bits it gets alone (a decode step):
+ * 37 rows after 30 cached positions and a second sequence's 3 rows
+ * through scrambled block tables, 6 query heads of 2 KV heads (the
+ * AVX-512 path's groups of 4: 4 and 2 per pass), head sizes 64, 96 and
+ * 128, with and without a sliding window and sinks, at 1 and 2 threads;
+ * every row also against float64.  Bound as attention_check's, scaled by
+ * HD^1.5, and by QS, the queries' scale: at 400 the scores spread over
+ * hundreds, where e^(score - max) of most positions would be subnormal,
+ * and no operation may underflow (each would cost a microcode assist on
+ * x86; the one thread's floating-point flags tell). */
+static void attention_rows_case(int hd, float qs)
+{
+    enum { BS = 16, NB = 12, MAXB = 6, NH = 6, NKV = 2, HDM = 128, ROWM = NKV * HDM };
+    enum { A0 = 30, AM = 37, B0 = 7, BM = 3, M = AM + BM, CTX = MAXB * BS };
+    const int HD = hd, ROW = NKV * hd;
+    const int32_t tab[2 * MAXB] = {9, 2, 7, 0, 5, 11, /* A */ 3, 1, 0, 0, 0, 0 /* B */};
+    static float kp[NB * BS * ROWM], vp[NB * BS * ROWM], ks[2][CTX * ROWM], vs[2][CTX * ROWM];
+    static float q[M * NH * HDM], k[M * ROWM], v[M * ROWM], out[M * NH * HDM],
+        one[NH * HDM];
+    const float sinks[NH] = {-1.0f, 0.5f, 3.0f, 1.0f, -2.0f, 0.0f};
+    const float scale = 1.0f / sqrtf((float)HD);
+    const double tol = 3e-5 * pow(HD / 20.0, 1.5) * qs;
+    int32_t pos[M], seq[M];
+    nvfp4_kv_pages kv;
+    nvfp4_error err;
+    nvfp4_backend *be;
+
+    setenv("NVFP4_CPU_ISA", "vnni", 1);
+    be = open_cpu();
+    unsetenv("NVFP4_CPU_ISA");
+    for (int sq = 0; sq < 2; sq++)
+        for (int i = 0; i < CTX * ROW; i++)
+            ks[sq][i] = frand(-1, 1), vs[sq][i] = frand(-1, 1);
+    for (int sq = 0; sq < 2; sq++)
+        for (int p = 0; p < (sq ? B0 : A0); p++) {
+            const int32_t *t = tab + sq * MAXB;
+            memcpy(kp + ((size_t)t[p / BS] * BS + p % BS) * ROW, ks[sq] + p * ROW, ROW * 4);
+            memcpy(vp + ((size_t)t[p / BS] * BS + p % BS) * ROW, vs[sq] + p * ROW, ROW * 4);
+        }
+    for (int i = 0; i < M * NH * HD; i++)
+        q[i] = frand(-2, 2) * qs;
+    for (int i = 0; i < M; i++) {
+        const int sq = i >= AM;
+        seq[i] = sq;
+        pos[i] = sq ? B0 + i - AM : A0 + i;
+        memcpy(k + i * ROW, ks[sq] + pos[i] * ROW, ROW * 4);
+        memcpy(v + i * ROW, vs[sq] + pos[i] * ROW, ROW * 4);
+    }
+    kv_pages_init(&kv, NB, BS, tab, 2, MAXB, pos, seq, CTX, NVFP4_KV_ELEM_F32, 0, 0);
+    kv.k_pool = kp;
+    kv.v_pool = vp;
+    for (int c = 0; c < 4; c++) {
+        kv.window = c & 1 ? 20 : 0;
+        kv.sinks = c & 2 ? sinks : NULL;
+        for (int th = 1; th <= 2; th++) {
+            nvfp4_backend_set_threads(be, th);
+            feclearexcept(FE_UNDERFLOW);
+            ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale,
+                                                     out, &err),
+                             NVFP4_OK);
+            if (th == 1)
+                ck_assert_msg(!fetestexcept(FE_UNDERFLOW),
+                              "hd %d case %d scale %g: an operation underflowed", hd, c, qs);
+            for (int i = 0; i < M; i++) {
+                nvfp4_kv_pages k1 = kv;
+                k1.pos = pos + i;
+                k1.seq = seq + i;
+                ck_assert_int_eq(nvfp4_k_attention_paged(be, q + i * NH * HD, k + i * ROW,
+                                                         v + i * ROW, &k1, 1, NH, NKV, HD, scale,
+                                                         one, &err),
+                                 NVFP4_OK);
+                ck_assert_msg(memcmp(out + i * NH * HD, one, (size_t)NH * HD * 4) == 0,
+                              "hd %d case %d scale %g threads %d: row %d differs from the row "
+                              "alone",
+                              hd, c, qs, th, i);
+                for (int h = 0; h < NH; h++) {
+                    double ref[HDM];
+                    ref_attention(q + (i * NH + h) * HD, ks[seq[i]] + h / 3 * HD,
+                                  vs[seq[i]] + h / 3 * HD, (size_t)pos[i] + 1, ROW, HD, scale,
+                                  kv.window, kv.sinks ? &sinks[h] : NULL, ref);
+                    for (int d = 0; d < HD; d++)
+                        ck_assert_msg(fabs(out[(i * NH + h) * HD + d] - ref[d]) <= tol,
+                                      "hd %d case %d row %d head %d dim %d: %.9g vs %.9g", hd,
+                                      c, i, h, d, out[(i * NH + h) * HD + d], ref[d]);
+                }
+            }
+        }
+    }
+    nvfp4_backend_free(be);
+}
+
+START_TEST(test_attention_rows)
+{
+    attention_rows_case(64, 1);
+    attention_rows_case(96, 1);
+    attention_rows_case(128, 1);
+    attention_rows_case(64, 400);
+}
+END_TEST
+
 START_TEST(test_attention_paged)
 {
     /* head sizes: 20 (tails), 64 and 128 (attend_group's unrolled bodies) */
@@ -2099,6 +2200,7 @@ int main(void)
     tcase_add_test(tc, test_attention);
     tcase_add_test(tc, test_attention_groups);
     tcase_add_test(tc, test_attention_paged);
+    tcase_add_test(tc, test_attention_rows);
     tcase_add_test(tc, test_batch_invariance);
     tcase_add_test(tc, test_batch_invariance_decode);
     tcase_add_test(tc, test_amx_gemm);
