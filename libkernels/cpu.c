@@ -334,6 +334,7 @@ typedef struct {
     size_t d, n, heads, head_dim, rot;
     float f0, f1, f2;
     int kind;
+    int wide; /* glu_range: AVX-512 */
 } ew_job;
 
 static int ew_threads(void *ctx, size_t work)
@@ -1238,8 +1239,12 @@ __attribute__((target("avx512f"))) static void silu_mul_avx512(const float *g, c
     for (size_t j = 0; j < n; j += 16) {
         const __mmask16 mk = lanes16(n - j);
         const __m512 gv = _mm512_maskz_loadu_ps(mk, g + j);
-        const __m512 e = exp16(_mm512_castsi512_ps(
-            _mm512_xor_si512(_mm512_castps_si512(gv), _mm512_set1_epi32((int)0x80000000u))));
+        /* e^-g no smaller than e^-87 (normal): 1 + e is 1 either way, and
+         * a subnormal e^-g took a microcode assist (a NaN passes) */
+        const __m512 e = exp16(_mm512_max_ps(
+            _mm512_set1_ps(-87.0f),
+            _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(gv),
+                                                 _mm512_set1_epi32((int)0x80000000u)))));
         _mm512_mask_storeu_ps(o + j, mk,
                               _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)),
                                             _mm512_maskz_loadu_ps(mk, u + j)));
@@ -1293,13 +1298,83 @@ static nvfp4_status cpu_glu(void *ctx, nvfp4_glu_kind kind, const float *gu, siz
                             size_t inter, float alpha, float limit, float *out,
                             nvfp4_error *err)
 {
-    ew_job jb = {.x = gu, .y = out, .n = inter, .f0 = alpha, .f1 = limit, .kind = (int)kind};
+    ew_job jb = {.x = gu, .y = out, .n = inter, .f0 = alpha, .f1 = limit, .kind = (int)kind,
+                 .wide = ((cpu_ctx *)ctx)->isa >= CPU_ISA_AVX512};
 
     if (kind == NVFP4_GLU_SILU)
         return cpu_silu_mul(ctx, gu, m, inter, out, err);
     nvfp4k_cpu_par(ctx, m, ew_threads(ctx, m * inter), glu_range, &jb);
     return NVFP4_OK;
 }
+
+#ifdef CPU_HAVE_X86
+/* tanh in 16 lanes: sign(z) (1 - 2 / (e^2|z| + 1)), an absolute error of a
+ * few 1e-8 (what 1 + tanh, GeGLU's use, keeps), exp16 in place of libm's
+ * tanhf per element; infinity (|z| > 44) gives 1, a NaN stays NaN. */
+__attribute__((target("avx512f"))) static inline __m512 tanh16(__m512 z)
+{
+    const __m512 one = _mm512_set1_ps(1.0f), two = _mm512_set1_ps(2.0f);
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    const __m512 az = _mm512_castsi512_ps(_mm512_andnot_si512(sign, _mm512_castps_si512(z)));
+    const __m512 t = _mm512_sub_ps(
+        one, _mm512_div_ps(two, _mm512_add_ps(exp16(_mm512_add_ps(az, az)), one)));
+
+    return _mm512_castsi512_ps(_mm512_or_si512(
+        _mm512_castps_si512(t), _mm512_and_si512(sign, _mm512_castps_si512(z))));
+}
+
+/* One row of glu_range in 16 lanes: the scalar loops' float32 operations
+ * in their order, tanhf by tanh16 and expf by exp16 (within 1 ulp). */
+__attribute__((target("avx512f"))) static void glu_avx512(nvfp4_glu_kind kind, const float *g,
+                                                          float *o, size_t inter, float alpha,
+                                                          float limit)
+{
+    const __m512 one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f);
+
+    if (kind == NVFP4_GLU_GELU_TANH) {
+        const __m512 beta = _mm512_set1_ps((float)(M_SQRT2 * M_2_SQRTPI * 0.5)),
+                     kappa = _mm512_set1_ps(0.044715f);
+        const float *u = g + inter;
+
+        for (size_t j = 0; j < inter; j += 16) {
+            const __mmask16 mk = lanes16(inter - j);
+            const __m512 x = _mm512_maskz_loadu_ps(mk, g + j);
+            const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+            const __m512 inner = _mm512_mul_ps(beta, _mm512_add_ps(x, _mm512_mul_ps(kappa, x3)));
+            const __m512 v = _mm512_mul_ps(_mm512_mul_ps(half, x),
+                                           _mm512_add_ps(one, tanh16(inner)));
+            _mm512_mask_storeu_ps(o + j, mk, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mk, u + j)));
+        }
+        return;
+    }
+    {
+        /* gate and up interleaved: even lanes gates, odd ups */
+        const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                            2, 0),
+                      od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+        const __m512 lim = _mm512_set1_ps(limit), nlim = _mm512_set1_ps(-limit),
+                     al = _mm512_set1_ps(alpha);
+        const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+
+        for (size_t j = 0; j < inter; j += 16) {
+            const size_t c = inter - j < 16 ? inter - j : 16;
+            const __m512 a = _mm512_maskz_loadu_ps(lanes16(2 * c), g + 2 * j),
+                         b = _mm512_maskz_loadu_ps(lanes16(c > 8 ? 2 * c - 16 : 0),
+                                                   g + 2 * j + 16);
+            /* min / max return their second operand for a NaN: kept, as
+             * the scalar comparisons keep it */
+            const __m512 x = _mm512_min_ps(lim, _mm512_permutex2var_ps(a, ev, b));
+            const __m512 y =
+                _mm512_max_ps(nlim, _mm512_min_ps(lim, _mm512_permutex2var_ps(a, od, b)));
+            const __m512 e = exp16(_mm512_castsi512_ps(
+                _mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(x, al)), sign)));
+            const __m512 sg = _mm512_div_ps(one, _mm512_add_ps(one, e));
+            _mm512_mask_storeu_ps(o + j, lanes16(c),
+                                  _mm512_mul_ps(_mm512_add_ps(y, one), _mm512_mul_ps(x, sg)));
+        }
+    }
+}
+#endif
 
 static void glu_range(void *arg, size_t i0, size_t i1, int slot)
 {
@@ -1315,6 +1390,12 @@ static void glu_range(void *arg, size_t i0, size_t i1, int slot)
     for (size_t i = i0; i < i1; i++) {
         const float *g = gu + i * 2 * inter, *u = g + inter;
         float *o = out + i * inter;
+#ifdef CPU_HAVE_X86
+        if (jb->wide) {
+            glu_avx512(kind, g, o, inter, alpha, limit);
+            continue;
+        }
+#endif
         if (kind == NVFP4_GLU_GELU_TANH) {
             for (size_t j = 0; j < inter; j++) {
                 float x = g[j], inner = beta * (x + kappa * (x * x * x));
