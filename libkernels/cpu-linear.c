@@ -967,8 +967,9 @@ qdq_scale16(__m512 amax, float gs, __m512 *osc, __m512 *back)
     const __m512i u = _mm512_castps_si512(y);
     const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, 20), _mm512_set1_epi32(1));
-    __m512i r = _mm512_and_si512(_mm512_add_epi32(a, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFFF))),
-                                 _mm512_set1_epi32((int)0xFFF00000u));
+    __m512i r = _mm512_and_si512(
+        _mm512_add_epi32(a, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFFF))),
+        _mm512_set1_epi32((int)0xFFF00000u));
     __m512 s;
 
     r = _mm512_mask_mov_epi32(
@@ -1032,8 +1033,9 @@ quantize_row_q8(const float *x, size_t k, float gs, int8_t *q, float *xs,
             c[i] = _mm512_load_si512(codes + 64 * i);
         for (int st = 0; st < 4; st++) {
             const __m512i ix = _mm512_add_epi32(idx, _mm512_set1_epi32(st));
-            const __m512i step = _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(c[0], ix, c[1]),
-                                                         _mm512_permutex2var_epi32(c[2], ix, c[3]));
+            const __m512i step =
+                _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(c[0], ix, c[1]),
+                                        _mm512_permutex2var_epi32(c[2], ix, c[3]));
             _mm512_storeu_si512(q + ch * CPU_CHUNK + 64 * st, step);
             acc = _mm512_dpbusd_epi32(acc, ones, step);
         }
