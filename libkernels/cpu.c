@@ -598,8 +598,8 @@ static void fp8_rows(int wide, float *out, const uint8_t *pool, const int32_t *t
  * small.  Below e^-87.3 they were subnormal, as were their products, and
  * each vector operation on a subnormal takes a microcode assist on x86: a
  * prefill of 512 rows at the SmolLM2 shape whose scores spread over a few
- * hundred took 46 ms a layer against 4.0 (bench: 1 thread, query scaled
- * by 400).  From e^-64, times 1 / sum >= 2^-31, a weight stays normal. */
+ * hundred took 45 ms a layer against 5.5 (1 thread, queries scaled by
+ * 400).  From e^-64, times 1 / sum >= 2^-31, a weight stays normal. */
 #define ATTN_EXP_FLOOR (-64.0f)
 
 /* Attention of G query heads of one KV head (AVX-512; every wide path,
@@ -608,11 +608,10 @@ static void fp8_rows(int wide, float *out, const uint8_t *pool, const int32_t *t
  * accumulators over the head dimension whose lanes sum16x16() adds, times
  * SCALE; the max (SINK, G logits or NULL, joins it); e^(score - max) by
  * exp16() (0 below e^ATTN_EXP_FLOOR) summed in 16 lanes in position order
- * and then across them (a
- * sink adds its own term last); the weights score / sum; the weighted sum
- * of the values in position order.  Each key and value row is read once
- * for the G heads, from L1 for all but the first.  SC holds G rows of
- * MAXLEN scores.  PF: prefetch the rows ahead (pools in memory; not the
+ * and then across them (a sink adds its own term last); the weights
+ * score / sum; the weighted sum of the values in position order.  Each
+ * key and value row is read once for the G heads, from L1 for all but the
+ * first.  SC holds G rows of MAXLEN scores.  PF: prefetch the rows ahead (pools in memory; not the
  * rows an FP8 gather has just written).  F8: FP8 pools read here (KPOOL
  * and VPOOL unused), the same float32 values as their gathered rows. */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
