@@ -602,83 +602,19 @@ static void fp8_rows(int wide, float *out, const uint8_t *pool, const int32_t *t
  * 400).  From e^-64, times 1 / sum >= 2^-31, a weight stays normal. */
 #define ATTN_EXP_FLOOR (-64.0f)
 
-/* Attention of G query heads of one KV head (AVX-512; every wide path,
- * float32 and FP8 pools, grouped or not, runs it, so their bits agree):
- * the scores of 16 positions at a time, each a dot product of two
- * accumulators over the head dimension whose lanes sum16x16() adds, times
- * SCALE; the max (SINK, G logits or NULL, joins it); e^(score - max) by
- * exp16() (0 below e^ATTN_EXP_FLOOR) summed in 16 lanes in position order
- * and then across them (a sink adds its own term last); the weights
- * score / sum; the weighted sum of the values in position order.  Each
- * key and value row is read once for the G heads, from L1 for all but the
- * first.  SC holds G rows of MAXLEN scores.  PF: prefetch the rows ahead (pools in memory; not the
- * rows an FP8 gather has just written).  F8: FP8 pools read here (KPOOL
- * and VPOOL unused), the same float32 values as their gathered rows. */
+/* The rest of attend_group_body() once the scores of G query heads are in
+ * SC (G rows of MAXLEN) and MXV holds their maxima in 16 lanes: the
+ * softmax (weights below e^ATTN_EXP_FLOOR 0) and the weighted sum of the
+ * values into O.  The prefill path (attend_rows_body) shares it. */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
-attend_group_body(const float *q, float *o, const float *kpool, const float *vpool,
-                  const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first,
-                  size_t len, size_t hd, float scale, const float *sink, float *sc,
-                  size_t maxlen, int pf, const attn_fp8 *f8, const int G)
+attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t kvw, size_t off,
+            size_t first, size_t len, size_t hd, const float *sink, float *sc, size_t maxlen,
+            const attn_fp8 *f8, const int G, const __m512 *mxv)
 {
     const __m512 floor = _mm512_set1_ps(ATTN_EXP_FLOOR);
-    __m512 mxv[ATTN_GROUP];
     float mx[ATTN_GROUP];
-    page_walk wk = page_walk_at(tab, bs, first),
-              wp = page_walk_at(tab, bs, first + ATTN_PREFETCH), wval;
+    page_walk wval;
 
-    for (int g = 0; g < G; g++)
-        mxv[g] = _mm512_set1_ps(-INFINITY);
-    for (size_t p0 = first; p0 < len; p0 += 16) {
-        const size_t c = len - p0 < 16 ? len - p0 : 16;
-        const __mmask16 mk = lanes16(c);
-        const float *kr[16];
-
-        if (f8)
-            fp8_rows(f8->wide, f8->kbuf, f8->k, tab, bs, kvw, off, p0, p0 + c, hd, f8->ks);
-        for (size_t l = 0; l < c; l++) {
-            kr[l] = f8 ? f8->kbuf + l * hd : kpool + page_walk_next(&wk) * kvw + off;
-            if (pf && p0 + l + ATTN_PREFETCH < len) {
-                const size_t rn = page_walk_next(&wp) * kvw + off;
-                const size_t esz = f8 ? 1 : sizeof(float);
-                const char *kn = f8 ? (const char *)(f8->k + rn) : (const char *)(kpool + rn);
-                const char *vn = f8 ? (const char *)(f8->v + rn) : (const char *)(vpool + rn);
-                for (size_t b = 0; b < hd * esz; b += 64) {
-                    _mm_prefetch(kn + b, _MM_HINT_T0);
-                    _mm_prefetch(vn + b, _MM_HINT_T1);
-                }
-            }
-        }
-        for (int g = 0; g < G; g++) {
-            const float *qi = q + (size_t)g * hd;
-            __m512 u[16], s;
-
-#pragma GCC unroll 16
-            for (size_t l = 0; l < 16; l++) {
-                __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-                size_t i = 0;
-
-                if (l >= c) {
-                    u[l] = s0;
-                    continue;
-                }
-                for (; i + 32 <= hd; i += 32) {
-                    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i), _mm512_loadu_ps(kr[l] + i), s0);
-                    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i + 16),
-                                         _mm512_loadu_ps(kr[l] + i + 16), s1);
-                }
-                for (; i < hd; i += 16) {
-                    const __mmask16 mi = lanes16(hd - i);
-                    s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mi, qi + i),
-                                         _mm512_maskz_loadu_ps(mi, kr[l] + i), s0);
-                }
-                u[l] = _mm512_add_ps(s0, s1);
-            }
-            s = _mm512_mul_ps(sum16x16(u), _mm512_set1_ps(scale));
-            _mm512_mask_storeu_ps(sc + (size_t)g * maxlen + p0, mk, s);
-            /* a NaN score (first operand) leaves the max as it was */
-            mxv[g] = _mm512_mask_max_ps(mxv[g], mk, s, mxv[g]);
-        }
-    }
     for (int g = 0; g < G; g++) {
         float *scg = sc + (size_t)g * maxlen;
         __m512 acc = _mm512_setzero_ps(), m, inv;
@@ -754,6 +690,84 @@ attend_group_body(const float *q, float *o, const float *kpool, const float *vpo
             _mm512_mask_storeu_ps(og + 48, m3, a[g][3]);
         }
     }
+}
+
+/* Attention of G query heads of one KV head (AVX-512; every wide path,
+ * float32 and FP8 pools, grouped or not, runs it, so their bits agree):
+ * the scores of 16 positions at a time, each a dot product of two
+ * accumulators over the head dimension whose lanes sum16x16() adds, times
+ * SCALE; the max (SINK, G logits or NULL, joins it); e^(score - max) by
+ * exp16() (0 below e^ATTN_EXP_FLOOR) summed in 16 lanes in position order
+ * and then across them (a sink adds its own term last); the weights
+ * score / sum; the weighted sum of the values in position order
+ * (attend_tail).  Each key and value row is read once for the G heads,
+ * from L1 for all but the first.  SC holds G rows of MAXLEN scores.  PF: prefetch the rows ahead (pools in memory; not the
+ * rows an FP8 gather has just written).  F8: FP8 pools read here (KPOOL
+ * and VPOOL unused), the same float32 values as their gathered rows. */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+attend_group_body(const float *q, float *o, const float *kpool, const float *vpool,
+                  const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first,
+                  size_t len, size_t hd, float scale, const float *sink, float *sc,
+                  size_t maxlen, int pf, const attn_fp8 *f8, const int G)
+{
+    __m512 mxv[ATTN_GROUP];
+    page_walk wk = page_walk_at(tab, bs, first),
+              wp = page_walk_at(tab, bs, first + ATTN_PREFETCH);
+
+    for (int g = 0; g < G; g++)
+        mxv[g] = _mm512_set1_ps(-INFINITY);
+    for (size_t p0 = first; p0 < len; p0 += 16) {
+        const size_t c = len - p0 < 16 ? len - p0 : 16;
+        const __mmask16 mk = lanes16(c);
+        const float *kr[16];
+
+        if (f8)
+            fp8_rows(f8->wide, f8->kbuf, f8->k, tab, bs, kvw, off, p0, p0 + c, hd, f8->ks);
+        for (size_t l = 0; l < c; l++) {
+            kr[l] = f8 ? f8->kbuf + l * hd : kpool + page_walk_next(&wk) * kvw + off;
+            if (pf && p0 + l + ATTN_PREFETCH < len) {
+                const size_t rn = page_walk_next(&wp) * kvw + off;
+                const size_t esz = f8 ? 1 : sizeof(float);
+                const char *kn = f8 ? (const char *)(f8->k + rn) : (const char *)(kpool + rn);
+                const char *vn = f8 ? (const char *)(f8->v + rn) : (const char *)(vpool + rn);
+                for (size_t b = 0; b < hd * esz; b += 64) {
+                    _mm_prefetch(kn + b, _MM_HINT_T0);
+                    _mm_prefetch(vn + b, _MM_HINT_T1);
+                }
+            }
+        }
+        for (int g = 0; g < G; g++) {
+            const float *qi = q + (size_t)g * hd;
+            __m512 u[16], s;
+
+#pragma GCC unroll 16
+            for (size_t l = 0; l < 16; l++) {
+                __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+                size_t i = 0;
+
+                if (l >= c) {
+                    u[l] = s0;
+                    continue;
+                }
+                for (; i + 32 <= hd; i += 32) {
+                    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i), _mm512_loadu_ps(kr[l] + i), s0);
+                    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i + 16),
+                                         _mm512_loadu_ps(kr[l] + i + 16), s1);
+                }
+                for (; i < hd; i += 16) {
+                    const __mmask16 mi = lanes16(hd - i);
+                    s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mi, qi + i),
+                                         _mm512_maskz_loadu_ps(mi, kr[l] + i), s0);
+                }
+                u[l] = _mm512_add_ps(s0, s1);
+            }
+            s = _mm512_mul_ps(sum16x16(u), _mm512_set1_ps(scale));
+            _mm512_mask_storeu_ps(sc + (size_t)g * maxlen + p0, mk, s);
+            /* a NaN score (first operand) leaves the max as it was */
+            mxv[g] = _mm512_mask_max_ps(mxv[g], mk, s, mxv[g]);
+        }
+    }
+    attend_tail(o, vpool, tab, bs, kvw, off, first, len, hd, sink, sc, maxlen, f8, G, mxv);
 }
 
 __attribute__((target("avx512f"))) static void
@@ -958,6 +972,11 @@ typedef struct {
     int wide; /* AVX-512: 1, 2 at the VNNI level and above (fp8_gather_kv):
                * query heads ATTN_GROUP at a time (attend_group), SLOT's
                * scratch starting with ATTN_GROUP rows of scores */
+    /* attn_rows_range: blocks of rows, block b rows blk[b] .. blk[b + 1] - 1,
+     * and the stride of their score rows (the call's longest context) */
+    const size_t *blk;
+    size_t nblk, rstride;
+    int vrows; /* and each block's value rows gathered in a row */
 } attn_job;
 
 /* Positions GF .. GL - 1 of KV head KVH of sequence SEQ, dequantized into
@@ -1110,6 +1129,295 @@ static void attn_group_range(void *arg, size_t it0, size_t it1, int slot)
 }
 #endif
 
+#ifdef CPU_HAVE_X86
+/* ---- prefill rows: keys transposed ---------------------------------------- */
+
+/* A prefill's rows read the same keys: scores over keys transposed 16
+ * positions at a time (position l of the tile in lane l) are the same sums
+ * of the same products as attend_group_body's, with no reduction across
+ * lanes: the 31 shuffles of each sum16x16 (a quarter of the scores'
+ * vector operations) go, and the transposition (64 shuffles for 16
+ * positions and 16 dimensions) is shared by every row and query head of
+ * the block.  Head sizes that are multiples of 32 (attend_group_body's
+ * two accumulators with no masked tail). */
+#define ATTN_ROWS 16    /* rows a block (an item, with one KV head) */
+#define ATTN_ROWS_MIN 4 /* fewer rows of a sequence in the call: attend_group */
+
+/* Rows R[0..15] transposed in place: R[d] gets element d of each row. */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+transpose16(__m512 r[16])
+{
+    __m512 t[16], u[16];
+
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    /* u[4m + j], quarter k: element 4k + j of rows 4m .. 4m + 3 */
+    for (int m = 0; m < 16; m += 4) {
+        u[m] = _mm512_shuffle_ps(t[m], t[m + 2], 0x44);
+        u[m + 1] = _mm512_shuffle_ps(t[m], t[m + 2], 0xEE);
+        u[m + 2] = _mm512_shuffle_ps(t[m + 1], t[m + 3], 0x44);
+        u[m + 3] = _mm512_shuffle_ps(t[m + 1], t[m + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; j++) {
+        const __m512 a = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88),
+                     b = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD),
+                     c = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88),
+                     d = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+        r[j] = _mm512_shuffle_f32x4(a, c, 0x88);
+        r[j + 8] = _mm512_shuffle_f32x4(a, c, 0xDD);
+        r[j + 4] = _mm512_shuffle_f32x4(b, d, 0x88);
+        r[j + 12] = _mm512_shuffle_f32x4(b, d, 0xDD);
+    }
+}
+
+/* The keys of C <= 16 positions (WK walks them; KVW, OFF as in
+ * attend_group) into KT: element d of the tile's position l at
+ * KT[16 d + l], zero past C.  HD a multiple of 16. */
+__attribute__((target("avx512f"))) static void kt_tile(float *kt, const float *kpool,
+                                                      page_walk *wk, size_t kvw, size_t off,
+                                                      size_t c, size_t hd)
+{
+    const float *kr[16];
+
+    for (size_t l = 0; l < c; l++)
+        kr[l] = kpool + page_walk_next(wk) * kvw + off;
+    for (size_t d0 = 0; d0 < hd; d0 += 16) {
+        __m512 r[16];
+
+        for (size_t l = 0; l < 16; l++)
+            r[l] = l < c ? _mm512_loadu_ps(kr[l] + d0) : _mm512_setzero_ps();
+        transpose16(r);
+        for (int i = 0; i < 16; i++)
+            _mm512_storeu_ps(kt + (d0 + (size_t)i) * 16, r[i]);
+    }
+}
+
+/* The 16 scores (before SCALE) of NQ <= 4 queries Q[n] against a
+ * transposed tile into OUT[n], each key row of the tile loaded once for
+ * them: lane l is attend_group_body's sum for position l, term for term.
+ * There the two accumulators' lane j (dimensions j, j + 32, ... and j +
+ * 16, j + 48, ...) are added into u_j, and sum16x16 adds the 16 lanes as
+ * (((u0+u8)+(u4+u12)) + ((u2+u10)+(u6+u14))) + (the same over u1, u9,
+ * u5, u13, u3, u11, u7, u15); here u_j is a register of 16 positions,
+ * made in that order and added as soon as its partner is there. */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+qk_tile(const float *const *q, const float *kt, const size_t hd, const int NQ, __m512 *out)
+{
+    static const int ord[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+    __m512 x[4], pq[4], hq[4], h0[4];
+
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; t++) {
+        const size_t jj = (size_t)ord[t];
+        __m512 s0[4], s1[4];
+
+        for (int n = 0; n < NQ; n++)
+            s0[n] = s1[n] = _mm512_setzero_ps();
+        for (size_t i = 0; i + 32 <= hd; i += 32) {
+            const __m512 k0 = _mm512_loadu_ps(kt + (i + jj) * 16),
+                         k1 = _mm512_loadu_ps(kt + (i + 16 + jj) * 16);
+            for (int n = 0; n < NQ; n++) {
+                s0[n] = _mm512_fmadd_ps(_mm512_set1_ps(q[n][i + jj]), k0, s0[n]);
+                s1[n] = _mm512_fmadd_ps(_mm512_set1_ps(q[n][i + 16 + jj]), k1, s1[n]);
+            }
+        }
+        for (int n = 0; n < NQ; n++) {
+            const __m512 u = _mm512_add_ps(s0[n], s1[n]);
+            __m512 v;
+
+            if (t % 2 == 0) {
+                x[n] = u;
+                continue;
+            }
+            v = _mm512_add_ps(x[n], u); /* a pair */
+            if (t % 4 == 1) {
+                pq[n] = v;
+                continue;
+            }
+            v = _mm512_add_ps(pq[n], v); /* four */
+            if (t % 8 == 3) {
+                hq[n] = v;
+                continue;
+            }
+            v = _mm512_add_ps(hq[n], v); /* eight */
+            if (t == 7)
+                h0[n] = v;
+            else
+                out[n] = _mm512_add_ps(h0[n], v);
+        }
+    }
+}
+
+/* Block B's rows (one sequence's, consecutive) with all query heads of KV
+ * head KVH: the scores of every row and head, a key tile at a time over
+ * the positions any row sees, into SC (row r, head g at (r * group + g) *
+ * rstride, position p at p); then per row the maxima and attend_tail, as
+ * attend_group would run them. */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+attend_rows_body(const attn_job *j, size_t b, size_t kvh, float *kt, float *vr, float *sc,
+                 const size_t hd)
+{
+    const nvfp4_kv_pages *kv = j->kv;
+    const size_t nh = j->nh, nkv = j->nkv, group = nh / nkv, kvw = nkv * hd, L = j->rstride;
+    const size_t r0 = j->blk[b], r1 = j->blk[b + 1];
+    const int32_t *tab = kv->tables + (size_t)kv->seq[r0] * kv->max_blocks, zero = 0;
+    const float *vpool = kv->v_pool;
+    const int32_t *vtab = tab;
+    size_t vbs = kv->block, vkvw = kvw, voff = kvh * hd;
+    const __m512 scale = _mm512_set1_ps(j->scale);
+    size_t f0 = SIZE_MAX, l1 = 0;
+    page_walk wk;
+
+    for (size_t r = r0; r < r1; r++) {
+        const size_t len = (size_t)kv->pos[r] + 1;
+        const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+        f0 = first < f0 ? first : f0;
+        l1 = len > l1 ? len : l1;
+    }
+    if (vr) {
+        /* the values of positions f0 .. l1 - 1 in a row (position p at p
+         * - f0), read by every row of the block from L2 in order */
+        page_walk wv = page_walk_at(tab, kv->block, f0);
+        for (size_t p = f0; p < l1; p++)
+            memcpy(vr + (p - f0) * hd, (const float *)kv->v_pool + page_walk_next(&wv) * kvw +
+                                           kvh * hd, hd * sizeof(float));
+        vpool = vr - f0 * hd;
+        vtab = &zero;
+        vbs = l1;
+        vkvw = hd;
+        voff = 0;
+    }
+    wk = page_walk_at(tab, kv->block, f0);
+    for (size_t p0 = f0; p0 < l1; p0 += 16) {
+        kt_tile(kt, kv->k_pool, &wk, kvw, kvh * hd, l1 - p0 < 16 ? l1 - p0 : 16, hd);
+        for (size_t r = r0; r < r1; r++) {
+            const size_t len = (size_t)kv->pos[r] + 1;
+            const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+            __mmask16 mk;
+
+            if (len <= p0 || first >= p0 + 16)
+                continue;
+            mk = (__mmask16)(lanes16(len - p0) & ~lanes16(first > p0 ? first - p0 : 0));
+            for (size_t g0 = 0; g0 < group; g0 += 4) {
+                const size_t nq = group - g0 < 4 ? group - g0 : 4;
+                const float *qs[4];
+                __m512 sv[4];
+
+                for (size_t n = 0; n < 4; n++)
+                    qs[n] = j->q + (r * nh + kvh * group + g0 + (n < nq ? n : 0)) * hd;
+                if (nq == 4)
+                    qk_tile(qs, kt, hd, 4, sv);
+                else if (nq == 3)
+                    qk_tile(qs, kt, hd, 3, sv);
+                else if (nq == 2)
+                    qk_tile(qs, kt, hd, 2, sv);
+                else
+                    qk_tile(qs, kt, hd, 1, sv);
+                for (size_t n = 0; n < nq; n++)
+                    _mm512_mask_storeu_ps(sc + ((r - r0) * group + g0 + n) * L + p0, mk,
+                                          _mm512_mul_ps(sv[n], scale));
+            }
+        }
+    }
+    for (size_t r = r0; r < r1; r++) {
+        const size_t len = (size_t)kv->pos[r] + 1;
+        const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+
+        for (size_t g0 = 0; g0 < group; g0 += ATTN_GROUP) {
+            const int G = (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP);
+            const size_t h = kvh * group + g0;
+            float *scg = sc + ((r - r0) * group + g0) * L;
+            __m512 mxv[ATTN_GROUP];
+
+            for (int g = 0; g < G; g++) {
+                mxv[g] = _mm512_set1_ps(-INFINITY);
+                for (size_t p0 = first; p0 < len; p0 += 16) {
+                    const __mmask16 mk = lanes16(len - p0);
+                    /* as attend_group_body: a NaN score leaves the max */
+                    mxv[g] = _mm512_mask_max_ps(
+                        mxv[g], mk, _mm512_maskz_loadu_ps(mk, scg + (size_t)g * L + p0),
+                        mxv[g]);
+                }
+            }
+            /* the tail with G a constant, as attend_group runs it (its
+             * accumulators stay in registers) */
+#define ROWS_TAIL(G_)                                                                          \
+    attend_tail(j->out + (r * nh + h) * hd, vpool, vtab, vbs, vkvw, voff, first, len, hd,     \
+                kv->sinks ? kv->sinks + h : NULL, scg, L, NULL, G_, mxv)
+            switch (G) {
+            case 1:
+                ROWS_TAIL(1);
+                break;
+            case 2:
+                ROWS_TAIL(2);
+                break;
+            case 3:
+                ROWS_TAIL(3);
+                break;
+            default:
+                ROWS_TAIL(4);
+                break;
+            }
+#undef ROWS_TAIL
+        }
+    }
+}
+
+/* attend_rows_body with the common head sizes' loops unrolled */
+__attribute__((target("avx512f"))) static void attend_rows(const attn_job *j, size_t b,
+                                                          size_t kvh, float *kt, float *vr,
+                                                          float *sc)
+{
+    if (j->hd == 64)
+        attend_rows_body(j, b, kvh, kt, vr, sc, 64);
+    else if (j->hd == 128)
+        attend_rows_body(j, b, kvh, kt, vr, sc, 128);
+    else
+        attend_rows_body(j, b, kvh, kt, vr, sc, j->hd);
+}
+
+/* Items of cpu_attention_paged() when some sequence has ATTN_ROWS_MIN rows
+ * or more in the call (a prefill): (block of rows, KV head), the last
+ * block first, as attn_group_range.  A block of fewer rows runs
+ * attend_group row by row.  SLOT's scratch: a key tile, then the block's
+ * score rows. */
+static void attn_rows_range(void *arg, size_t it0, size_t it1, int slot)
+{
+    const attn_job *j = arg;
+    const nvfp4_kv_pages *kv = j->kv;
+    const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, kvw = nkv * hd, group = nh / nkv;
+    const size_t items = j->nblk * nkv;
+    float *kt = j->scores + (size_t)slot * j->per, *sc = kt + 16 * hd;
+    float *vr = j->vrows ? sc : NULL;
+
+    if (vr)
+        sc += j->rstride * hd;
+
+    for (size_t rit = it0; rit < it1; rit++) {
+        const size_t it = items - 1 - rit, b = it / nkv, kvh = it % nkv;
+
+        if (j->blk[b + 1] - j->blk[b] >= ATTN_ROWS_MIN) {
+            attend_rows(j, b, kvh, kt, vr, sc);
+            continue;
+        }
+        for (size_t i = j->blk[b]; i < j->blk[b + 1]; i++)
+            for (size_t g0 = 0; g0 < group; g0 += ATTN_GROUP) {
+                const size_t h = kvh * group + g0, len = (size_t)kv->pos[i] + 1;
+                const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+                const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+                const int pf = i == 0 || kv->seq[i - 1] != kv->seq[i];
+
+                attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kv->k_pool,
+                             kv->v_pool, tab, kv->block, kvw, kvh * hd, first, len, hd, j->scale,
+                             kv->sinks ? kv->sinks + h : NULL, sc, j->rstride, pf, NULL,
+                             (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
+            }
+    }
+}
+#endif
+
 /* Causal grouped-query attention through block tables, one (row, head) per
  * work item (one (row, KV head) for FP8 pools, whose rows are dequantized
  * once for the group), a numerically safe softmax (max subtracted) in
@@ -1144,15 +1452,57 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
     const size_t sub = (nh / nkv + ATTN_GROUP - 1) / ATTN_GROUP;
 #endif
 
+    /* a prefill's rows (ATTN_ROWS_MIN or more of one sequence) in blocks
+     * of up to ATTN_ROWS (attn_rows_range), fewer where their score rows
+     * would pass 2^20 floats a thread */
+    size_t *blk = NULL, nblk = 0, rstride = 0, rows = 0;
+    int vrows = 0;
+
+#ifdef CPU_HAVE_X86
+    if (wide && !fp8 && hd % 32 == 0 && m >= ATTN_ROWS_MIN) {
+        for (size_t i = 0; i < m; i++)
+            if ((size_t)kv->pos[i] + 1 > rstride)
+                rstride = (size_t)kv->pos[i] + 1;
+        rows = ((size_t)1 << 20) / (nh / nkv * rstride);
+        rows = rows > ATTN_ROWS ? ATTN_ROWS : rows;
+        for (size_t i = 1, run = 1; i < m && rows >= ATTN_ROWS_MIN; i++) {
+            run = kv->seq[i] == kv->seq[i - 1] ? run + 1 : 1;
+            if (run == ATTN_ROWS_MIN)
+                break;
+            if (i + 1 == m)
+                rows = 0;
+        }
+        if (rows >= ATTN_ROWS_MIN) {
+            if (!(blk = malloc((m + 1) * sizeof(*blk))))
+                return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
+                                       "out of memory for %zu rows", m);
+            for (size_t i = 0; i < m; i++)
+                if (i == 0 || kv->seq[i] != kv->seq[i - 1] || i - blk[nblk - 1] == rows)
+                    blk[nblk++] = i;
+            blk[nblk] = m;
+        }
+    }
+#endif
     if (__builtin_mul_overflow(maxlen, (wide ? ATTN_GROUP : 1) + (fp8 ? 2 * hd : 0), &per) ||
         __builtin_add_overflow(per, fp8 && wide ? 16 * hd + 16 * 64 : 0, &per) ||
-        __builtin_mul_overflow(per, (size_t)nth * sizeof(float), &bytes))
+        __builtin_mul_overflow(per, (size_t)nth * sizeof(float), &bytes)) {
+        free(blk);
         return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
                                "scratch of %zu positions of %zu is out of range", maxlen, hd);
+    }
+    if (blk) {
+        /* the key tile, the value rows (up to 2^20 floats) and ROWS x group
+         * score rows (<= 2^20 floats) */
+        vrows = rstride * hd <= ((size_t)1 << 20);
+        per = 16 * hd + (vrows ? rstride * hd : 0) + rows * (nh / nkv) * rstride;
+        bytes = per * (size_t)nth * sizeof(float);
+    }
     scores = malloc(bytes);
-    if (!scores)
+    if (!scores) {
+        free(blk);
         return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
                                "out of memory for %zu scores", maxlen);
+    }
     if (fp8)
         pthread_once(&e4m3_lut_once, e4m3_lut_fill);
     for (size_t i = 0; i < m; i++) {
@@ -1168,11 +1518,14 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
         }
     }
     {
-        attn_job j = {q, out, kv, nh, nkv, hd, scale, scores, per, m, wide};
+        attn_job j = {q,    out,  kv,   nh,      nkv,  hd,   scale, scores, per,
+                      m,    wide, blk,  nblk,    rstride, vrows};
         /* a decode step of a short context is a few microseconds: one thread */
         const int t = m * nh * maxlen * hd >= 8 * CPU_PAR_MIN ? nth : 1;
 #ifdef CPU_HAVE_X86
-        if (wide && !fp8)
+        if (blk)
+            nvfp4k_cpu_par(ctx, nblk * nkv, t, attn_rows_range, &j);
+        else if (wide && !fp8)
             nvfp4k_cpu_par(ctx, m * nkv * sub, t, attn_group_range, &j);
         else
 #endif
@@ -1180,6 +1533,7 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
                            &j);
     }
     free(scores);
+    free(blk);
     return NVFP4_OK;
 }
 

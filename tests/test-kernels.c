@@ -1740,11 +1740,14 @@ static void attention_paged_fp8_case(const char *isa, int hd)
     nvfp4_backend_free(be);
 }
 
-/* A prefill's rows give each row the bits it gets alone (a decode step):
- * 37 rows after 30 cached positions and a second sequence's 3 rows
- * through scrambled block tables, 6 query heads of 2 KV heads (the
- * AVX-512 path's groups of 4: 4 and 2 per pass), head sizes 64, 96 and
- * 128, with and without a sliding window and sinks, at 1 and 2 threads;
+/* A prefill's rows (attn_rows_range: blocks of up to 16 rows of one
+ * sequence over keys transposed a tile at a time) give each row the bits
+ * it gets alone (a decode step, attend_group): 37 rows after 30 cached
+ * positions (blocks of 16, 16 and 5) and a second sequence's 3 rows (fewer
+ * than a block's minimum: row by row) through scrambled block tables, 6
+ * query heads of 2 KV heads (groups of 4: 4 and 2 per pass), head sizes
+ * 64, 96 and 128, with and without a sliding window (the rows of a block
+ * start at different positions) and sinks, at 1 and 2 threads;
  * every row also against float64.  Bound as attention_check's, scaled by
  * HD^1.5, and by QS, the queries' scale: at 400 the scores spread over
  * hundreds, where e^(score - max) of most positions would be subnormal,
