@@ -1277,13 +1277,14 @@ attend_rows_body(const attn_job *j, size_t b, size_t kvh, float *kt, float *vr, 
         l1 = len > l1 ? len : l1;
     }
     if (vr) {
-        /* the values of positions f0 .. l1 - 1 in a row (position p at p
-         * - f0), read by every row of the block from L2 in order */
+        /* the values of positions f0 .. l1 - 1 in a row (position p at
+         * p, l1 <= rstride), read by every row of the block from L2 in
+         * order */
         page_walk wv = page_walk_at(tab, kv->block, f0);
         for (size_t p = f0; p < l1; p++)
-            memcpy(vr + (p - f0) * hd, (const float *)kv->v_pool + page_walk_next(&wv) * kvw +
-                                           kvh * hd, hd * sizeof(float));
-        vpool = vr - f0 * hd;
+            memcpy(vr + p * hd, (const float *)kv->v_pool + page_walk_next(&wv) * kvw + kvh * hd,
+                   hd * sizeof(float));
+        vpool = vr;
         vtab = &zero;
         vbs = l1;
         vkvw = hd;
