@@ -62,6 +62,23 @@ static double ref_f16(uint16_t h)
 
 
 
+/* Whether a CPU backend opened as open_cpu() does runs the AVX-512
+ * kernels here (under valgrind, whose CPU has no AVX-512, off x86, or
+ * with NVFP4_CPU_ISA below avx512 the scalar or AVX2 ones do: libm's expf
+ * makes subnormals there, which the underflow checks are not about). */
+static int avx512_here(void)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+    const char *isa = getenv("NVFP4_CPU_ISA");
+
+    if (isa && (!strcmp(isa, "scalar") || !strcmp(isa, "avx2")))
+        return 0;
+    return __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+
 static nvfp4_backend *open_cpu(void)
 {
     nvfp4_error err;
@@ -1803,7 +1820,7 @@ static void attention_rows_case(int hd, float qs)
             ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale,
                                                      out, &err),
                              NVFP4_OK);
-            if (th == 1)
+            if (th == 1 && avx512_here())
                 ck_assert_msg(!fetestexcept(FE_UNDERFLOW),
                               "hd %d case %d scale %g: an operation underflowed", hd, c, qs);
             for (int i = 0; i < M; i++) {
@@ -1998,11 +2015,12 @@ START_TEST(test_rowops)
         for (size_t i = 0; i < sizeof(edge) / sizeof(edge[0]); i++)
             g[(i % M) * 2 * N + 3 * i] = edge[i];
     }
-    /* and no subnormal e^-g on the way (a microcode assist each on x86; a
-     * row this short runs on the calling thread, whose flags tell) */
+    /* and no subnormal e^-g on the way in the AVX-512 kernel (a microcode
+     * assist each; a row this short runs on the calling thread, whose
+     * flags tell) */
     feclearexcept(FE_UNDERFLOW);
     ck_assert_int_eq(nvfp4_k_silu_mul(be, g, M, N, o, &err), NVFP4_OK);
-    ck_assert(!fetestexcept(FE_UNDERFLOW));
+    ck_assert(!avx512_here() || !fetestexcept(FE_UNDERFLOW));
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             double gg = g[i * 2 * N + j], u = g[i * 2 * N + N + j];
