@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Reductions across 16 AVX-512 registers at once: lane p of the result is
- * the sum (sum16x16) or the maximum (max16x16) of the 16 lanes of U[p].
+/* Operations across 16 AVX-512 registers at once: lane p of the result is
+ * the sum (sum16x16) or the maximum (max16x16) of the 16 lanes of U[p];
+ * their 16 x 16 transpose (tr16x16).
  * For the attention's scores (cpu.c: 16 positions' dot products) and the
  * activation quantizer's block maxima (cpu-linear.c: 16 blocks' amax).
  * x86 with a GNU compiler. */
@@ -42,5 +43,36 @@ CPU_RED16X16(sum16x16, _mm512_add_ps)
 CPU_RED16X16(max16x16, _mm512_max_ps)
 
 #undef CPU_RED16X16
+
+/* OUT[j] lane i = IN[i] lane j: a 16 x 16 transpose of 32-bit elements
+ * (pairs, quads, then 128-bit lanes), 64 shuffles.  For the AMX B tiles
+ * (cpu-linear.c) and the attention's transposed key tiles (cpu.c). */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+tr16x16(const __m512i *in, __m512i *out)
+{
+    __m512i t[16], u[4][4];
+
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+    }
+    /* u[g][c], lane l: column 4l + c of rows 4g .. 4g+3 */
+    for (int g = 0; g < 4; g++) {
+        u[g][0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        u[g][1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        u[g][2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        u[g][3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512i x0 = _mm512_shuffle_i32x4(u[0][c], u[1][c], 0x44);
+        const __m512i x1 = _mm512_shuffle_i32x4(u[0][c], u[1][c], 0xEE);
+        const __m512i x2 = _mm512_shuffle_i32x4(u[2][c], u[3][c], 0x44);
+        const __m512i x3 = _mm512_shuffle_i32x4(u[2][c], u[3][c], 0xEE);
+        out[c] = _mm512_shuffle_i32x4(x0, x2, 0x88);
+        out[4 + c] = _mm512_shuffle_i32x4(x0, x2, 0xDD);
+        out[8 + c] = _mm512_shuffle_i32x4(x1, x3, 0x88);
+        out[12 + c] = _mm512_shuffle_i32x4(x1, x3, 0xDD);
+    }
+}
 
 #endif

@@ -1158,37 +1158,6 @@ __attribute__((target("amx-tile"))) static void amx_end(void)
     _tile_release();
 }
 
-/* OUT[j] lane i = IN[i] lane j: a 16 x 16 transpose of 32-bit elements
- * (pairs, quads, then 128-bit lanes). */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
-    __attribute__((always_inline)) void
-amx_tr16(const __m512i *in, __m512i *out)
-{
-    __m512i t[16], u[4][4];
-
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
-    }
-    /* u[g][c], lane l: column 4l + c of rows 4g .. 4g+3 */
-    for (int g = 0; g < 4; g++) {
-        u[g][0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-        u[g][1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-        u[g][2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-        u[g][3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-    }
-    for (int c = 0; c < 4; c++) {
-        const __m512i x0 = _mm512_shuffle_i32x4(u[0][c], u[1][c], 0x44);
-        const __m512i x1 = _mm512_shuffle_i32x4(u[0][c], u[1][c], 0xEE);
-        const __m512i x2 = _mm512_shuffle_i32x4(u[2][c], u[3][c], 0x44);
-        const __m512i x3 = _mm512_shuffle_i32x4(u[2][c], u[3][c], 0xEE);
-        out[c] = _mm512_shuffle_i32x4(x0, x2, 0x88);
-        out[4 + c] = _mm512_shuffle_i32x4(x0, x2, 0xDD);
-        out[8 + c] = _mm512_shuffle_i32x4(x1, x3, 0x88);
-        out[12 + c] = _mm512_shuffle_i32x4(x1, x3, 0xDD);
-    }
-}
-
 /* The B tiles and scales of rows R .. R+15: bp [nb][4][64] (byte 64s + 4i +
  * e of block b: element 4s + e of row R+i, 2 * E2M1 signed), wst [nb][16]
  * (row i's block scale times the global one, as chunk_load decodes it).
@@ -1221,12 +1190,12 @@ amx_pack_b(const cpu_kweight *w, int64_t r, int8_t *bp, float *wst)
             v[4][i] = _mm512_castps_si512(ws);
         }
         for (int st = 0; st < 4; st++) {
-            amx_tr16(v[st], o);
+            tr16x16(v[st], o);
             for (size_t jj = 0; jj < c; jj++)
                 _mm512_store_si512((void *)(bp + (ch * CPU_CHUNK_BLOCKS + jj) * 256 + 64 * st),
                                    o[jj]);
         }
-        amx_tr16(v[4], o);
+        tr16x16(v[4], o);
         for (size_t jj = 0; jj < c; jj++)
             _mm512_store_si512((void *)(wst + (ch * CPU_CHUNK_BLOCKS + jj) * 16), o[jj]);
     }

@@ -701,9 +701,10 @@ attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t 
  * and then across them (a sink adds its own term last); the weights
  * score / sum; the weighted sum of the values in position order
  * (attend_tail).  Each key and value row is read once for the G heads,
- * from L1 for all but the first.  SC holds G rows of MAXLEN scores.  PF: prefetch the rows ahead (pools in memory; not the
- * rows an FP8 gather has just written).  F8: FP8 pools read here (KPOOL
- * and VPOOL unused), the same float32 values as their gathered rows. */
+ * from L1 for all but the first.  SC holds G rows of MAXLEN scores.  PF:
+ * prefetch the rows ahead (pools in memory; not the rows an FP8 gather has
+ * just written).  F8: FP8 pools read here (KPOOL and VPOOL unused), the
+ * same float32 values as their gathered rows. */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 attend_group_body(const float *q, float *o, const float *kpool, const float *vpool,
                   const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first,
@@ -1143,35 +1144,6 @@ static void attn_group_range(void *arg, size_t it0, size_t it1, int slot)
 #define ATTN_ROWS 16    /* rows a block (an item, with one KV head) */
 #define ATTN_ROWS_MIN 4 /* fewer rows of a sequence in the call: attend_group */
 
-/* Rows R[0..15] transposed in place: R[d] gets element d of each row. */
-__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
-transpose16(__m512 r[16])
-{
-    __m512 t[16], u[16];
-
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    /* u[4m + j], quarter k: element 4k + j of rows 4m .. 4m + 3 */
-    for (int m = 0; m < 16; m += 4) {
-        u[m] = _mm512_shuffle_ps(t[m], t[m + 2], 0x44);
-        u[m + 1] = _mm512_shuffle_ps(t[m], t[m + 2], 0xEE);
-        u[m + 2] = _mm512_shuffle_ps(t[m + 1], t[m + 3], 0x44);
-        u[m + 3] = _mm512_shuffle_ps(t[m + 1], t[m + 3], 0xEE);
-    }
-    for (int j = 0; j < 4; j++) {
-        const __m512 a = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88),
-                     b = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD),
-                     c = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88),
-                     d = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
-        r[j] = _mm512_shuffle_f32x4(a, c, 0x88);
-        r[j + 8] = _mm512_shuffle_f32x4(a, c, 0xDD);
-        r[j + 4] = _mm512_shuffle_f32x4(b, d, 0x88);
-        r[j + 12] = _mm512_shuffle_f32x4(b, d, 0xDD);
-    }
-}
-
 /* The keys of C <= 16 positions (WK walks them; KVW, OFF as in
  * attend_group) into KT: element d of the tile's position l at
  * KT[16 d + l], zero past C.  HD a multiple of 16. */
@@ -1184,13 +1156,14 @@ __attribute__((target("avx512f"))) static void kt_tile(float *kt, const float *k
     for (size_t l = 0; l < c; l++)
         kr[l] = kpool + page_walk_next(wk) * kvw + off;
     for (size_t d0 = 0; d0 < hd; d0 += 16) {
-        __m512 r[16];
+        __m512i r[16], t[16];
 
         for (size_t l = 0; l < 16; l++)
-            r[l] = l < c ? _mm512_loadu_ps(kr[l] + d0) : _mm512_setzero_ps();
-        transpose16(r);
+            r[l] = l < c ? _mm512_loadu_si512((const void *)(kr[l] + d0))
+                         : _mm512_setzero_si512();
+        tr16x16(r, t);
         for (int i = 0; i < 16; i++)
-            _mm512_storeu_ps(kt + (d0 + (size_t)i) * 16, r[i]);
+            _mm512_storeu_si512((void *)(kt + (d0 + (size_t)i) * 16), t[i]);
     }
 }
 
