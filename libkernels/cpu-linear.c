@@ -721,6 +721,11 @@ typedef struct {
     int8_t *aq;         /* AMX: the codes of each group of 16 tokens as
                          * [block][token][16], natural element order (the
                          * A tiles); NULL for the other paths */
+    size_t vnni0;       /* q and corr hold tokens from vnni0 on: the AMX
+                         * kernel takes every row of the tokens before
+                         * (linear_run); 0 for the other paths */
+    int *amx_failed;    /* set when amx_range could not get its tiles' memory
+                         * and vnni0 left it no VNNI fallback */
 } act_q8;
 
 /* Tokens of a group in aq, and bytes of one block's A tile there. */
@@ -993,7 +998,8 @@ qdq_scale16(__m512 amax, float gs, __m512 *osc, __m512 *back)
  * dword permutes.  corr = -12 x the block's code sum, which one vpdpbusd
  * per step adds up (4 codes a dword, a dword a block).  AQ (or NULL): the
  * token's row of its group's AMX A tiles, where each block's 16 codes go
- * in order too (act_q8.aq's layout; AMX_A_BLOCK bytes a block). */
+ * in order too (act_q8.aq's layout; AMX_A_BLOCK bytes a block).  Q and
+ * CORR NULL: only XS and AQ (a token the AMX kernel takes whole). */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static void
 quantize_row_q8(const float *x, size_t k, float gs, int8_t *q, float *xs,
                 int32_t *corr, int8_t *aq)
@@ -1018,6 +1024,16 @@ quantize_row_q8(const float *x, size_t k, float gs, int8_t *q, float *xs,
         /* blocks past the row: amax 0, s 0, osc 0, back 0, codes 0 */
         qdq_scale16(max16x16(ab), gs, &osc, &back);
         _mm512_storeu_ps(xs + b0, _mm512_mul_ps(back, _mm512_set1_ps(0.25f)));
+        if (!q) {
+            for (size_t j = 0; j < cnt; j++) {
+                const __m512 oj = _mm512_permutexvar_ps(_mm512_set1_epi32((int)j), osc);
+                _mm_storeu_si128(
+                    (__m128i *)(aq + (b0 + j) * AMX_A_BLOCK),
+                    _mm512_cvtepi32_epi8(
+                        qdq_codes_avx512(_mm512_loadu_ps(xc + j * NVFP4_BLOCK), oj, twice)));
+            }
+            continue;
+        }
         if (cnt < CPU_CHUNK_BLOCKS)
             memset(codes, 0, sizeof(codes));
         for (size_t j = 0; j < cnt; j++) {
@@ -2160,8 +2176,12 @@ static void amx_range(const tiles_job *j, size_t tile0, size_t tile1)
     int8_t *bp = j->ku <= 6 ? nvfp4k_cpu_aligned_alloc(rt / AMX_T * pbytes) : NULL;
 
     if (!bp) {
-        /* no buffer: the VNNI kernels, same bits */
-        vnni_rows(j, 0, m, tile0 * rt, tile1 * rt < n ? tile1 * rt : n);
+        /* no buffer: the VNNI kernels, same bits, where the tokens have
+         * their VNNI codes; else linear_run reports it */
+        if (j->a->vnni0 == 0)
+            vnni_rows(j, 0, m, tile0 * rt, tile1 * rt < n ? tile1 * rt : n);
+        else
+            __atomic_store_n(j->a->amx_failed, 1, __ATOMIC_RELAXED);
         return;
     }
     amx_begin();
@@ -2298,10 +2318,11 @@ static void prep_range(void *arg, size_t t0, size_t t1, int slot)
 #ifdef CPU_X86
         case PREP_Q8:
             /* tokens of whole groups of AMX_T also write their A tiles'
-             * rows (a.aq: m / AMX_T groups) */
-            quantize_row_q8(j->x + t * k, k, j->gs, j->a->q + t * j->kp,
+             * rows (a.aq: m / AMX_T groups); those before vnni0 only them */
+            quantize_row_q8(j->x + t * k, k, j->gs,
+                            t < j->a->vnni0 ? NULL : j->a->q + t * j->kp,
                             j->a->xs + t * j->nch * CPU_CHUNK_BLOCKS,
-                            j->a->corr + t * j->nch * CPU_CHUNK_BLOCKS,
+                            t < j->a->vnni0 ? NULL : j->a->corr + t * j->nch * CPU_CHUNK_BLOCKS,
                             j->a->aq && t < j->m / AMX_A_TOKENS * AMX_A_TOKENS
                                 ? j->a->aq + t / AMX_A_TOKENS * (k / NVFP4_BLOCK) * AMX_A_BLOCK +
                                       t % AMX_A_TOKENS * NVFP4_BLOCK
@@ -2346,7 +2367,7 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
     act_q8 a;
     const float *xin = x;
     unsigned char *buf;
-    int path, locked = 0;
+    int path, locked = 0, amx_failed = 0;
 
     if (desc->scheme == NVFP4_SCHEME_NONE) {
         path = isa >= CPU_ISA_AVX512 ? PATH_DENSE_AVX512 : PATH_DENSE_SCALAR;
@@ -2391,6 +2412,15 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
     a.xs = carve(buf, &need, s_xs);
     a.corr = carve(buf, &need, s_corr);
     a.aq = carve(buf, &need, s_aq);
+    /* The AMX kernel takes the tokens of whole groups of AMX_T for rows of
+     * whole groups of AMX_T (amx_range), all of them when n is a multiple:
+     * those tokens need no VNNI codes (a third of quantize_row_q8's work) */
+#ifdef CPU_AMX
+    a.vnni0 = path == PATH_AMX && n % AMX_T == 0 ? m / AMX_T * AMX_T : 0;
+#else
+    a.vnni0 = 0;
+#endif
+    a.amx_failed = &amx_failed;
 
     if (tmp) {
         /* §5, then the float product: libquant's nvfp4_quant_qdq_row, or
@@ -2416,6 +2446,9 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
         run_tiles(ctx, path, w, xin, xp != NULL, &a, nch, m, nth, y);
     if (buf)
         nvfp4k_cpu_scratch_put(&ctx->act_scratch, buf, locked);
+    if (__atomic_load_n(&amx_failed, __ATOMIC_RELAXED))
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "linear", -1,
+                               "out of memory for the AMX tiles of a [%zu, %zu] weight", n, k);
 
     if (w->bias) {
         prep_job j = {PREP_BIAS, NULL, 0, 0.0f, y, &a, 0, 0, w->bias, n, m};

@@ -589,14 +589,16 @@ static int test_amx_ok(void)
  * 6-chunk stretch; row groups of 16 with a tail of 5), then N = 500,
  * K = 4096 at m = 72 and 64 (row tiles of 224, so several threads run
  * tiles; multiples of 16 tokens and a tail) and N = 64, K = 14336
- * (16-multiples, the width of Llama's down projection: many stretches). */
+ * (16-multiples, the width of Llama's down projection: many stretches);
+ * N = 48 (a multiple of 16: the tokens of whole groups get no VNNI codes,
+ * the tail tokens do) at m = 62..100. */
 START_TEST(test_amx_gemm)
 {
     static const struct {
         int64_t n, k;
         size_t m0, m1;
     } shapes[] = {{37, 1040, 1, 100}, {500, 4096, 72, 72}, {500, 4096, 64, 64},
-                  {64, 14336, 64, 64}};
+                  {64, 14336, 64, 64}, {48, 1040, 62, 100}};
     static const char *const lv[] = {"vnni", "amx"};
     nvfp4_error err;
     nvfp4_backend *be = nvfp4_backend_open_with("cpu", "isa=amx", &err);
