@@ -313,6 +313,43 @@ static void row_scalar(const cpu_kweight *w, int64_t r, const float *x, size_t t
     }
 }
 
+/* One token, four rows at a time: the activation block loaded once feeds
+ * each row, and the rows' chains (one accumulator each) are independent,
+ * where one row alone is bound by the latency of its multiply-adds.  Each
+ * row sees exactly the operations of its kernel with nt = 1 (one
+ * accumulator, same order, same reduction), so grouping rows changes no
+ * bit. */
+#define GEMV_ROWS 4
+#define DENSE_GEMV_ROWS 4
+/* Batches of up to this many tokens read a dense weight as four streams
+ * (tiles_range), four tokens at a time. */
+#define DENSE_SPREAD_MAX_M 8
+
+/* Activations quantized for the int8 kernel, per token and chunk: 256 int8
+ * codes (2 * E2M1, in the plane order), per block the float32 factor
+ * (s / gs) / 4 of §5 (the /4 undoes the two doublings) and -12 * the sum
+ * of the block's codes (weights are fed to vpdpbusd as unsigned 2*code + 12;
+ * the kernels start each block's integer sum at this offset instead of
+ * subtracting it at the end: the sum is exact in int32, so the order of its
+ * terms changes no bit). */
+typedef struct {
+    int8_t *q;          /* [m, nch * 256] */
+    float *xs;          /* [m, nch * 16] */
+    int32_t *corr;      /* [m, nch * 16]: -12 * sum of codes */
+    int8_t *aq;         /* AMX: the codes of each group of 16 tokens as
+                         * [block][token][16], natural element order (the
+                         * A tiles); NULL for the other paths */
+    size_t vnni0;       /* q and corr hold tokens from vnni0 on: the AMX
+                         * kernel takes every row of the tokens before
+                         * (linear_run); 0 for the other paths */
+    int *amx_failed;    /* set when amx_range could not get its tiles' memory
+                         * and vnni0 left it no VNNI fallback */
+} act_q8;
+
+/* Tokens of a group in aq, and bytes of one block's A tile there. */
+#define AMX_A_TOKENS 16
+#define AMX_A_BLOCK (AMX_A_TOKENS * NVFP4_BLOCK)
+
 #ifdef CPU_X86
 /* 16 E4M3 bytes -> float32 * s2.  The E4M3 bits placed in a half's fields
  * give value * 2^-8 exactly (subnormals included, and no float32
@@ -539,17 +576,6 @@ row_avx512_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, cons
     }
 }
 
-/* One token, four rows at a time: the activation block loaded once feeds
- * each row, and the rows' chains (one accumulator each) are independent,
- * where one row alone is bound by the latency of its multiply-adds.  Each
- * row sees exactly the operations of its kernel with nt = 1 (one
- * accumulator, same order, same reduction), so grouping rows changes no
- * bit. */
-#define GEMV_ROWS 4
-#define DENSE_GEMV_ROWS 4
-/* Batches of up to this many tokens read a dense weight as four streams
- * (tiles_range), four tokens at a time. */
-#define DENSE_SPREAD_MAX_M 8
 _Static_assert(GEMV_ROWS == 4, "gemv_lut_avx512 names its four rows");
 /* Where the rows of a one-token tile are not spread as four streams (a
  * tile of fewer than 8 rows or not a multiple of 4: see tiles_range), the
@@ -707,30 +733,6 @@ row2_avx512_body(const cpu_kweight *w, int64_t r, size_t rs, const float *x, siz
 
 /* ---- AVX-512 VNNI int8 kernel (CHUNK layout, W4A4) ---------------------------- */
 
-/* Activations quantized for the int8 kernel, per token and chunk: 256 int8
- * codes (2 * E2M1, in the plane order), per block the float32 factor
- * (s / gs) / 4 of §5 (the /4 undoes the two doublings) and -12 * the sum
- * of the block's codes (weights are fed to vpdpbusd as unsigned 2*code + 12;
- * the kernels start each block's integer sum at this offset instead of
- * subtracting it at the end: the sum is exact in int32, so the order of its
- * terms changes no bit). */
-typedef struct {
-    int8_t *q;          /* [m, nch * 256] */
-    float *xs;          /* [m, nch * 16] */
-    int32_t *corr;      /* [m, nch * 16]: -12 * sum of codes */
-    int8_t *aq;         /* AMX: the codes of each group of 16 tokens as
-                         * [block][token][16], natural element order (the
-                         * A tiles); NULL for the other paths */
-    size_t vnni0;       /* q and corr hold tokens from vnni0 on: the AMX
-                         * kernel takes every row of the tokens before
-                         * (linear_run); 0 for the other paths */
-    int *amx_failed;    /* set when amx_range could not get its tiles' memory
-                         * and vnni0 left it no VNNI fallback */
-} act_q8;
-
-/* Tokens of a group in aq, and bytes of one block's A tile there. */
-#define AMX_A_TOKENS 16
-#define AMX_A_BLOCK (AMX_A_TOKENS * NVFP4_BLOCK)
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline __attribute__((always_inline)) void
 row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
