@@ -977,7 +977,6 @@ typedef struct {
      * and the stride of their score rows (the call's longest context) */
     const size_t *blk;
     size_t nblk, rstride;
-    int vrows; /* and each block's value rows gathered in a row */
 } attn_job;
 
 /* Positions GF .. GL - 1 of KV head KVH of sequence SEQ, dequantized into
@@ -1095,6 +1094,29 @@ static void attn_range(void *arg, size_t it0, size_t it1, int slot)
 }
 
 #ifdef CPU_HAVE_X86
+/* Row I's query heads G0 .. G0 + ATTN_GROUP - 1 (fewer at the end of the
+ * group) of KV head KVH through attend_group, SC its scratch of ATTN_GROUP
+ * score rows of STRIDE. */
+static void attend_row_group(const attn_job *j, size_t i, size_t kvh, size_t g0, float *sc,
+                             size_t stride)
+{
+    const nvfp4_kv_pages *kv = j->kv;
+    const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, group = nh / nkv;
+    const size_t h = kvh * group + g0, len = (size_t)kv->pos[i] + 1;
+    const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+    const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+    /* prefetch for the first row of a sequence in the call (a decode row):
+     * the next rows of a prefill find the same rows in the caches, and
+     * their prefetches only cost (SmolLM2 shape, prompt 512: 5 % of the
+     * prefill; 2048: 2 %) */
+    const int pf = i == 0 || kv->seq[i - 1] != kv->seq[i];
+
+    attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kv->k_pool, kv->v_pool,
+                 tab, kv->block, nkv * hd, kvh * hd, first, len, hd, j->scale,
+                 kv->sinks ? kv->sinks + h : NULL, sc, stride, pf, NULL,
+                 (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
+}
+
 /* Items of cpu_attention_paged() for float32 pools with AVX-512: (row, KV
  * head, ATTN_GROUP of its query heads), the last row first: a prefill's
  * rows grow longer, and the pool's threads claim chunks in order, so the
@@ -1103,32 +1125,21 @@ static void attn_range(void *arg, size_t it0, size_t it1, int slot)
 static void attn_group_range(void *arg, size_t it0, size_t it1, int slot)
 {
     const attn_job *j = arg;
-    const nvfp4_kv_pages *kv = j->kv;
-    const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, kvw = nkv * hd, group = nh / nkv;
-    const size_t bs = kv->block, sub = (group + ATTN_GROUP - 1) / ATTN_GROUP;
+    const size_t nkv = j->nkv, sub = (j->nh / nkv + ATTN_GROUP - 1) / ATTN_GROUP;
     const size_t items = j->m * nkv * sub;
 
     for (size_t rit = it0; rit < it1; rit++) {
         const size_t it = items - 1 - rit;
-        size_t i = it / (nkv * sub), kvh = it / sub % nkv, g0 = it % sub * ATTN_GROUP;
-        size_t h = kvh * group + g0, len = (size_t)kv->pos[i] + 1;
-        size_t first = kv->window && len > kv->window ? len - kv->window : 0;
-        const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
-        const int G = (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP);
 
-        /* prefetch for the first row of a sequence in the call (a decode
-         * row): the next rows of a prefill find the same rows in the
-         * caches, and their prefetches only cost (SmolLM2 shape, prompt
-         * 512: 5 % of the prefill; 2048: 2 %) */
-        const int pf = i == 0 || kv->seq[i - 1] != kv->seq[i];
-
-        attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kv->k_pool,
-                     kv->v_pool, tab, bs, kvw, kvh * hd, first, len, hd, j->scale,
-                     kv->sinks ? kv->sinks + h : NULL, j->scores + (size_t)slot * j->per,
-                     kv->max_len, pf, NULL, G);
+        attend_row_group(j, it / (nkv * sub), it / sub % nkv, it % sub * ATTN_GROUP,
+                         j->scores + (size_t)slot * j->per, j->kv->max_len);
     }
 }
 #endif
+
+/* Floats of a thread's score rows in the prefill path below, and of its
+ * gathered value rows (with more the values stay in the pool) */
+#define ATTN_ROWS_SCRATCH ((size_t)1 << 20)
 
 #ifdef CPU_HAVE_X86
 /* ---- prefill rows: keys transposed ---------------------------------------- */
@@ -1360,11 +1371,10 @@ __attribute__((target("avx512f"))) static void attend_rows(const attn_job *j, si
 static void attn_rows_range(void *arg, size_t it0, size_t it1, int slot)
 {
     const attn_job *j = arg;
-    const nvfp4_kv_pages *kv = j->kv;
-    const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, kvw = nkv * hd, group = nh / nkv;
+    const size_t nkv = j->nkv, hd = j->hd, group = j->nh / nkv;
     const size_t items = j->nblk * nkv;
     float *kt = j->scores + (size_t)slot * j->per, *sc = kt + 16 * hd;
-    float *vr = j->vrows ? sc : NULL;
+    float *vr = j->rstride * hd <= ATTN_ROWS_SCRATCH ? sc : NULL;
 
     if (vr)
         sc += j->rstride * hd;
@@ -1377,17 +1387,8 @@ static void attn_rows_range(void *arg, size_t it0, size_t it1, int slot)
             continue;
         }
         for (size_t i = j->blk[b]; i < j->blk[b + 1]; i++)
-            for (size_t g0 = 0; g0 < group; g0 += ATTN_GROUP) {
-                const size_t h = kvh * group + g0, len = (size_t)kv->pos[i] + 1;
-                const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
-                const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
-                const int pf = i == 0 || kv->seq[i - 1] != kv->seq[i];
-
-                attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kv->k_pool,
-                             kv->v_pool, tab, kv->block, kvw, kvh * hd, first, len, hd, j->scale,
-                             kv->sinks ? kv->sinks + h : NULL, sc, j->rstride, pf, NULL,
-                             (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
-            }
+            for (size_t g0 = 0; g0 < group; g0 += ATTN_GROUP)
+                attend_row_group(j, i, kvh, g0, sc, j->rstride);
     }
 }
 #endif
@@ -1428,24 +1429,25 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
 
     /* a prefill's rows (ATTN_ROWS_MIN or more of one sequence) in blocks
      * of up to ATTN_ROWS (attn_rows_range), fewer where their score rows
-     * would pass 2^20 floats a thread */
+     * would pass ATTN_ROWS_SCRATCH floats a thread */
     size_t *blk = NULL, nblk = 0, rstride = 0, rows = 0;
-    int vrows = 0;
 
 #ifdef CPU_HAVE_X86
     if (wide && !fp8 && hd % 32 == 0 && m >= ATTN_ROWS_MIN) {
+        int found = 0;
+
         for (size_t i = 0; i < m; i++)
             if ((size_t)kv->pos[i] + 1 > rstride)
                 rstride = (size_t)kv->pos[i] + 1;
-        rows = ((size_t)1 << 20) / (nh / nkv * rstride);
+        rows = ATTN_ROWS_SCRATCH / (nh / nkv * rstride);
         rows = rows > ATTN_ROWS ? ATTN_ROWS : rows;
-        for (size_t i = 1, run = 1; i < m && rows >= ATTN_ROWS_MIN; i++) {
+        /* some sequence with ATTN_ROWS_MIN rows in a row */
+        for (size_t i = 1, run = 1; i < m && !found; i++) {
             run = kv->seq[i] == kv->seq[i - 1] ? run + 1 : 1;
-            if (run == ATTN_ROWS_MIN)
-                break;
-            if (i + 1 == m)
-                rows = 0;
+            found = run >= ATTN_ROWS_MIN;
         }
+        if (!found)
+            rows = 0;
         if (rows >= ATTN_ROWS_MIN) {
             if (!(blk = malloc((m + 1) * sizeof(*blk))))
                 return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
@@ -1465,10 +1467,10 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
                                "scratch of %zu positions of %zu is out of range", maxlen, hd);
     }
     if (blk) {
-        /* the key tile, the value rows (up to 2^20 floats) and ROWS x group
-         * score rows (<= 2^20 floats) */
-        vrows = rstride * hd <= ((size_t)1 << 20);
-        per = 16 * hd + (vrows ? rstride * hd : 0) + rows * (nh / nkv) * rstride;
+        /* the key tile, the value rows (when they fit ATTN_ROWS_SCRATCH
+         * floats) and ROWS x group score rows (no more than that) */
+        per = 16 * hd + (rstride * hd <= ATTN_ROWS_SCRATCH ? rstride * hd : 0) +
+              rows * (nh / nkv) * rstride;
         bytes = per * (size_t)nth * sizeof(float);
     }
     scores = malloc(bytes);
@@ -1493,7 +1495,7 @@ static nvfp4_status cpu_attention_paged(void *ctx, const float *q, const float *
     }
     {
         attn_job j = {q,    out,  kv,   nh,      nkv,  hd,   scale, scores, per,
-                      m,    wide, blk,  nblk,    rstride, vrows};
+                      m,    wide, blk,  nblk,    rstride};
         /* a decode step of a short context is a few microseconds: one thread */
         const int t = m * nh * maxlen * hd >= 8 * CPU_PAR_MIN ? nth : 1;
 #ifdef CPU_HAVE_X86
