@@ -9,6 +9,11 @@
 
 #include "backend-impl.h"
 
+/* cpu.c, cpu-linear.c and cpu-pool.c compile their x86 kernels (AVX2,
+ * AVX-512, AMX) with GCC or Clang on x86, and only their generic C paths
+ * where NVFP4_CPU_GENERIC is defined (make check builds them so,
+ * tests/local.mk: the code other architectures build keeps compiling). */
+
 /* Instruction-set levels, lowest first.  The backend runs the highest one the
  * CPU has, capped by $NVFP4_CPU_ISA (scalar|avx2|avx512|vnni|amx) so that
  * tests and benchmarks can exercise every path on one machine. */

@@ -57,7 +57,7 @@
 #include "cpu-internal.h"
 #include "numerics.h" /* §1 codecs, §5: libquant/numerics.h */
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(NVFP4_CPU_GENERIC)
 #include <immintrin.h>
 #define CPU_X86 1
 #include "cpu-lanes16.h"
@@ -97,10 +97,10 @@
  * 128256x2048 16.5 -> 21.8 GB/s; the distances, re-measured with T1
  * (4096-16384 by 4096-32768), stayed best where they were.  The Xeons were
  * measured with T0 only, and keep it. */
+#ifdef CPU_X86
 static size_t cpu_pf1 = 4096, cpu_pf4 = 8192;
 #define CPU_PREFETCH cpu_pf1
 #define CPU_PREFETCH4 cpu_pf4
-#ifdef CPU_X86
 static int cpu_pf_l2; /* PREFETCHT1 instead of T0 */
 #define CPU_PF(p)                                                     \
     do {                                                              \
@@ -1117,7 +1117,8 @@ CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni", row2_vnni,
 /* ---- AMX int8 GEMM (CHUNK layout, W4A4, 16 tokens x 16 rows) ----------------- */
 
 /* tile instructions exist in 64-bit mode only */
-#if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
+#if defined(CPU_X86) && defined(__x86_64__) && \
+    (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
 #define CPU_AMX 1
 
 /* Tokens and rows per AMX output tile; tokens below a multiple of this (and

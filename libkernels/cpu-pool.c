@@ -50,7 +50,7 @@
 #include <omp.h>
 #endif
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(NVFP4_CPU_GENERIC)
 #include <immintrin.h>
 #define cpu_relax() _mm_pause()
 #else

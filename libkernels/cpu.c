@@ -14,11 +14,11 @@
 #ifdef __linux__
 #include <sys/mman.h>
 #endif
-#if defined(__linux__) && defined(__x86_64__)
+#if defined(__linux__) && defined(__x86_64__) && !defined(NVFP4_CPU_GENERIC)
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(NVFP4_CPU_GENERIC)
 #include <cpuid.h>
 #endif
 
@@ -40,7 +40,8 @@ static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 
 static void amx_probe(void)
 {
-#if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__) && defined(SYS_arch_prctl)
+#if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__) && defined(SYS_arch_prctl) && \
+    !defined(NVFP4_CPU_GENERIC)
     unsigned a, b, c, d, lo, hi;
 
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25)))
@@ -70,7 +71,7 @@ static cpu_isa detect_isa(const char *cap)
 {
     cpu_isa isa = CPU_ISA_SCALAR;
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(NVFP4_CPU_GENERIC)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         isa = CPU_ISA_AVX2;
@@ -342,7 +343,7 @@ static int ew_threads(void *ctx, size_t work)
     return work >= CPU_PAR_MIN ? nvfp4k_cpu_nthreads(ctx) : 1;
 }
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(NVFP4_CPU_GENERIC)
 #include <immintrin.h>
 static inline __mmask16 lanes16(size_t n)
 {

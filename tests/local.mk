@@ -86,6 +86,15 @@ tests_abi3_nvfp4_backend_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/libke
 tests_abi3_nvfp4_backend_cuda_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tests_abi3_nvfp4_backend_cuda_la_LDFLAGS = $(FAKE_BACKEND_FLAGS)
 tests_test_kernels_CPPFLAGS += -DFAKE_BACKEND_DIR='"$(abs_top_builddir)/tests/.libs"'
+# The CPU backend's sources as a CPU other than x86 builds them (the
+# generic C paths alone: NVFP4_CPU_GENERIC), so that code the x86 build
+# leaves out keeps compiling; a convenience library nothing links.
+check_LTLIBRARIES += tests/libcpu-generic.la
+tests_libcpu_generic_la_SOURCES = libkernels/cpu.c libkernels/cpu-linear.c \
+	libkernels/cpu-pool.c
+tests_libcpu_generic_la_CPPFLAGS = $(libkernels_libnvfp4_kernels_la_CPPFLAGS) \
+	-DNVFP4_CPU_GENERIC
+tests_libcpu_generic_la_CFLAGS = $(libkernels_libnvfp4_kernels_la_CFLAGS)
 
 # Hostile checkpoints (scripts/fixtures/gen_hostile.py, generated into
 # tests/hostile of the build tree at each run): exit 1 with the message, in
