@@ -69,8 +69,8 @@ extern "C" {
  * (float32 or FP8 E4M3 bytes, which the backend encodes on store and
  * decodes on read), the K/V scales and the attention sinks; glu (gated
  * activations by kind) and scale at the end of the table, moe given the
- * activation kind. */
-#define NVFP4_BACKEND_ABI_VERSION 5u
+ * activation kind.  6: linear_multi at the end of the table. */
+#define NVFP4_BACKEND_ABI_VERSION 6u
 
 /* The fused geometry of a weight, computed by the registry. */
 typedef struct {
@@ -202,6 +202,12 @@ typedef struct nvfp4_backend_iface {
                         size_t inter, float alpha, float limit, float *out, nvfp4_error *err);
     nvfp4_status (*scale)(void *ctx, const float *x, size_t n, float s, float *y,
                           nvfp4_error *err);
+    /* ABI 6: COUNT >= 1 weights of this backend that run linear, all of
+     * the same k (the registry checked); the same bits as COUNT linear
+     * calls.  NULL: the registry makes those calls. */
+    nvfp4_status (*linear_multi)(void *ctx, const struct nvfp4_kweight *const *w,
+                                 size_t count, const float *x, size_t m, float *const *y,
+                                 nvfp4_error *err);
 } nvfp4_backend_iface;
 
 /* One "key=value" of an open() PARAMS string: copies the next key and value

@@ -119,6 +119,12 @@ void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t npa
 void nvfp4k_cpu_kweight_free(void *ctx, void *kw);
 nvfp4_status nvfp4k_cpu_linear(void *ctx, void *kw, const nvfp4_kweight_desc *desc,
                         const float *x, size_t m, float *y, nvfp4_error *err);
+/* Weights a run of nvfp4k_cpu_linear_multi prepares one input for at most
+ * (more: the next run) */
+#define NVFP4K_CPU_MULTI_MAX 8
+nvfp4_status nvfp4k_cpu_linear_multi(void *ctx, const struct nvfp4_kweight *const *w,
+                                     size_t count, const float *x, size_t m, float *const *y,
+                                     nvfp4_error *err);
 nvfp4_status nvfp4k_cpu_embed(void *ctx, void *kw, const nvfp4_kweight_desc *desc,
                        const int32_t *ids, size_t m, float *y, nvfp4_error *err);
 

@@ -2215,9 +2215,17 @@ static void amx_range(const tiles_job *j, size_t tile0, size_t tile1)
 }
 #endif
 
+static nvfp4_status linear_run_n(cpu_ctx *ctx, cpu_kweight *const *ws,
+                                 const nvfp4_kweight_desc *const *descs, size_t count,
+                                 const float *x, size_t m, float *const *ys, int nthreads,
+                                 nvfp4_error *err);
+
 static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight_desc *desc,
                                const float *x, size_t m, float *y, int nthreads,
-                               nvfp4_error *err);
+                               nvfp4_error *err)
+{
+    return linear_run_n(ctx, &w, &desc, 1, x, m, &y, nthreads, err);
+}
 
 /* Products choose between one thread and all of them.  On a quiet machine
  * (the pool's last look: nvfp4k_cpu_pool_busy) all, from
@@ -2290,6 +2298,64 @@ nvfp4_status nvfp4k_cpu_linear(void *vctx, void *kw, const nvfp4_kweight_desc *d
     return st;
 }
 
+/* Whether weights A and B prepare one input alike (linear_run_n): the same
+ * scheme and layout, and for W4A4 (or a dequantized W4A4 shard) the same
+ * input scale, so the same §5 codes and factors. */
+static int linear_shares(const struct nvfp4_kweight *a, const struct nvfp4_kweight *b)
+{
+    const cpu_kweight *wa = a->impl, *wb = b->impl;
+
+    return a->desc.scheme == b->desc.scheme && wa->layout == wb->layout &&
+           a->desc.k == b->desc.k &&
+           memcmp(&a->desc.input_gs, &b->desc.input_gs, sizeof(float)) == 0 &&
+           (a->desc.input_scale > 0.0f) == (b->desc.input_scale > 0.0f);
+}
+
+/* Several weights of one input (nvfp4_k_linear_multi): runs of weights that
+ * share their activations' preparation (linear_shares) prepare it once.
+ * The thread choice is nvfp4k_cpu_linear's over the run's work; on a busy
+ * machine, where that choice is each weight's own timing, each weight runs
+ * alone.  Each output is the bits of its own nvfp4k_cpu_linear call: the
+ * preparation and each weight's tiles are the same computations. */
+nvfp4_status nvfp4k_cpu_linear_multi(void *vctx, const struct nvfp4_kweight *const *w,
+                                     size_t count, const float *x, size_t m, float *const *y,
+                                     nvfp4_error *err)
+{
+    cpu_ctx *ctx = vctx;
+    const int all = nvfp4k_cpu_nthreads(ctx);
+    cpu_kweight *kw[NVFP4K_CPU_MULTI_MAX];
+    const nvfp4_kweight_desc *kd[NVFP4K_CPU_MULTI_MAX];
+    size_t i = 0;
+
+    while (i < count) {
+        size_t c = 1;
+        double work = (double)w[i]->desc.n;
+        nvfp4_status st;
+
+        while (i + c < count && c < NVFP4K_CPU_MULTI_MAX && linear_shares(w[i], w[i + c]))
+            work += (double)w[i + c++]->desc.n;
+        work *= (double)m * (double)w[i]->desc.k;
+        if (c == 1 || (all > 1 && work >= CPU_LINEAR_PAR_MIN_QUIET &&
+                       nvfp4k_cpu_pool_busy(ctx))) {
+            for (size_t e = i; e < i + c; e++)
+                if ((st = nvfp4k_cpu_linear(vctx, w[e]->impl, &w[e]->desc, x, m, y[e], err)) !=
+                    NVFP4_OK)
+                    return st;
+        } else {
+            for (size_t e = 0; e < c; e++) {
+                kw[e] = w[i + e]->impl;
+                kd[e] = &w[i + e]->desc;
+            }
+            st = linear_run_n(ctx, kw, kd, c, x, m, y + i,
+                              all <= 1 || work < CPU_LINEAR_PAR_MIN_QUIET ? 1 : all, err);
+            if (st != NVFP4_OK)
+                return st;
+        }
+        i += c;
+    }
+    return NVFP4_OK;
+}
+
 /* The per-token steps of a product (any thread: nvfp4k_cpu_par()). */
 enum { PREP_QDQ_REF, PREP_QDQ_AVX512, PREP_Q8, PREP_BIAS };
 
@@ -2354,11 +2420,17 @@ static void *carve(unsigned char *base, size_t *off, size_t bytes)
     return p;
 }
 
-static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight_desc *desc,
-                               const float *x, size_t m, float *y, int nthreads,
-                               nvfp4_error *err)
+/* The products of COUNT weights of one input X whose activations are
+ * prepared alike (linear_shares: the first one's scheme, layout and input
+ * scales): the preparation once, then each weight's tiles and bias. */
+static nvfp4_status linear_run_n(cpu_ctx *ctx, cpu_kweight *const *ws,
+                                 const nvfp4_kweight_desc *const *descs, size_t count,
+                                 const float *x, size_t m, float *const *ys, int nthreads,
+                                 nvfp4_error *err)
 {
-    const size_t k = (size_t)desc->k, n = (size_t)desc->n, nch = chunks_of(desc->k);
+    cpu_kweight *const w = ws[0];
+    const nvfp4_kweight_desc *const desc = descs[0];
+    const size_t k = (size_t)desc->k, nch = chunks_of(desc->k);
     const size_t kp = nch * CPU_CHUNK;
     const int nth = nthreads; /* nvfp4k_cpu_linear's choice */
     const cpu_isa isa = ctx->isa;
@@ -2418,10 +2490,14 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
     /* The AMX kernel takes the tokens of whole groups of AMX_T for rows of
      * whole groups of AMX_T (amx_range), all of them when n is a multiple:
      * those tokens need no VNNI codes (a third of quantize_row_q8's work) */
-#ifdef CPU_AMX
-    a.vnni0 = path == PATH_AMX && n % AMX_T == 0 ? m / AMX_T * AMX_T : 0;
-#else
     a.vnni0 = 0;
+#ifdef CPU_AMX
+    if (path == PATH_AMX) {
+        a.vnni0 = m / AMX_T * AMX_T;
+        for (size_t i = 0; i < count; i++)
+            if (descs[i]->n % AMX_T != 0)
+                a.vnni0 = 0;
+    }
 #endif
     a.amx_failed = &amx_failed;
 
@@ -2443,20 +2519,24 @@ static nvfp4_status linear_run(cpu_ctx *ctx, cpu_kweight *w, const nvfp4_kweight
         pack_x(xin, m, k, xp);
         xin = xp;
     }
-    if (desc->scheme == NVFP4_SCHEME_NONE)
-        run_tiles(ctx, path, w, xin, xp != NULL, NULL, 0, m, nth, y);
-    else
-        run_tiles(ctx, path, w, xin, xp != NULL, &a, nch, m, nth, y);
+    for (size_t i = 0; i < count; i++)
+        run_tiles(ctx, path, ws[i], xin, xp != NULL,
+                  desc->scheme == NVFP4_SCHEME_NONE ? NULL : &a,
+                  desc->scheme == NVFP4_SCHEME_NONE ? 0 : nch, m, nth, ys[i]);
     if (buf)
         nvfp4k_cpu_scratch_put(&ctx->act_scratch, buf, locked);
     if (__atomic_load_n(&amx_failed, __ATOMIC_RELAXED))
         return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "linear", -1,
-                               "out of memory for the AMX tiles of a [%zu, %zu] weight", n, k);
+                               "out of memory for the AMX tiles of a product of %zu tokens x "
+                               "%zu",
+                               m, k);
 
-    if (w->bias) {
-        prep_job j = {PREP_BIAS, NULL, 0, 0.0f, y, &a, 0, 0, w->bias, n, m};
-        nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
-    }
+    for (size_t i = 0; i < count; i++)
+        if (ws[i]->bias) {
+            prep_job j = {PREP_BIAS, NULL, 0,    0.0f, ys[i], &a, 0, 0, ws[i]->bias,
+                          (size_t)descs[i]->n, m};
+            nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
+        }
     return NVFP4_OK;
 }
 

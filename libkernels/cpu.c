@@ -2024,6 +2024,7 @@ static const nvfp4_backend_iface cpu_iface = {
     .kweight_upload = nvfp4k_cpu_kweight_upload,
     .kweight_free = nvfp4k_cpu_kweight_free,
     .linear = nvfp4k_cpu_linear,
+    .linear_multi = nvfp4k_cpu_linear_multi,
     .embed = nvfp4k_cpu_embed,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

@@ -683,6 +683,45 @@ nvfp4_status nvfp4_k_linear(nvfp4_backend *be, const nvfp4_kweight *w, const flo
     return be->iface->linear(be->ctx, w->impl, &w->desc, x, m, y, err);
 }
 
+nvfp4_status nvfp4_k_linear_multi(nvfp4_backend *be, const nvfp4_kweight *const *w,
+                                  size_t count, const float *x, size_t m, float *const *y,
+                                  nvfp4_error *err)
+{
+    nvfp4_status st;
+
+    CHECK_BE(be, err, "linear_multi");
+    if (count == 0)
+        return NVFP4_OK;
+    NEED(w, "linear_multi", err);
+    NEED(y, "linear_multi", err);
+    for (size_t i = 0; i < count; i++) {
+        if ((st = check_weight(be, w[i], "linear_multi", err)) != NVFP4_OK)
+            return st;
+        if (w[i]->desc.k != w[0]->desc.k)
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "linear_multi", -1,
+                                   "weight %zu has k = %lld, weight 0 k = %lld: one input "
+                                   "feeds them all",
+                                   i, (long long)w[i]->desc.k, (long long)w[0]->desc.k);
+        if (m > 0 && !y[i])
+            return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "linear_multi", -1,
+                                   "output %zu is NULL", i);
+        if (!count_ok(m, (size_t)w[i]->desc.n, 1) || !count_ok(m, (size_t)w[i]->desc.k, 1))
+            return too_big("linear_multi", err);
+        if (!w[i]->runs_linear)
+            return unsupported_w(be, linear_op(w[i]), w[i], err);
+    }
+    if (m == 0)
+        return NVFP4_OK;
+    NEED(x, "linear_multi", err);
+    if (count > 1 && be->iface->linear_multi)
+        return be->iface->linear_multi(be->ctx, w, count, x, m, y, err);
+    for (size_t i = 0; i < count; i++)
+        if ((st = be->iface->linear(be->ctx, w[i]->impl, &w[i]->desc, x, m, y[i], err)) !=
+            NVFP4_OK)
+            return st;
+    return NVFP4_OK;
+}
+
 /* May the registry read the backend's memory (ids, indices, tables)? */
 static int host_memory(const nvfp4_backend *be)
 {

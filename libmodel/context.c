@@ -692,9 +692,12 @@ static nvfp4_status forward(nvfp4_context *c, size_t n, size_t ntab, size_t max_
             TRY(mla_attention(c, L, l, n, &kv, scale, err));
             goto attn_out;
         }
-        TRY(nvfp4_k_linear(be, L->q, c->h, n, c->q, err));
-        TRY(nvfp4_k_linear(be, L->k, c->h, n, c->k, err));
-        TRY(nvfp4_k_linear(be, L->v, c->h, n, c->v, err));
+        {
+            /* one input: the backend prepares it once (same bits) */
+            const nvfp4_kweight *qkv[3] = {L->q, L->k, L->v};
+            float *out[3] = {c->q, c->k, c->v};
+            TRY(nvfp4_k_linear_multi(be, qkv, 3, c->h, n, out, err));
+        }
         if (L->q_norm) {
             TRY(nvfp4_k_rmsnorm(be, c->q, L->q_norm, n * nh, hd, eps, c->q, err));
             TRY(nvfp4_k_rmsnorm(be, c->k, L->k_norm, n * nkv, hd, eps, c->k, err));

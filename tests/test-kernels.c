@@ -554,6 +554,100 @@ START_TEST(test_batch_invariance)
 }
 END_TEST
 
+/* ---- several weights of one input ----------------------------------------- */
+
+/* nvfp4_k_linear_multi gives each weight nvfp4_k_linear's bits (the CPU
+ * backend prepares the input once for a run of weights that share it):
+ * q/k/v-like W4A4 weights of one input scale (n 64, 16, 48: multiples of
+ * 16, and 40, which is not), then one of another input scale and a W4A16
+ * weight (runs of their own), at 1, 3, 64 (AMX where it runs) and 100
+ * tokens, on 1 and 2 threads, at every ISA level.  Then its errors: a
+ * weight of another k, a NULL output, a NULL weight array. */
+START_TEST(test_linear_multi)
+{
+    enum { NW = 6, K = 1040 };
+    static const int64_t ns[NW] = {64, 16, 48, 40, 32, 16};
+    static const char *const isas[] = {"scalar", "avx2", "avx512", "vnni", "amx"};
+    static const size_t ms[] = {1, 3, 64, 100};
+    syn_linear sl[NW], other;
+    float *x = malloc(100 * K * sizeof(float));
+    nvfp4_error err;
+
+    for (size_t i = 0; i < 100 * K; i++)
+        x[i] = frand(-3, 3) * (i % 97 == 0 ? 20.0f : 1.0f);
+    for (int i = 0; i < NW; i++)
+        syn_make(&sl[i], "multi.proj", i == 5 ? NVFP4_SCHEME_W4A16 : NVFP4_SCHEME_W4A4, ns[i],
+                 K, 0.0021f, i == 5 ? 0.0f : i == 4 ? 0.031f : 0.017f);
+    syn_make(&other, "multi.other", NVFP4_SCHEME_W4A4, 16, 512, 0.0021f, 0.017f);
+    for (size_t li = 0; li < sizeof(isas) / sizeof(isas[0]); li++) {
+        nvfp4_backend *be;
+        nvfp4_kweight *w[NW], *wo;
+        float *ya[NW], *yb[NW];
+
+        setenv("NVFP4_CPU_ISA", isas[li], 1);
+        be = open_cpu();
+        unsetenv("NVFP4_CPU_ISA");
+        for (int i = 0; i < NW; i++) {
+            w[i] = nvfp4_kweight_upload(be, &sl[i].lin, 1, &err);
+            ck_assert_msg(w[i] != NULL, "upload: %s", err.text);
+            ya[i] = malloc(100 * (size_t)ns[i] * sizeof(float));
+            yb[i] = malloc(100 * (size_t)ns[i] * sizeof(float));
+        }
+        for (int th = 1; th <= 2; th++) {
+            nvfp4_backend_set_threads(be, th);
+            for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+                const size_t m = ms[mi];
+
+                for (int i = 0; i < NW; i++) {
+                    memset(yb[i], 0xFF, m * (size_t)ns[i] * sizeof(float));
+                    ck_assert_msg(nvfp4_k_linear(be, w[i], x, m, ya[i], &err) == NVFP4_OK,
+                                  "%s", err.text);
+                }
+                ck_assert_msg(nvfp4_k_linear_multi(be, (const nvfp4_kweight *const *)w, NW, x,
+                                                   m, yb, &err) == NVFP4_OK,
+                              "%s", err.text);
+                for (int i = 0; i < NW; i++)
+                    for (size_t e = 0; e < m * (size_t)ns[i]; e++)
+                        ck_assert_msg(memcmp(&ya[i][e], &yb[i][e], sizeof(float)) == 0,
+                                      "%s, %d threads, m=%zu: weight %d y[%zu] = %.9g, "
+                                      "alone %.9g",
+                                      isas[li], th, m, i, e, (double)yb[i][e],
+                                      (double)ya[i][e]);
+            }
+        }
+        /* errors */
+        wo = nvfp4_kweight_upload(be, &other.lin, 1, &err);
+        ck_assert_msg(wo != NULL, "upload: %s", err.text);
+        {
+            const nvfp4_kweight *mix[2] = {w[0], wo};
+            float *y2[2] = {ya[0], ya[1]}, *ynull[2] = {ya[0], NULL};
+
+            ck_assert_int_eq(nvfp4_k_linear_multi(be, mix, 2, x, 1, y2, &err),
+                             NVFP4_ERR_INVALID);
+            ck_assert_msg(strstr(err.text, "k = 512") != NULL, "%s", err.text);
+            mix[1] = w[1];
+            ck_assert_int_eq(nvfp4_k_linear_multi(be, mix, 2, x, 1, ynull, &err),
+                             NVFP4_ERR_INVALID);
+            ck_assert_msg(strstr(err.text, "output 1") != NULL, "%s", err.text);
+            ck_assert_int_eq(nvfp4_k_linear_multi(be, NULL, 2, x, 1, y2, &err),
+                             NVFP4_ERR_INVALID);
+            ck_assert_int_eq(nvfp4_k_linear_multi(be, mix, 0, NULL, 1, NULL, &err), NVFP4_OK);
+        }
+        nvfp4_kweight_free(wo);
+        for (int i = 0; i < NW; i++) {
+            nvfp4_kweight_free(w[i]);
+            free(ya[i]);
+            free(yb[i]);
+        }
+        nvfp4_backend_free(be);
+    }
+    for (int i = 0; i < NW; i++)
+        syn_free(&sl[i]);
+    syn_free(&other);
+    free(x);
+}
+END_TEST
+
 /* ---- AMX --------------------------------------------------------------------- */
 
 /* Whether this process may run AMX tiles, found here independently of the
@@ -2251,6 +2345,7 @@ int main(void)
     tcase_add_test(tc, test_attention_rows);
     tcase_add_test(tc, test_batch_invariance);
     tcase_add_test(tc, test_batch_invariance_decode);
+    tcase_add_test(tc, test_linear_multi);
     tcase_add_test(tc, test_amx_gemm);
     tcase_add_test(tc, test_rowops);
     tcase_add_test(tc, test_glu_scale);

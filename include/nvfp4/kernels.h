@@ -371,6 +371,26 @@ NVFP4_API nvfp4_status nvfp4_k_linear(nvfp4_backend *be, const nvfp4_kweight *w,
                                       const float *x, size_t m, float *y,
                                       nvfp4_error *err);
 /**
+ * Several linear layers of one input: y[i][m, n_i] = x[m, k] · W_i^T for
+ * i < @p count, the same bits as @p count nvfp4_k_linear() calls, with
+ * the work they share done once where the backend can (the CPU backend
+ * quantizes x once for W4A4 weights whose input scales are equal, as a
+ * layer's q, k and v projections are).  Every weight has the same k; on
+ * an error no output is defined.
+ * @param be the backend
+ * @param w @p count weights uploaded to @p be, [n_i, k]
+ * @param count number of weights (0: nothing to do)
+ * @param x [m, k] inputs
+ * @param m rows (tokens)
+ * @param y @p count outputs, y[i] [m, n_i], none aliasing @p x or another
+ * @param err filled on failure, or NULL
+ * @return ::NVFP4_OK or an error status
+ */
+NVFP4_API nvfp4_status nvfp4_k_linear_multi(nvfp4_backend *be,
+                                            const nvfp4_kweight *const *w, size_t count,
+                                            const float *x, size_t m, float *const *y,
+                                            nvfp4_error *err);
+/**
  * Embedding lookup: y[i, :] = row @p ids[i] of the table W (an unquantized
  * or NVFP4 weight, dequantized exactly).
  * @param be the backend

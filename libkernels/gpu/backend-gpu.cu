@@ -999,6 +999,7 @@ static const nvfp4_backend_iface g_iface = {
     g_attention_paged,
     g_glu,
     g_scale,
+    NULL, /* linear_multi: the registry calls linear for each weight */
 };
 
 extern "C" NVFP4_API const nvfp4_backend_iface *nvfp4_backend_entry(uint32_t abi_version)
