@@ -1869,8 +1869,11 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot);
 static void amx_range(const tiles_job *j, size_t tile0, size_t tile1);
 #endif
 
-static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float *x, int packed,
-                      const act_q8 *a, size_t nch, size_t m, int nth, float *y)
+/* The tiles of one product (its rows cut for NTH threads) into *JO; returns
+ * their count. */
+static size_t plan_tiles(int path, const cpu_kweight *w, const float *x, int packed,
+                         const act_q8 *a, size_t nch, size_t m, int nth, float *y,
+                         tiles_job *jo)
 {
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n;
     const size_t units = path >= PATH_VNNI ? nch : (k + 15) / 16;
@@ -1921,9 +1924,53 @@ static void run_tiles(cpu_ctx *ctx, int path, const cpu_kweight *w, const float 
 #endif
     }
     {
-        tiles_job j = {path, packed, spread, w, x, a, nch, m, units, ku, rt, y};
-        nvfp4k_cpu_par(ctx, (n + rt - 1) / rt, nth, tiles_range, &j);
+        const tiles_job j = {path, packed, spread, w, x, a, nch, m, units, ku, rt, y};
+        *jo = j;
     }
+    return (n + rt - 1) / rt;
+}
+
+/* The tiles of several products in one parallel loop: item i is tile i -
+ * first[p] of job p, first[p] <= i < first[p + 1]. */
+typedef struct {
+    const tiles_job *job;
+    const size_t *first;
+    size_t count;
+} multi_tiles_job;
+
+static void multi_tiles_range(void *arg, size_t i0, size_t i1, int slot)
+{
+    const multi_tiles_job *mj = arg;
+
+    for (size_t p = 0; p < mj->count && i0 < i1; p++) {
+        const size_t f = mj->first[p], e = mj->first[p + 1];
+
+        if (i0 >= e)
+            continue;
+        tiles_range((void *)&mj->job[p], i0 - f, (i1 < e ? i1 : e) - f, slot);
+        i0 = i1 < e ? i1 : e;
+    }
+}
+
+/* The products of COUNT weights W[i] of one prepared input X into Y[i], all
+ * their tiles in one parallel loop (one wake-up of the workers for a
+ * layer's q, k and v at decode). */
+static void run_tiles_n(cpu_ctx *ctx, int path, cpu_kweight *const *w, size_t count,
+                        const float *x, int packed, const act_q8 *a, size_t nch, size_t m,
+                        int nth, float *const *y)
+{
+    tiles_job job[NVFP4K_CPU_MULTI_MAX];
+    size_t first[NVFP4K_CPU_MULTI_MAX + 1];
+    multi_tiles_job mj = {job, first, count};
+
+    first[0] = 0;
+    for (size_t i = 0; i < count; i++)
+        first[i + 1] = first[i] + plan_tiles(path, w[i], x, packed, a, nch, m, nth, y[i],
+                                             &job[i]);
+    if (count == 1)
+        nvfp4k_cpu_par(ctx, first[1], nth, tiles_range, &job[0]);
+    else
+        nvfp4k_cpu_par(ctx, first[count], nth, multi_tiles_range, &mj);
 }
 
 /* Rows ahead of the one running whose stretch the GEMM loop prefetches
@@ -2519,10 +2566,9 @@ static nvfp4_status linear_run_n(cpu_ctx *ctx, cpu_kweight *const *ws,
         pack_x(xin, m, k, xp);
         xin = xp;
     }
-    for (size_t i = 0; i < count; i++)
-        run_tiles(ctx, path, ws[i], xin, xp != NULL,
-                  desc->scheme == NVFP4_SCHEME_NONE ? NULL : &a,
-                  desc->scheme == NVFP4_SCHEME_NONE ? 0 : nch, m, nth, ys[i]);
+    run_tiles_n(ctx, path, ws, count, xin, xp != NULL,
+                desc->scheme == NVFP4_SCHEME_NONE ? NULL : &a,
+                desc->scheme == NVFP4_SCHEME_NONE ? 0 : nch, m, nth, ys);
     if (buf)
         nvfp4k_cpu_scratch_put(&ctx->act_scratch, buf, locked);
     if (__atomic_load_n(&amx_failed, __ATOMIC_RELAXED))
