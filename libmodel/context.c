@@ -528,10 +528,14 @@ static nvfp4_status shared_expert(nvfp4_context *c, layer_t *L, size_t n, nvfp4_
     const nvfp4_model *m = c->m;
     size_t H = (size_t)m->hp.hidden, I = (size_t)m->hp.shared_inter;
 
-    TRY(nvfp4_k_linear(c->be, L->sh_gu, c->h, n, c->gu, err));
+    {
+        /* gate/up and the gate read one input */
+        const nvfp4_kweight *w[2] = {L->sh_gu, L->sh_gate};
+        float *out[2] = {c->gu, c->shg};
+        TRY(nvfp4_k_linear_multi(c->be, w, 2, c->h, n, out, err));
+    }
     TRY(nvfp4_k_silu_mul(c->be, c->gu, n, I, c->act, err));
     TRY(nvfp4_k_linear(c->be, L->sh_down, c->act, n, c->sh, err));
-    TRY(nvfp4_k_linear(c->be, L->sh_gate, c->h, n, c->shg, err));
     if (nvfp4_backend_supports(c->be, NVFP4_OP_GATE_ADD))
         return nvfp4_k_gate_add(c->be, c->sh, c->shg, n, H, c->mlp, err);
     TRY(nvfp4_backend_download(c->be, c->host_a, c->mlp, n * H * 4, err));
@@ -554,8 +558,11 @@ static nvfp4_status gate_up_split(nvfp4_context *c, const layer_t *L, size_t n,
     const size_t I = (size_t)c->m->par->inter;
     float *hg = c->h_gu, *hu = c->h_gu + n * I, *dst = c->h_gu + 2 * n * I;
 
-    TRY(nvfp4_k_linear(c->be, L->gu_split[0], c->h, n, c->act, err));
-    TRY(nvfp4_k_linear(c->be, L->gu_split[1], c->h, n, c->gu + n * I, err));
+    {
+        const nvfp4_kweight *w[2] = {L->gu_split[0], L->gu_split[1]};
+        float *out[2] = {c->act, c->gu + n * I};
+        TRY(nvfp4_k_linear_multi(c->be, w, 2, c->h, n, out, err));
+    }
     TRY(nvfp4_backend_download(c->be, hg, c->act, n * I * sizeof(float), err));
     TRY(nvfp4_backend_download(c->be, hu, c->gu + n * I, n * I * sizeof(float), err));
     for (size_t t = 0; t < n; t++) {
@@ -589,16 +596,18 @@ static nvfp4_status mla_attention(nvfp4_context *c, const layer_t *L, int64_t l,
     size_t D = (size_t)hp->head_dim, la = (size_t)(hp->kv_lora + hp->rope_hd);
     size_t vd = (size_t)hp->v_hd;
 
+    {
+        /* the query's first product and kv_a read one input */
+        const nvfp4_kweight *w[2] = {L->q_a ? L->q_a : L->q, L->kv_a};
+        float *out[2] = {L->q_a ? c->mqa : c->mq, c->mkva};
+        TRY(nvfp4_k_linear_multi(be, w, 2, c->h, n, out, err));
+    }
     if (L->q_a) {
-        TRY(nvfp4_k_linear(be, L->q_a, c->h, n, c->mqa, err));
         /* q_a_layernorm: DeepseekV3RMSNorm's default eps 1e-6 */
         TRY(nvfp4_k_rmsnorm(be, c->mqa, L->q_a_norm, n, (size_t)hp->q_lora, 1e-6f, c->mqa,
                             err));
         TRY(nvfp4_k_linear(be, L->q_b, c->mqa, n, c->mq, err));
-    } else {
-        TRY(nvfp4_k_linear(be, L->q, c->h, n, c->mq, err));
     }
-    TRY(nvfp4_k_linear(be, L->kv_a, c->h, n, c->mkva, err));
     TRY(nvfp4_backend_download(be, c->hm_q, c->mq, n * nh * qk * 4, err));
     TRY(nvfp4_backend_download(be, c->hm_kva, c->mkva, n * la * 4, err));
     nvfp4m_mla_absorb(m, L, c->hm_q, c->hm_kva, n, c->hm_qabs, c->hm_krow);
