@@ -228,34 +228,78 @@ static inline void block_pos(size_t b, unsigned e, size_t nb, size_t *byte, unsi
 
 /* Repack one row of K/2 bytes from the file layout (§2: element 2i in the
  * low nibble of byte i). */
+/* Little-endian words of a row's bytes (whatever the host's order). */
+static inline uint64_t load64le(const uint8_t *p)
+{
+    uint64_t w = 0;
+
+    for (int i = 7; i >= 0; i--)
+        w = w << 8 | p[i];
+    return w;
+}
+
+static inline void store32le(uint8_t *p, uint32_t w)
+{
+    for (int i = 0; i < 4; i++, w >>= 8)
+        p[i] = (uint8_t)w;
+}
+
+/* A row in the file's order (element e of block b: nibble e of the
+ * little-endian word of bytes 8b .. 8b+7) into LAYOUT, a word at a time
+ * (block_pos, chunk_pos give the same places one element at a time). */
 static void repack_row(const uint8_t *src, int64_t k, int layout, uint8_t *dst)
 {
     size_t nb = (size_t)k / NVFP4_BLOCK;
 
-    memset(dst, 0, (size_t)k / 2);
     if (layout == CPU_LAYOUT_BLOCK) {
-        for (size_t b = 0; b < nb; b++)
+        /* groups of 8 blocks: word e (bytes 4e..4e+3) holds element e of
+         * blocks 0..7 in nibbles 0..7 */
+        for (size_t g = 0; g < block_nb8(nb) / 8; g++) {
+            uint64_t w[8];
+
+            for (int i = 0; i < 8; i++)
+                w[i] = load64le(src + 8 * (8 * g + (size_t)i));
             for (unsigned e = 0; e < 16; e++) {
-                uint8_t code = (src[b * 8 + e / 2] >> (4 * (e & 1))) & 0xF;
-                size_t byte;
-                unsigned hi;
-                block_pos(b, e, nb, &byte, &hi);
-                dst[byte] |= (uint8_t)(code << (4 * hi));
+                uint32_t v = 0;
+                for (unsigned i = 0; i < 8; i++)
+                    v |= (uint32_t)((w[i] >> (4 * e)) & 0xF) << (4 * i);
+                store32le(dst + 64 * g + 4 * e, v);
             }
+        }
+        /* the rest: one word a block, the even elements in nibbles 0..7,
+         * the odd ones in 8..15 */
+        for (size_t b = block_nb8(nb); b < nb; b++) {
+            const uint64_t w = load64le(src + 8 * b);
+            uint64_t v = 0;
+
+            for (unsigned e = 0; e < 16; e++)
+                v |= ((w >> (4 * e)) & 0xF) << (4 * ((e & 1) ? 8 + e / 2 : e / 2));
+            store32le(dst + 8 * b, (uint32_t)v);
+            store32le(dst + 8 * b + 4, (uint32_t)(v >> 32));
+        }
         return;
     }
+    /* CHUNK: block j of a chunk of c blocks gives bytes 4j..4j+3 of plane
+     * P0 (elements 0-3 in the low nibbles, 4-7 in the high ones) and of
+     * P1 at 4c (elements 8-11, 12-15): in each half of the block's word
+     * the nibbles a0..a3 b0..b3 interleaved into a0 b0 a1 b1 .. a3 b3, by
+     * two swaps of bit fields */
     for (size_t ch = 0; ch * CPU_CHUNK_BLOCKS < nb; ch++) {
-        unsigned c = (unsigned)(nb - ch * CPU_CHUNK_BLOCKS < CPU_CHUNK_BLOCKS
-                                    ? nb - ch * CPU_CHUNK_BLOCKS
-                                    : CPU_CHUNK_BLOCKS);
+        const size_t c = nb - ch * CPU_CHUNK_BLOCKS < CPU_CHUNK_BLOCKS
+                             ? nb - ch * CPU_CHUNK_BLOCKS
+                             : CPU_CHUNK_BLOCKS;
         const uint8_t *s = src + ch * CPU_CHUNK_BYTES;
         uint8_t *d = dst + ch * CPU_CHUNK_BYTES;
 
-        for (unsigned e = 0; e < 16 * c; e++) {
-            unsigned byte, hi;
-            uint8_t code = (s[e / 2] >> (4 * (e & 1))) & 0xF;
-            chunk_pos(e, c, &byte, &hi);
-            d[byte] |= (uint8_t)(code << (4 * hi));
+        for (size_t j = 0; j < c; j++) {
+            uint64_t x = load64le(s + 8 * j), t;
+
+            t = (x ^ (x >> 8)) & UINT64_C(0x0000FF000000FF00);
+            x ^= t ^ (t << 8);
+            t = (x ^ (x >> 4)) & UINT64_C(0x00F000F000F000F0);
+            x ^= t ^ (t << 4);
+            store32le(d + 4 * j, (uint32_t)x);
+            store32le(d + 4 * c + 4 * j, (uint32_t)(x >> 32));
         }
     }
 }
