@@ -94,42 +94,88 @@ nvfp4_status nvfp4m_check_counts(nvfp4_checkpoint *ck, const nvfp4_config *cfg,
     return NVFP4_OK;
 }
 
-/* Index of the first NaN or Inf element, or UINT64_MAX.  The exponent field
- * all ones is both; data need not be aligned, hence memcpy. */
-static uint64_t first_nonfinite(const nvfp4_tensor *t)
+/* Whether element I of T (F32, BF16, F16 or F64) is a NaN or an infinity:
+ * its exponent field all ones.  The data need not be aligned, hence
+ * memcpy. */
+static int nonfinite_at(const nvfp4_tensor *t, uint64_t i)
 {
     const unsigned char *p = t->data;
 
     switch (t->dtype) {
-    case NVFP4_DTYPE_F32:
-        for (uint64_t i = 0; i < t->numel; i++) {
-            uint32_t v;
-            memcpy(&v, p + 4 * i, 4);
-            if ((v & 0x7F800000u) == 0x7F800000u)
-                return i;
-        }
-        break;
+    case NVFP4_DTYPE_F32: {
+        uint32_t v;
+        memcpy(&v, p + 4 * i, 4);
+        return (v & 0x7F800000u) == 0x7F800000u;
+    }
     case NVFP4_DTYPE_BF16:
     case NVFP4_DTYPE_F16: {
-        uint16_t mask = t->dtype == NVFP4_DTYPE_BF16 ? 0x7F80u : 0x7C00u;
-        for (uint64_t i = 0; i < t->numel; i++) {
-            uint16_t v;
-            memcpy(&v, p + 2 * i, 2);
-            if ((v & mask) == mask)
-                return i;
-        }
-        break;
+        const uint16_t mask = t->dtype == NVFP4_DTYPE_BF16 ? 0x7F80u : 0x7C00u;
+        uint16_t v;
+        memcpy(&v, p + 2 * i, 2);
+        return (v & mask) == mask;
     }
-    case NVFP4_DTYPE_F64:
-        for (uint64_t i = 0; i < t->numel; i++) {
-            uint64_t v;
-            memcpy(&v, p + 8 * i, 8);
-            if ((v & UINT64_C(0x7FF0000000000000)) == UINT64_C(0x7FF0000000000000))
-                return i;
-        }
-        break;
+    case NVFP4_DTYPE_F64: {
+        uint64_t v;
+        memcpy(&v, p + 8 * i, 8);
+        return (v & UINT64_C(0x7FF0000000000000)) == UINT64_C(0x7FF0000000000000);
+    }
     default:
-        break;
+        return 0;
+    }
+}
+
+/* Whether 16-bit elements I0 .. I1-1 at P hold one with MASK's bits all
+ * set: no early exit, so that the compiler runs it in vector lanes (and
+ * the same over 32-bit elements). */
+static int any_masked16(const unsigned char *p, uint64_t i0, uint64_t i1, uint16_t mask)
+{
+    unsigned any = 0;
+
+    for (uint64_t i = i0; i < i1; i++) {
+        uint16_t v;
+        memcpy(&v, p + 2 * i, 2);
+        any |= (v & mask) == mask;
+    }
+    return any != 0;
+}
+
+static int any_masked32(const unsigned char *p, uint64_t i0, uint64_t i1, uint32_t mask)
+{
+    unsigned any = 0;
+
+    for (uint64_t i = i0; i < i1; i++) {
+        uint32_t v;
+        memcpy(&v, p + 4 * i, 4);
+        any |= (v & mask) == mask;
+    }
+    return any != 0;
+}
+
+/* Index of the first NaN or Inf element, or UINT64_MAX: stretches of
+ * FINITE_STRETCH elements scanned whole, the one that holds a bad element
+ * then element by element (one element at a time, the bf16 embeddings and
+ * head of a Llama-3-8B-shaped checkpoint took 0.7 s of its 7 s load). */
+#define FINITE_STRETCH 4096
+static uint64_t first_nonfinite(const nvfp4_tensor *t)
+{
+    const unsigned char *p = t->data;
+
+    for (uint64_t i0 = 0; i0 < t->numel; i0 += FINITE_STRETCH) {
+        const uint64_t i1 = t->numel - i0 < FINITE_STRETCH ? t->numel : i0 + FINITE_STRETCH;
+        int hit;
+
+        switch (t->dtype) {
+        case NVFP4_DTYPE_F32: hit = any_masked32(p, i0, i1, 0x7F800000u); break;
+        case NVFP4_DTYPE_BF16: hit = any_masked16(p, i0, i1, 0x7F80u); break;
+        case NVFP4_DTYPE_F16: hit = any_masked16(p, i0, i1, 0x7C00u); break;
+        case NVFP4_DTYPE_F64: hit = 1; break; /* rare: element by element */
+        default: return UINT64_MAX;
+        }
+        if (!hit)
+            continue;
+        for (uint64_t i = i0; i < i1; i++)
+            if (nonfinite_at(t, i))
+                return i;
     }
     return UINT64_MAX;
 }

@@ -723,6 +723,51 @@ END_TEST
 /* Bad KV-cache scales: missing, zero, negative, NaN, infinite, not a
  * scalar, and a kv_cache_quant_config that is not static fp8 per-tensor:
  * each refused naming the tensor or the key. */
+/* A NaN or infinity deep in a large unquantized tensor (the finiteness scan
+ * reads stretches of elements whole, then the one with a hit element by
+ * element): the error names the tensor and the first bad element's index,
+ * the index poked here, at a stretch's first element and further on with
+ * an infinity after it. */
+START_TEST(test_nonfinite_far)
+{
+    static const char *const name = "model.embed_tokens.weight";
+    static const struct {
+        uint64_t at, also;
+    } cases[] = {{4096, 4096}, {30001, 30007}, {40959, 40959}};
+    nvfp4_error err;
+
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char tag[32], want[64];
+        const char *dir;
+        nvfp4_checkpoint *ck;
+        const nvfp4_tensor *t;
+        size_t nbytes;
+        uint8_t *b;
+
+        snprintf(tag, sizeof(tag), "nanfar%zu", c);
+        dir = make_dir_of("llama", tag);
+        ck = nvfp4_checkpoint_open(dir, &err);
+        ck_assert_msg(ck != NULL, "%s", err.text);
+        ck_assert_int_eq(nvfp4_checkpoint_get(ck, name, &t, &err), NVFP4_OK);
+        ck_assert_int_eq(t->dtype, NVFP4_DTYPE_BF16);
+        ck_assert_uint_gt(t->numel, cases[c].at);
+        nbytes = (size_t)t->nbytes;
+        b = malloc(nbytes);
+        memcpy(b, t->data, nbytes);
+        nvfp4_checkpoint_free(ck);
+        b[2 * cases[c].also] = 0x80; /* +inf: 0x7F80 */
+        b[2 * cases[c].also + 1] = 0x7F;
+        b[2 * cases[c].at] = 0xC0; /* NaN: 0x7FC0 */
+        b[2 * cases[c].at + 1] = 0x7F;
+        poke_tensor(dir, name, b, nbytes);
+        free(b);
+        ck_assert_int_eq(open_dir(dir, &err), NVFP4_ERR_INVALID);
+        snprintf(want, sizeof(want), "element %llu of", (unsigned long long)cases[c].at);
+        ck_assert_msg(strstr(err.text, want) && strstr(err.text, name), "%s", err.text);
+    }
+}
+END_TEST
+
 START_TEST(test_kvfp8_bad_scales)
 {
     static const uint16_t bad[] = {0x0000, 0xBC00 /* -0.0078 */, 0x7FC0 /* NaN */,
@@ -978,6 +1023,7 @@ int main(void)
                         (int)(sizeof(kv_models) / sizeof(kv_models[0])));
     tcase_add_test(tc, test_kvfp8_matters);
     tcase_add_test(th, test_kvfp8_bad_scales);
+    tcase_add_test(th, test_nonfinite_far);
     tcase_add_loop_test(tc, test_synth_like_quark, 0, (int)NOK_QUARK);
     tcase_add_loop_test(tc, test_synth_like_quark_arch, 0,
                         (int)(sizeof(synth_arch_models) / sizeof(synth_arch_models[0])));
