@@ -124,30 +124,30 @@ static int nonfinite_at(const nvfp4_tensor *t, uint64_t i)
     }
 }
 
-/* Whether 16-bit elements I0 .. I1-1 at P hold one with MASK's bits all
- * set: no early exit, so that the compiler runs it in vector lanes (and
- * the same over 32-bit elements). */
-static int any_masked16(const unsigned char *p, uint64_t i0, uint64_t i1, uint16_t mask)
+/* The 16- or 32-bit element at Q, in the host's order. */
+static inline uint32_t elem_at(const unsigned char *q, size_t esz)
 {
-    unsigned any = 0;
+    uint16_t h;
+    uint32_t w;
 
-    for (uint64_t i = i0; i < i1; i++) {
-        uint16_t v;
-        memcpy(&v, p + 2 * i, 2);
-        any |= (v & mask) == mask;
+    if (esz == 2) {
+        memcpy(&h, q, 2);
+        return h;
     }
-    return any != 0;
+    memcpy(&w, q, 4);
+    return w;
 }
 
-static int any_masked32(const unsigned char *p, uint64_t i0, uint64_t i1, uint32_t mask)
+/* Whether elements I0 .. I1-1 of ESZ (2 or 4, a constant at each call)
+ * bytes at P hold one with MASK's bits all set: no early exit, so that the
+ * compiler runs it in vector lanes. */
+static inline int any_masked(const unsigned char *p, uint64_t i0, uint64_t i1, size_t esz,
+                             uint32_t mask)
 {
     unsigned any = 0;
 
-    for (uint64_t i = i0; i < i1; i++) {
-        uint32_t v;
-        memcpy(&v, p + 4 * i, 4);
-        any |= (v & mask) == mask;
-    }
+    for (uint64_t i = i0; i < i1; i++)
+        any |= (elem_at(p + esz * i, esz) & mask) == mask;
     return any != 0;
 }
 
@@ -165,9 +165,9 @@ static uint64_t first_nonfinite(const nvfp4_tensor *t)
         int hit;
 
         switch (t->dtype) {
-        case NVFP4_DTYPE_F32: hit = any_masked32(p, i0, i1, 0x7F800000u); break;
-        case NVFP4_DTYPE_BF16: hit = any_masked16(p, i0, i1, 0x7F80u); break;
-        case NVFP4_DTYPE_F16: hit = any_masked16(p, i0, i1, 0x7C00u); break;
+        case NVFP4_DTYPE_F32: hit = any_masked(p, i0, i1, 4, 0x7F800000u); break;
+        case NVFP4_DTYPE_BF16: hit = any_masked(p, i0, i1, 2, 0x7F80u); break;
+        case NVFP4_DTYPE_F16: hit = any_masked(p, i0, i1, 2, 0x7C00u); break;
         case NVFP4_DTYPE_F64: hit = 1; break; /* rare: element by element */
         default: return UINT64_MAX;
         }
