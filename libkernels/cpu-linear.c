@@ -226,8 +226,6 @@ static inline void block_pos(size_t b, unsigned e, size_t nb, size_t *byte, unsi
     }
 }
 
-/* Repack one row of K/2 bytes from the file layout (§2: element 2i in the
- * low nibble of byte i). */
 /* Little-endian words of a row's bytes (whatever the host's order). */
 static inline uint64_t load64le(const uint8_t *p)
 {
@@ -244,7 +242,8 @@ static inline void store32le(uint8_t *p, uint32_t w)
         p[i] = (uint8_t)w;
 }
 
-/* A row in the file's order (element e of block b: nibble e of the
+/* Repack one row of K/2 bytes from the file layout (§2: element 2i in the
+ * low nibble of byte i, so element e of block b is nibble e of the
  * little-endian word of bytes 8b .. 8b+7) into LAYOUT, a word at a time
  * (block_pos, chunk_pos give the same places one element at a time). */
 static void repack_row(const uint8_t *src, int64_t k, int layout, uint8_t *dst)
@@ -2623,7 +2622,7 @@ static nvfp4_status linear_run_n(cpu_ctx *ctx, cpu_kweight *const *ws,
 
     for (size_t i = 0; i < count; i++)
         if (ws[i]->bias) {
-            prep_job j = {PREP_BIAS, NULL, 0,    0.0f, ys[i], &a, 0, 0, ws[i]->bias,
+            prep_job j = {PREP_BIAS, NULL, 0, 0.0f, ys[i], &a, 0, 0, ws[i]->bias,
                           (size_t)descs[i]->n, m};
             nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
         }
