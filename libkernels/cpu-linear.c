@@ -960,31 +960,31 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static 
 
 /* §5's E2M1 codes of one block of 16 in AVX-512, doubled (-12..12), from
  * its osc = gs / s: the same float32 product x * osc as numerics.h's
- * num_qdq_code, and E2M1 round-half-even by counting the edges of
- * NUM_E2M1_EDGES passed (saturating like the clamp to 6).  TWICE: 2 *
- * e2m1_f as integers (qdq_twice()). */
+ * num_qdq_code, rounded as num_e2m1_encode's edges (NUM_E2M1_EDGES) round
+ * it, by the float adder instead of seven compares: E2M1's steps are 0.5
+ * below 2, 1 in [2, 4), 2 from 4, so a + M - M with M = 2^22 times the
+ * power of two at or below a (2^22 at the least) rounds a to its step,
+ * half to even, as the edges do (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 ->
+ * 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4), and the minimum with 6 saturates (7,
+ * infinity; a past 2^105 makes M infinite or wraps it below 2^22, and
+ * either way the minimum gives 6).  NaN passes no edge: max(a, 0) makes
+ * it 0 first.  The sign is x's (a zero code stays 0 as an integer). */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __m512i
-qdq_codes_avx512(__m512 v, __m512 osc, __m512i twice)
+qdq_codes_avx512(__m512 v, __m512 osc)
 {
-    const __m512 a = _mm512_abs_ps(_mm512_mul_ps(v, osc));
-    __m512i q = _mm512_setzero_si512();
-    const __m512i one = _mm512_set1_epi32(1);
+    const __m512 a = _mm512_max_ps(_mm512_abs_ps(_mm512_mul_ps(v, osc)), _mm512_setzero_ps());
+    const __m512i mbits = _mm512_max_epi32(
+        _mm512_add_epi32(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7F800000)),
+                         _mm512_set1_epi32(22 << 23)),
+        _mm512_set1_epi32(0x4A800000));
+    const __m512 m = _mm512_castsi512_ps(mbits);
+    const __m512 r = _mm512_min_ps(_mm512_sub_ps(_mm512_add_ps(a, m), m), _mm512_set1_ps(6.0f));
+    /* 2r with x's sign bit: r | (x & sign), an exact integer */
+    const __m512i d = _mm512_ternarylogic_epi32(_mm512_castps_si512(_mm512_add_ps(r, r)),
+                                                _mm512_castps_si512(v),
+                                                _mm512_set1_epi32((int)0x80000000u), 0xF8);
 
-#define QDQ_PASS(e, cmp) \
-    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(a, _mm512_set1_ps(e), _CMP_##cmp##_OQ), q, one);
-    NUM_E2M1_EDGES(QDQ_PASS)
-#undef QDQ_PASS
-    /* negative inputs take the negative code; zero stays +0 (§1) */
-    q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), q,
-                              _mm512_set1_epi32(8));
-    /* code -> 2 * E2M1 value, exact; -0 -> 0 */
-    return _mm512_permutexvar_epi32(q, twice);
-}
-
-__attribute__((target("avx512f"))) static inline __m512i qdq_twice(void)
-{
-    const __m512 v = _mm512_loadu_ps(e2m1_f);
-    return _mm512_cvttps_epi32(_mm512_add_ps(v, v));
+    return _mm512_cvttps_epi32(_mm512_castsi512_ps(d));
 }
 
 /* §5 for one block of 16 in AVX-512: the doubled E2M1 codes and s / gs.
@@ -998,7 +998,7 @@ qdq_block_avx512(const float *xb, float gs, float *back_out)
     float osc;
 
     (void)num_qdq_scale(_mm512_reduce_max_ps(_mm512_abs_ps(v)), gs, &osc, back_out);
-    return qdq_codes_avx512(v, _mm512_set1_ps(osc), qdq_twice());
+    return qdq_codes_avx512(v, _mm512_set1_ps(osc));
 }
 
 /* num_qdq_scale() in 16 lanes, the same IEEE operations lane by lane: s =
@@ -1050,7 +1050,7 @@ quantize_row_q8(const float *x, size_t k, float gs, int8_t *q, float *xs,
                 int32_t *corr, int8_t *aq)
 {
     const size_t nb = k / NVFP4_BLOCK, nch = chunks_of((int64_t)k);
-    const __m512i twice = qdq_twice(), ones = _mm512_set1_epi8(1);
+    const __m512i ones = _mm512_set1_epi8(1);
     /* step s, dword j: dword 4j + s of the blocks' bytes, blocks 0-7 from
      * the first pair of registers, 8-15 from the second */
     const __m512i idx = _mm512_set_epi32(28, 24, 20, 16, 12, 8, 4, 0, 28, 24, 20, 16, 12, 8, 4, 0);
@@ -1075,7 +1075,7 @@ quantize_row_q8(const float *x, size_t k, float gs, int8_t *q, float *xs,
                 _mm_storeu_si128(
                     (__m128i *)(aq + (b0 + j) * AMX_A_BLOCK),
                     _mm512_cvtepi32_epi8(
-                        qdq_codes_avx512(_mm512_loadu_ps(xc + j * NVFP4_BLOCK), oj, twice)));
+                        qdq_codes_avx512(_mm512_loadu_ps(xc + j * NVFP4_BLOCK), oj)));
             }
             continue;
         }
@@ -1083,7 +1083,7 @@ quantize_row_q8(const float *x, size_t k, float gs, int8_t *q, float *xs,
             memset(codes, 0, sizeof(codes));
         for (size_t j = 0; j < cnt; j++) {
             const __m512 oj = _mm512_permutexvar_ps(_mm512_set1_epi32((int)j), osc);
-            const __m512i cj = qdq_codes_avx512(_mm512_loadu_ps(xc + j * NVFP4_BLOCK), oj, twice);
+            const __m512i cj = qdq_codes_avx512(_mm512_loadu_ps(xc + j * NVFP4_BLOCK), oj);
             const __m128i c8 = _mm512_cvtepi32_epi8(cj);
 
             _mm_store_si128((__m128i *)(codes + j * NVFP4_BLOCK), c8);
