@@ -385,8 +385,9 @@ typedef struct {
     size_t vnni0;       /* q and corr hold tokens from vnni0 on: the AMX
                          * kernel takes every row of the tokens before
                          * (linear_run); 0 for the other paths */
-    int *amx_failed;    /* set when amx_range could not get its tiles' memory
-                         * and vnni0 left it no VNNI fallback */
+    int64_t *amx_failed; /* the rows (n) of a weight whose tiles' memory
+                          * amx_range could not get, vnni0 leaving it no
+                          * VNNI fallback; 0: none */
 } act_q8;
 
 /* Tokens of a group in aq, and bytes of one block's A tile there. */
@@ -2274,7 +2275,7 @@ static void amx_range(const tiles_job *j, size_t tile0, size_t tile1)
         if (j->a->vnni0 == 0)
             vnni_rows(j, 0, m, tile0 * rt, tile1 * rt < n ? tile1 * rt : n);
         else
-            __atomic_store_n(j->a->amx_failed, 1, __ATOMIC_RELAXED);
+            __atomic_store_n(j->a->amx_failed, (int64_t)n, __ATOMIC_RELAXED);
         return;
     }
     amx_begin();
@@ -2532,7 +2533,8 @@ static nvfp4_status linear_run_n(cpu_ctx *ctx, cpu_kweight *const *ws,
     act_q8 a;
     const float *xin = x;
     unsigned char *buf;
-    int path, locked = 0, amx_failed = 0;
+    int path, locked = 0;
+    int64_t amx_failed = 0;
 
     if (desc->scheme == NVFP4_SCHEME_NONE) {
         path = isa >= CPU_ISA_AVX512 ? PATH_DENSE_AVX512 : PATH_DENSE_SCALAR;
@@ -2614,11 +2616,11 @@ static nvfp4_status linear_run_n(cpu_ctx *ctx, cpu_kweight *const *ws,
                 desc->scheme == NVFP4_SCHEME_NONE ? 0 : nch, m, nth, ys);
     if (buf)
         nvfp4k_cpu_scratch_put(&ctx->act_scratch, buf, locked);
-    if (__atomic_load_n(&amx_failed, __ATOMIC_RELAXED))
+    if ((amx_failed = __atomic_load_n(&amx_failed, __ATOMIC_RELAXED)) != 0)
         return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "linear", -1,
                                "out of memory for the AMX tiles of a product of %zu tokens x "
-                               "%zu",
-                               m, k);
+                               "%zu by a weight of %lld rows",
+                               m, k, (long long)amx_failed);
 
     for (size_t i = 0; i < count; i++)
         if (ws[i]->bias) {
