@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* exp16(): e^x in the 16 float32 lanes of an AVX-512 register, for the CPU
- * attention's softmax (cpu.c); a header of its own so that test-kernels
+ * attention's softmax (cpu-attn.c); a header of its own so that test-kernels
  * can check it against float64 exp directly.  x86 with a GNU compiler. */
 #ifndef NVFP4_CPU_EXP16_H
 #define NVFP4_CPU_EXP16_H

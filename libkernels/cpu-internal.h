@@ -9,10 +9,27 @@
 
 #include "backend-impl.h"
 
-/* cpu.c, cpu-linear.c and cpu-pool.c compile their x86 kernels (AVX2,
- * AVX-512, AMX) with GCC or Clang on x86, and only their generic C paths
- * where NVFP4_CPU_GENERIC is defined (make check builds them so,
+/* cpu.c, cpu-attn.c, cpu-linear.c and cpu-pool.c compile their x86 kernels
+ * (AVX2, AVX-512, AMX) with GCC or Clang on x86, and only their generic C
+ * paths where NVFP4_CPU_GENERIC is defined (make check builds them so,
  * tests/local.mk: the code other architectures build keeps compiling). */
+
+/* CPU_HAVE_X86: the AVX-512 paths of cpu.c and cpu-attn.c are compiled;
+ * lanes16(n): the mask of the first min(n, 16) lanes of a vector. */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(NVFP4_CPU_GENERIC)
+#include <immintrin.h>
+static inline __mmask16 lanes16(size_t n)
+{
+    return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+}
+
+#define CPU_HAVE_X86 1
+#endif
+
+/* Below this many elements an elementwise or row operation runs on the
+ * calling thread: waking the team costs more than the work (decode steps
+ * call these on one token). */
+#define CPU_PAR_MIN 32768
 
 /* Instruction-set levels, lowest first.  The backend runs the highest one the
  * CPU has, capped by $NVFP4_CPU_ISA (scalar|avx2|avx512|vnni|amx) so that
@@ -127,5 +144,15 @@ nvfp4_status nvfp4k_cpu_linear_multi(void *ctx, const struct nvfp4_kweight *cons
                                      nvfp4_error *err);
 nvfp4_status nvfp4k_cpu_embed(void *ctx, void *kw, const nvfp4_kweight_desc *desc,
                        const int32_t *ids, size_t m, float *y, nvfp4_error *err);
+/* Paged attention: the backend's attention_paged (cpu-attn.c). */
+nvfp4_status nvfp4k_cpu_attention_paged(void *ctx, const float *q, const float *k,
+                                        const float *v, const nvfp4_kv_pages *kv, size_t m,
+                                        size_t nh, size_t nkv, size_t hd, float scale,
+                                        float *out, nvfp4_error *err);
+/* The contiguous cache's attention, the paged one over one block (cpu-attn.c). */
+nvfp4_status nvfp4k_cpu_attention(void *ctx, const float *q, const float *k, const float *v,
+                                  float *k_cache, float *v_cache, size_t max_ctx,
+                                  size_t pos0, size_t m, size_t nh, size_t nkv, size_t hd,
+                                  float scale, float *out, nvfp4_error *err);
 
 #endif

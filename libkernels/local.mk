@@ -10,6 +10,7 @@ libkernels_libnvfp4_kernels_la_SOURCES = \
 	%reldir%/cpu-lanes16.h \
 	%reldir%/registry.c \
 	%reldir%/cpu.c \
+	%reldir%/cpu-attn.c \
 	%reldir%/cpu-linear.c \
 	%reldir%/cpu-pool.c \
 	%reldir%/comm-impl.h \

@@ -1,0 +1,1098 @@
+/* SPDX-License-Identifier: MIT */
+/* The CPU backend's attention: causal grouped-query attention through the
+ * block tables of a paged KV cache, float32 or FP8 (E4M3) pools
+ * (nvfp4k_cpu_attention_paged()), and the contiguous cache's attention as
+ * the paged one over an identity block table (nvfp4k_cpu_attention()).
+ * Scalar, AVX-512 and, for a prefill's rows, key-transposed AVX-512 paths;
+ * every (row, head) is reduced by one thread in position order, so results
+ * do not depend on the thread count or on the other rows of the call. */
+#include "config.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu-internal.h"
+#include "numerics.h" /* E4M3 codec of FP8 KV pools: libquant/numerics.h */
+
+static float dot_scalar(const float *a, const float *b, size_t n)
+{
+    float s = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+/* ---- paged attention ------------------------------------------------------- */
+
+/* Address of position P of a sequence: slot P % block of block TAB[P / block]. */
+static inline const float *page_row(const float *pool, const int32_t *tab, size_t block,
+                                    size_t kvw, size_t p)
+{
+    return pool + ((size_t)tab[p / block] * block + p % block) * kvw;
+}
+
+/* page_row for FP8 pools: one byte an element. */
+static inline const uint8_t *page_row8(const uint8_t *pool, const int32_t *tab, size_t block,
+                                       size_t kvw, size_t p)
+{
+    return pool + ((size_t)tab[p / block] * block + p % block) * kvw;
+}
+
+static void pwsum_scalar(float *out, const float *w, float inv, const float *pool,
+                         const int32_t *tab, size_t block, size_t kvw, size_t off,
+                         size_t first, size_t len, size_t n)
+{
+    memset(out, 0, n * sizeof(float));
+    for (size_t p = first; p < len; p++) {
+        const float wgt = w[p] * inv;
+        const float *vp = page_row(pool, tab, block, kvw, p) + off;
+        for (size_t d = 0; d < n; d++)
+            out[d] += wgt * vp[d];
+    }
+}
+
+
+/* One (row, head) without SIMD: scores of QI against the keys of positions
+ * first .. len-1 (found through TAB in KPOOL), a numerically safe softmax
+ * (max subtracted) in float32, and the weighted sum of the values into O,
+ * in position order.  SC holds len scores.  (AVX-512: attend_group().) */
+static void attend_head(const float *qi, float *o, const float *kpool, const float *vpool,
+                        const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first,
+                        size_t len, size_t hd, float scale, const float *sink, float *sc)
+{
+    float mx = -INFINITY, sum = 0.0f, inv;
+
+    for (size_t p = first; p < len; p++) {
+        const float *kr = page_row(kpool, tab, bs, kvw, p) + off;
+        sc[p] = dot_scalar(qi, kr, hd) * scale;
+        if (sc[p] > mx)
+            mx = sc[p];
+    }
+    if (sink && *sink > mx) /* transformers: cat, minus the max, softmax */
+        mx = *sink;
+    for (size_t p = first; p < len; p++) {
+        sc[p] = expf(sc[p] - mx);
+        sum += sc[p];
+    }
+    if (sink) /* gpt-oss: the head's sink, one more logit with no value */
+        sum += expf(*sink - mx);
+    inv = 1.0f / sum;
+    pwsum_scalar(o, sc, inv, vpool, tab, bs, kvw, off, first, len, hd);
+}
+
+/* Query heads attended together that share a KV head (grouped-query
+ * attention): each key and value row is loaded once for all of them. */
+#define ATTN_GROUP 4
+
+#ifdef CPU_HAVE_X86
+/* Positions ahead whose key and value rows are prefetched: a head's rows
+ * are hd floats nkv * hd apart in the pool, a pattern the hardware
+ * prefetchers follow poorly, and the first pass over a decode step's
+ * context waited on every key's load from memory (perf).  Keys go to L1
+ * for the scores, values to L2 for the weighted sum that follows. */
+#define ATTN_PREFETCH 32
+
+#include "cpu-exp16.h"
+#include "cpu-lanes16.h"
+
+/* A walk over the rows of positions first, first + 1, ... of a block table
+ * (page_row() without a division per row). */
+typedef struct {
+    const int32_t *tab;
+    size_t bs, blk, in;
+} page_walk;
+
+static inline page_walk page_walk_at(const int32_t *tab, size_t bs, size_t p)
+{
+    page_walk w = {tab, bs, p / bs, p % bs};
+    return w;
+}
+
+/* The row index of the walk's position; then on to the next. */
+static inline size_t page_walk_next(page_walk *w)
+{
+    const size_t r = (size_t)w->tab[w->blk] * w->bs + w->in;
+    if (++w->in == w->bs)
+        w->in = 0, w->blk++;
+    return r;
+}
+
+/* FP8 pools read inside attend_group(): the keys of 16 positions at a time
+ * and the values of 16 positions, 64 of their elements at a time,
+ * dequantized (fp8_rows) into scratch that stays in L1, where the prefill
+ * path dequantizes a sequence's rows once into scratch of the whole context
+ * (fp8_gather_kv). */
+typedef struct {
+    const uint8_t *k, *v; /* the pools */
+    float ks, vs;         /* their scales */
+    int wide;             /* attn_job.wide */
+    float *kbuf, *vbuf;   /* 16 rows of hd floats, 16 rows of 64 */
+} attn_fp8;
+
+static void fp8_rows(int wide, float *out, const uint8_t *pool, const int32_t *tab, size_t bs,
+                     size_t kvw, size_t off, size_t first, size_t len, size_t n, float scale);
+
+/* Softmax weights below e^ATTN_EXP_FLOOR of the largest (1.6e-28) are 0:
+ * they change no float32 sum of weighted values that is not itself that
+ * small.  Below e^-87.3 they were subnormal, as were their products, and
+ * each vector operation on a subnormal takes a microcode assist on x86: a
+ * prefill of 512 rows at the SmolLM2 shape whose scores spread over a few
+ * hundred took 45 ms a layer against 5.5 (1 thread, queries scaled by
+ * 400).  From e^-64, times 1 / sum >= 2^-31, a weight stays normal. */
+#define ATTN_EXP_FLOOR (-64.0f)
+
+/* The rest of attend_group_body() once the scores of G query heads are in
+ * SC (G rows of MAXLEN) and MXV holds their maxima in 16 lanes: the
+ * softmax (weights below e^ATTN_EXP_FLOOR 0) and the weighted sum of the
+ * values into O.  The prefill path (attend_rows_body) shares it. */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t kvw, size_t off,
+            size_t first, size_t len, size_t hd, const float *sink, float *sc, size_t maxlen,
+            const attn_fp8 *f8, const int G, const __m512 *mxv)
+{
+    const __m512 floor = _mm512_set1_ps(ATTN_EXP_FLOOR);
+    float mx[ATTN_GROUP];
+    page_walk wval;
+
+    for (int g = 0; g < G; g++) {
+        float *scg = sc + (size_t)g * maxlen;
+        __m512 acc = _mm512_setzero_ps(), m, inv;
+        float sum;
+
+        mx[g] = _mm512_reduce_max_ps(mxv[g]);
+        if (sink && sink[g] > mx[g]) /* transformers: cat, minus the max, softmax */
+            mx[g] = sink[g];
+        m = _mm512_set1_ps(mx[g]);
+        for (size_t p0 = first; p0 < len; p0 += 16) {
+            const __mmask16 mk = lanes16(len - p0);
+            const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(mk, scg + p0), m);
+            /* below ATTN_EXP_FLOOR 0 (a NaN kept), and exp16 of the floor
+             * there, so that no lane makes a subnormal whether or not the
+             * compiler folds the mask into exp16's last operation */
+            const __mmask16 keep = mk & (__mmask16)~_mm512_cmp_ps_mask(x, floor, _CMP_LT_OQ);
+            const __m512 e = _mm512_maskz_mov_ps(keep, exp16(_mm512_max_ps(floor, x)));
+            _mm512_mask_storeu_ps(scg + p0, mk, e);
+            acc = _mm512_add_ps(acc, e);
+        }
+        sum = _mm512_reduce_add_ps(acc);
+        /* gpt-oss: the head's sink, one more logit with no value */
+        if (sink && !(sink[g] - mx[g] < ATTN_EXP_FLOOR))
+            sum += _mm512_cvtss_f32(exp16(_mm512_set1_ps(sink[g] - mx[g])));
+        inv = _mm512_set1_ps(1.0f / sum);
+        for (size_t p0 = first; p0 < len; p0 += 16) {
+            const __mmask16 mk = lanes16(len - p0);
+            _mm512_mask_storeu_ps(scg + p0, mk,
+                                  _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, scg + p0), inv));
+        }
+    }
+    for (size_t d0 = 0; d0 < hd; d0 += 64) {
+        const size_t nd = hd - d0 < 64 ? hd - d0 : 64;
+        const __mmask16 m0 = lanes16(nd), m1 = lanes16(nd > 16 ? nd - 16 : 0),
+                        m2 = lanes16(nd > 32 ? nd - 32 : 0), m3 = lanes16(nd > 48 ? nd - 48 : 0);
+        __m512 a[ATTN_GROUP][4];
+
+        for (int g = 0; g < G; g++)
+            for (int l = 0; l < 4; l++)
+                a[g][l] = _mm512_setzero_ps();
+        wval = page_walk_at(tab, bs, first);
+        for (size_t p0 = first; p0 < len; p0 += 16) {
+            const size_t c = len - p0 < 16 ? len - p0 : 16;
+
+            if (f8)
+                fp8_rows(f8->wide, f8->vbuf, f8->v, tab, bs, kvw, off + d0, p0, p0 + c, nd,
+                         f8->vs);
+            for (size_t l = 0; l < c; l++) {
+                const float *vp =
+                    f8 ? f8->vbuf + l * nd : vpool + page_walk_next(&wval) * kvw + off + d0;
+                const __m512 v0 = _mm512_maskz_loadu_ps(m0, vp);
+                const __m512 v1 = nd > 16 ? _mm512_maskz_loadu_ps(m1, vp + 16) : v0;
+                const __m512 v2 = nd > 32 ? _mm512_maskz_loadu_ps(m2, vp + 32) : v0;
+                const __m512 v3 = nd > 48 ? _mm512_maskz_loadu_ps(m3, vp + 48) : v0;
+#pragma GCC unroll 4
+                for (int g = 0; g < G; g++) {
+                    const __m512 wv = _mm512_set1_ps(sc[(size_t)g * maxlen + p0 + l]);
+                    a[g][0] = _mm512_fmadd_ps(wv, v0, a[g][0]);
+                    if (nd > 16)
+                        a[g][1] = _mm512_fmadd_ps(wv, v1, a[g][1]);
+                    if (nd > 32)
+                        a[g][2] = _mm512_fmadd_ps(wv, v2, a[g][2]);
+                    if (nd > 48)
+                        a[g][3] = _mm512_fmadd_ps(wv, v3, a[g][3]);
+                }
+            }
+        }
+        for (int g = 0; g < G; g++) {
+            float *og = o + (size_t)g * hd + d0;
+            _mm512_mask_storeu_ps(og, m0, a[g][0]);
+            _mm512_mask_storeu_ps(og + 16, m1, a[g][1]);
+            _mm512_mask_storeu_ps(og + 32, m2, a[g][2]);
+            _mm512_mask_storeu_ps(og + 48, m3, a[g][3]);
+        }
+    }
+}
+
+/* Attention of G query heads of one KV head (AVX-512; every wide path,
+ * float32 and FP8 pools, grouped or not, runs it, so their bits agree):
+ * the scores of 16 positions at a time, each a dot product of two
+ * accumulators over the head dimension whose lanes sum16x16() adds, times
+ * SCALE; the max (SINK, G logits or NULL, joins it); e^(score - max) by
+ * exp16() (0 below e^ATTN_EXP_FLOOR) summed in 16 lanes in position order
+ * and then across them (a sink adds its own term last); the weights
+ * score / sum; the weighted sum of the values in position order
+ * (attend_tail).  Each key and value row is read once for the G heads,
+ * from L1 for all but the first.  SC holds G rows of MAXLEN scores.  PF:
+ * prefetch the rows ahead (pools in memory; not the rows an FP8 gather has
+ * just written).  F8: FP8 pools read here (KPOOL and VPOOL unused), the
+ * same float32 values as their gathered rows. */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+attend_group_body(const float *q, float *o, const float *kpool, const float *vpool,
+                  const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first,
+                  size_t len, size_t hd, float scale, const float *sink, float *sc,
+                  size_t maxlen, int pf, const attn_fp8 *f8, const int G)
+{
+    __m512 mxv[ATTN_GROUP];
+    page_walk wk = page_walk_at(tab, bs, first),
+              wp = page_walk_at(tab, bs, first + ATTN_PREFETCH);
+
+    for (int g = 0; g < G; g++)
+        mxv[g] = _mm512_set1_ps(-INFINITY);
+    for (size_t p0 = first; p0 < len; p0 += 16) {
+        const size_t c = len - p0 < 16 ? len - p0 : 16;
+        const __mmask16 mk = lanes16(c);
+        const float *kr[16];
+
+        if (f8)
+            fp8_rows(f8->wide, f8->kbuf, f8->k, tab, bs, kvw, off, p0, p0 + c, hd, f8->ks);
+        for (size_t l = 0; l < c; l++) {
+            kr[l] = f8 ? f8->kbuf + l * hd : kpool + page_walk_next(&wk) * kvw + off;
+            if (pf && p0 + l + ATTN_PREFETCH < len) {
+                const size_t rn = page_walk_next(&wp) * kvw + off;
+                const size_t esz = f8 ? 1 : sizeof(float);
+                const char *kn = f8 ? (const char *)(f8->k + rn) : (const char *)(kpool + rn);
+                const char *vn = f8 ? (const char *)(f8->v + rn) : (const char *)(vpool + rn);
+                for (size_t b = 0; b < hd * esz; b += 64) {
+                    _mm_prefetch(kn + b, _MM_HINT_T0);
+                    _mm_prefetch(vn + b, _MM_HINT_T1);
+                }
+            }
+        }
+        for (int g = 0; g < G; g++) {
+            const float *qi = q + (size_t)g * hd;
+            __m512 u[16], s;
+
+#pragma GCC unroll 16
+            for (size_t l = 0; l < 16; l++) {
+                __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+                size_t i = 0;
+
+                if (l >= c) {
+                    u[l] = s0;
+                    continue;
+                }
+                for (; i + 32 <= hd; i += 32) {
+                    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i), _mm512_loadu_ps(kr[l] + i), s0);
+                    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i + 16),
+                                         _mm512_loadu_ps(kr[l] + i + 16), s1);
+                }
+                for (; i < hd; i += 16) {
+                    const __mmask16 mi = lanes16(hd - i);
+                    s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mi, qi + i),
+                                         _mm512_maskz_loadu_ps(mi, kr[l] + i), s0);
+                }
+                u[l] = _mm512_add_ps(s0, s1);
+            }
+            s = _mm512_mul_ps(sum16x16(u), _mm512_set1_ps(scale));
+            _mm512_mask_storeu_ps(sc + (size_t)g * maxlen + p0, mk, s);
+            /* a NaN score (first operand) leaves the max as it was */
+            mxv[g] = _mm512_mask_max_ps(mxv[g], mk, s, mxv[g]);
+        }
+    }
+    attend_tail(o, vpool, tab, bs, kvw, off, first, len, hd, sink, sc, maxlen, f8, G, mxv);
+}
+
+__attribute__((target("avx512f"))) static void
+attend_group(const float *q, float *o, const float *kpool, const float *vpool,
+             const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first, size_t len,
+             size_t hd, float scale, const float *sink, float *sc, size_t maxlen, int pf,
+             const attn_fp8 *f8, int G)
+{
+    /* the body for each group size, and for the common head sizes with
+     * their loops unrolled (the same operations as for any hd) */
+#define ATTN_BODY(HD, G_)                                                                         \
+    attend_group_body(q, o, kpool, vpool, tab, bs, kvw, off, first, len, HD, scale, sink, sc,    \
+                      maxlen, pf, f8, G_)
+#define ATTN_BODY_HD(G_)                                                                          \
+    do {                                                                                          \
+        if (hd == 64)                                                                             \
+            ATTN_BODY(64, G_);                                                                    \
+        else if (hd == 128)                                                                       \
+            ATTN_BODY(128, G_);                                                                   \
+        else                                                                                      \
+            ATTN_BODY(hd, G_);                                                                    \
+    } while (0)
+    switch (G) {
+    case 1:
+        ATTN_BODY_HD(1);
+        break;
+    case 2:
+        ATTN_BODY_HD(2);
+        break;
+    case 3:
+        ATTN_BODY_HD(3);
+        break;
+    default:
+        ATTN_BODY_HD(4);
+        break;
+    }
+#undef ATTN_BODY_HD
+#undef ATTN_BODY
+}
+#endif
+
+/* FP8 E4M3 pools (nvfp4_kv_elem): numerics.h's codec, the one vLLM's
+ * semantics were checked against (kvcache.c's fixtures). */
+static float e4m3_lut[256];
+#ifdef CPU_HAVE_X86
+/* fp8_gather_vbmi's: the bfloat16 bytes of each magnitude, the byte order */
+static uint8_t e4m3_bf16_lo[128], e4m3_bf16_hi[128], e4m3_unpack_perm[64];
+static int e4m3_vbmi; /* its tables are filled and the CPU has VBMI */
+#endif
+static pthread_once_t e4m3_lut_once = PTHREAD_ONCE_INIT;
+
+static void e4m3_lut_fill(void)
+{
+    for (int i = 0; i < 256; i++)
+        e4m3_lut[i] = num_e4m3_value((uint32_t)i);
+#ifdef CPU_HAVE_X86
+    for (int i = 0; i < 128; i++) {
+        uint32_t u;
+        memcpy(&u, &e4m3_lut[i], sizeof(u));
+        e4m3_bf16_lo[i] = (uint8_t)(u >> 16);
+        e4m3_bf16_hi[i] = (uint8_t)(u >> 24);
+    }
+    for (int r = 0; r < 4; r++)
+        for (int l = 0; l < 4; l++)
+            for (int t = 0; t < 4; t++)
+                e4m3_unpack_perm[16 * l + 4 * r + t] = (uint8_t)(16 * r + 4 * l + t);
+    e4m3_vbmi = __builtin_cpu_supports("avx512vbmi");
+#endif
+}
+
+static void fp8_store(uint8_t *dst, const float *x, size_t n, float scale)
+{
+    for (size_t d = 0; d < n; d++)
+        dst[d] = (uint8_t)num_e4m3_encode(x[d] / scale);
+}
+
+/* Head OFF of positions first .. len-1 of one pool, dequantized into the
+ * contiguous [len, hd] rows of OUT (position p at row p): e4m3 * scale, the
+ * very float32 value a float32 pool of quantize-dequantized rows held. */
+static void fp8_gather(float *out, const uint8_t *pool, const int32_t *tab, size_t bs,
+                       size_t kvw, size_t off, size_t first, size_t len, size_t hd,
+                       float scale)
+{
+    for (size_t p = first; p < len; p++) {
+        const uint8_t *r = page_row8(pool, tab, bs, kvw, p) + off;
+        float *o = out + (p - first) * hd;
+        for (size_t d = 0; d < hd; d++)
+            o[d] = e4m3_lut[r[d]] * scale;
+    }
+}
+
+#ifdef CPU_HAVE_X86
+/* fp8_gather 16 elements at a time: an E4M3 byte S EEEE MMM written as the
+ * binary16 S 0EEEE MMM0000000 is the same number over 2^8, subnormals
+ * included (both exponent biases differ by 8), so vcvtph2ps and an exact
+ * multiply by 256 give e4m3_lut's float; the two NaN codes (S 1111 111, a
+ * finite binary16) take the table's NaN.  Then the same multiply by the
+ * scale: the same bits as fp8_gather. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+fp8_gather_avx512(float *out, const uint8_t *pool, const int32_t *tab, size_t bs, size_t kvw,
+                  size_t off, size_t first, size_t len, size_t hd, float scale)
+{
+    const __m512 sv = _mm512_set1_ps(scale), k256 = _mm512_set1_ps(256.0f);
+    const __m512 nan_pos = _mm512_set1_ps(e4m3_lut[0x7F]), nan_neg = _mm512_set1_ps(e4m3_lut[0xFF]);
+    const __m256i mag = _mm256_set1_epi16(0x7F), sgn = _mm256_set1_epi16(0x80);
+
+    for (size_t p = first; p < len; p++) {
+        const uint8_t *r = page_row8(pool, tab, bs, kvw, p) + off;
+        float *o = out + (p - first) * hd;
+        for (size_t d = 0; d < hd; d += 16) {
+            const __mmask16 mk = lanes16(hd - d);
+            const __m256i w = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(mk, r + d));
+            const __m256i m7 = _mm256_and_si256(w, mag);
+            const __m256i h = _mm256_or_si256(_mm256_slli_epi16(m7, 7),
+                                              _mm256_slli_epi16(_mm256_and_si256(w, sgn), 8));
+            const __mmask16 nan = _mm256_cmpeq_epi16_mask(m7, mag);
+            const __mmask16 neg = _mm256_cmpeq_epi16_mask(_mm256_and_si256(w, sgn), sgn);
+            __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(h), k256);
+
+            f = _mm512_mask_mov_ps(f, nan & (__mmask16)~neg, nan_pos);
+            f = _mm512_mask_mov_ps(f, nan & neg, nan_neg);
+            _mm512_mask_storeu_ps(o + d, mk, _mm512_mul_ps(f, sv));
+        }
+    }
+}
+
+/* fp8_gather 64 elements at a time with AVX-512 VBMI: every E4M3 value is
+ * a bfloat16 (its exponent fits, its 3 mantissa bits too, subnormals are
+ * normal there, NaN is 0x7FC0), so the float is the code's bfloat16 bits
+ * << 16, the very bits of e4m3_lut: two 128-entry byte tables looked up by
+ * the 7 magnitude bits (vpermi2b) give the bfloat16's two bytes, the sign
+ * bit is ORed in, and two rounds of unpacking with zeros widen them to
+ * floats.  The unpacking works within 128-bit lanes, so the bytes are put
+ * in the order it undoes first (vpermb): float vector r, lane l, slot s
+ * takes byte 16 l + 4 r + s, which must hold element 16 r + 4 l + s. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) static void
+fp8_gather_vbmi(float *out, const uint8_t *pool, const int32_t *tab, size_t bs, size_t kvw,
+                size_t off, size_t first, size_t len, size_t hd, float scale)
+{
+    const __m512 sv = _mm512_set1_ps(scale);
+    const __m512i lo0 = _mm512_loadu_si512(e4m3_bf16_lo), lo1 = _mm512_loadu_si512(e4m3_bf16_lo + 64);
+    const __m512i hi0 = _mm512_loadu_si512(e4m3_bf16_hi), hi1 = _mm512_loadu_si512(e4m3_bf16_hi + 64);
+    const __m512i perm = _mm512_loadu_si512(e4m3_unpack_perm), sgn = _mm512_set1_epi8((char)0x80);
+    const __m512i zero = _mm512_setzero_si512();
+
+    for (size_t p = first; p < len; p++) {
+        const uint8_t *r = page_row8(pool, tab, bs, kvw, p) + off;
+        float *o = out + (p - first) * hd;
+        for (size_t d = 0; d < hd; d += 64) {
+            const size_t nd = hd - d < 64 ? hd - d : 64;
+            const __mmask64 mk = nd == 64 ? ~(__mmask64)0 : ((__mmask64)1 << nd) - 1;
+            const __m512i b = _mm512_permutexvar_epi8(perm, _mm512_maskz_loadu_epi8(mk, r + d));
+            const __m512i lo = _mm512_permutex2var_epi8(lo0, b, lo1);
+            /* hi | (b & 0x80) */
+            const __m512i hi =
+                _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, b, hi1), b, sgn, 0xF8);
+            const __m512i w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
+            const __m512i f[4] = {_mm512_unpacklo_epi16(zero, w0), _mm512_unpackhi_epi16(zero, w0),
+                                  _mm512_unpacklo_epi16(zero, w1), _mm512_unpackhi_epi16(zero, w1)};
+
+            for (size_t v = 0; v < 4 && 16 * v < nd; v++)
+                _mm512_mask_storeu_ps(o + d + 16 * v, lanes16(nd - 16 * v),
+                                      _mm512_mul_ps(_mm512_castsi512_ps(f[v]), sv));
+        }
+    }
+}
+#endif
+
+/* Elements OFF .. OFF + N - 1 of the rows of positions FIRST .. LEN - 1 of
+ * an FP8 pool, dequantized into OUT (position p at row p - FIRST, N floats
+ * a row) by the gather WIDE selects: the same bits from each. */
+static void fp8_rows(int wide, float *out, const uint8_t *pool, const int32_t *tab, size_t bs,
+                     size_t kvw, size_t off, size_t first, size_t len, size_t n, float scale)
+{
+#ifdef CPU_HAVE_X86
+    /* VBMI where the backend runs the VNNI kernels (every CPU with VBMI
+     * has them; NVFP4_CPU_ISA=avx512 keeps the binary16 path testable) */
+    if (wide > 1 && e4m3_vbmi) {
+        fp8_gather_vbmi(out, pool, tab, bs, kvw, off, first, len, n, scale);
+        return;
+    }
+    if (wide) {
+        fp8_gather_avx512(out, pool, tab, bs, kvw, off, first, len, n, scale);
+        return;
+    }
+#else
+    (void)wide;
+#endif
+    fp8_gather(out, pool, tab, bs, kvw, off, first, len, n, scale);
+}
+
+/* Items of nvfp4k_cpu_attention_paged(): a query head (or, FP8, a KV head and
+ * its group) of one token; any thread (nvfp4k_cpu_par()), SLOT's scratch. */
+typedef struct {
+    const float *q;
+    float *out;
+    const nvfp4_kv_pages *kv;
+    size_t nh, nkv, hd;
+    float scale;
+    float *scores;
+    size_t per, m;
+    int wide; /* AVX-512: 1, 2 at the VNNI level and above (fp8_gather_kv):
+               * query heads ATTN_GROUP at a time (attend_group), SLOT's
+               * scratch starting with ATTN_GROUP rows of scores */
+    /* attn_rows_range: blocks of rows, block b rows blk[b] .. blk[b + 1] - 1,
+     * and the stride of their score rows (the call's longest context) */
+    const size_t *blk;
+    size_t nblk, rstride;
+} attn_job;
+
+/* Positions GF .. GL - 1 of KV head KVH of sequence SEQ, dequantized into
+ * KR and VR (row p at p); GL <= GF: none. */
+static void fp8_gather_kv(const attn_job *j, int32_t seq, size_t kvh, size_t gf, size_t gl,
+                          float *kr, float *vr)
+{
+    const nvfp4_kv_pages *kv = j->kv;
+    const size_t hd = j->hd, kvw = j->nkv * hd, bs = kv->block;
+    const int32_t *tab = kv->tables + (size_t)seq * kv->max_blocks;
+
+    if (gl <= gf)
+        return;
+    fp8_rows(j->wide, kr + gf * hd, kv->k_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->k_scale);
+    fp8_rows(j->wide, vr + gf * hd, kv->v_pool, tab, bs, kvw, kvh * hd, gf, gl, hd, kv->v_scale);
+}
+
+/* Items (row, KV head) IT0 .. IT1 - 1, a KV head at a time: the rows of one
+ * sequence (a prefill's tokens) share its positions, so each position is
+ * dequantized once for all of them (GF .. GL: what SLOT's rows hold)
+ * where gathering per row redid the whole prefix for every token.  The
+ * pools do not change during the loop (the call's rows were stored
+ * before it), and each item's operations are the same in any order. */
+static void attn_fp8_range(void *arg, size_t it0, size_t it1, int slot)
+{
+    const attn_job *j = arg;
+    const nvfp4_kv_pages *kv = j->kv;
+    const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, group = nh / nkv;
+    const size_t maxlen = kv->max_len;
+    const int32_t zero = 0;
+    float *sc = j->scores + (size_t)slot * j->per;
+    float *kr = sc + (j->wide ? ATTN_GROUP : 1) * maxlen, *vr = kr + maxlen * hd;
+#ifdef CPU_HAVE_X86
+    const attn_fp8 f8 = {kv->k_pool, kv->v_pool, kv->k_scale, kv->v_scale,
+                         j->wide,    vr + maxlen * hd, vr + maxlen * hd + 16 * hd};
+#endif
+
+    for (size_t kvh = 0; kvh < nkv; kvh++) {
+        int32_t gseq = -1;
+        size_t gf = 0, gl = 0;
+
+        for (size_t it = it0 + (kvh + nkv - it0 % nkv) % nkv; it < it1; it += nkv) {
+            const size_t i = it / nkv, len = (size_t)kv->pos[i] + 1;
+            const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+
+#ifdef CPU_HAVE_X86
+            /* a row alone in its sequence (decode): no scratch of the whole
+             * context, whose rows it would read once, but the pools read
+             * inside attend_group (the same bits).  The rows of a prefill
+             * share the scratch: at 4096 positions (4 MB of it per KV
+             * head) they ran at 350 tok/s that way and 250 converting
+             * their rows each. */
+            if (j->wide && (i == 0 || kv->seq[i - 1] != kv->seq[i]) &&
+                (i + 1 == j->m || kv->seq[i + 1] != kv->seq[i])) {
+                const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+
+                for (size_t g0 = 0; g0 < group; g0 += ATTN_GROUP) {
+                    const size_t h = kvh * group + g0;
+                    attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, NULL, NULL,
+                                 tab, kv->block, nkv * hd, kvh * hd, first, len, hd, j->scale,
+                                 kv->sinks ? kv->sinks + h : NULL, sc, maxlen, 1, &f8,
+                                 (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
+                }
+                continue;
+            }
+#endif
+            if (kv->seq[i] != gseq || first < gf || first > gl) {
+                gseq = kv->seq[i];
+                gf = gl = first;
+            }
+            fp8_gather_kv(j, gseq, kvh, gl, len, kr, vr);
+            gl = len > gl ? len : gl;
+#ifdef CPU_HAVE_X86
+            /* the group's query heads ATTN_GROUP at a time over the
+             * gathered rows (one block of maxlen positions, row p at p),
+             * as for float32 pools (attend_group: the same bits) */
+            if (j->wide) {
+                for (size_t g0 = 0; g0 < group; g0 += ATTN_GROUP) {
+                    const size_t h = kvh * group + g0;
+                    attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kr, vr,
+                                 &zero, maxlen, hd, 0, first, len, hd, j->scale,
+                                 kv->sinks ? kv->sinks + h : NULL, sc, maxlen, 0, NULL,
+                                 (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
+                }
+                continue;
+            }
+#endif
+            for (size_t g = 0; g < group; g++) {
+                size_t h = kvh * group + g;
+                attend_head(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kr, vr,
+                            &zero, maxlen, hd, 0, first, len, hd, j->scale,
+                            kv->sinks ? kv->sinks + h : NULL, sc);
+            }
+        }
+    }
+}
+
+static void attn_range(void *arg, size_t it0, size_t it1, int slot)
+{
+    const attn_job *j = arg;
+    const nvfp4_kv_pages *kv = j->kv;
+    const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, kvw = nkv * hd, group = nh / nkv;
+    const size_t bs = kv->block;
+
+    for (size_t it = it0; it < it1; it++) {
+        size_t i = it / nh, h = it % nh, kvh = h / group, len = (size_t)kv->pos[i] + 1;
+        /* a sliding window: positions first .. pos[i] */
+        size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+        const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+        float *sc = j->scores + (size_t)slot * j->per;
+
+        attend_head(j->q + it * hd, j->out + it * hd, kv->k_pool, kv->v_pool, tab, bs, kvw,
+                    kvh * hd, first, len, hd, j->scale, kv->sinks ? kv->sinks + h : NULL, sc);
+    }
+}
+
+#ifdef CPU_HAVE_X86
+/* Row I's query heads G0 .. G0 + ATTN_GROUP - 1 (fewer at the end of the
+ * group) of KV head KVH through attend_group, SC its scratch of ATTN_GROUP
+ * score rows of STRIDE. */
+static void attend_row_group(const attn_job *j, size_t i, size_t kvh, size_t g0, float *sc,
+                             size_t stride)
+{
+    const nvfp4_kv_pages *kv = j->kv;
+    const size_t nh = j->nh, nkv = j->nkv, hd = j->hd, group = nh / nkv;
+    const size_t h = kvh * group + g0, len = (size_t)kv->pos[i] + 1;
+    const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+    const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+    /* prefetch for the first row of a sequence in the call (a decode row):
+     * the next rows of a prefill find the same rows in the caches, and
+     * their prefetches only cost (SmolLM2 shape, prompt 512: 5 % of the
+     * prefill; 2048: 2 %) */
+    const int pf = i == 0 || kv->seq[i - 1] != kv->seq[i];
+
+    attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kv->k_pool, kv->v_pool,
+                 tab, kv->block, nkv * hd, kvh * hd, first, len, hd, j->scale,
+                 kv->sinks ? kv->sinks + h : NULL, sc, stride, pf, NULL,
+                 (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
+}
+
+/* Items of nvfp4k_cpu_attention_paged() for float32 pools with AVX-512: (row,
+ * KV head, ATTN_GROUP of its query heads), the last row first: a prefill's
+ * rows grow longer, and the pool's threads claim chunks in order, so the
+ * chunks left for last are the short ones.  SLOT's scratch holds
+ * ATTN_GROUP rows of max_len scores. */
+static void attn_group_range(void *arg, size_t it0, size_t it1, int slot)
+{
+    const attn_job *j = arg;
+    const size_t nkv = j->nkv, sub = (j->nh / nkv + ATTN_GROUP - 1) / ATTN_GROUP;
+    const size_t items = j->m * nkv * sub;
+
+    for (size_t rit = it0; rit < it1; rit++) {
+        const size_t it = items - 1 - rit;
+
+        attend_row_group(j, it / (nkv * sub), it / sub % nkv, it % sub * ATTN_GROUP,
+                         j->scores + (size_t)slot * j->per, j->kv->max_len);
+    }
+}
+#endif
+
+/* Floats of a thread's score rows in the prefill path below, and of its
+ * gathered value rows (with more the values stay in the pool) */
+#define ATTN_ROWS_SCRATCH ((size_t)1 << 20)
+
+#ifdef CPU_HAVE_X86
+/* ---- prefill rows: keys transposed ---------------------------------------- */
+
+/* A prefill's rows read the same keys: scores over keys transposed 16
+ * positions at a time (position l of the tile in lane l) are the same sums
+ * of the same products as attend_group_body's, with no reduction across
+ * lanes: the 31 shuffles of each sum16x16 (a quarter of the scores'
+ * vector operations) go, and the transposition (64 shuffles for 16
+ * positions and 16 dimensions) is shared by every row and query head of
+ * the block.  Head sizes that are multiples of 32 (attend_group_body's
+ * two accumulators with no masked tail). */
+#define ATTN_ROWS 16    /* rows a block (an item, with one KV head) */
+#define ATTN_ROWS_MIN 4 /* fewer rows of a sequence in the call: attend_group */
+
+/* The keys of C <= 16 positions (WK walks them; KVW, OFF as in
+ * attend_group) into KT: element d of the tile's position l at
+ * KT[16 d + l], zero past C.  HD a multiple of 16. */
+__attribute__((target("avx512f"))) static void kt_tile(float *kt, const float *kpool,
+                                                      page_walk *wk, size_t kvw, size_t off,
+                                                      size_t c, size_t hd)
+{
+    const float *kr[16];
+
+    for (size_t l = 0; l < c; l++)
+        kr[l] = kpool + page_walk_next(wk) * kvw + off;
+    for (size_t d0 = 0; d0 < hd; d0 += 16) {
+        __m512i r[16], t[16];
+
+        for (size_t l = 0; l < 16; l++)
+            r[l] = l < c ? _mm512_loadu_si512((const void *)(kr[l] + d0))
+                         : _mm512_setzero_si512();
+        tr16x16(r, t);
+        for (int i = 0; i < 16; i++)
+            _mm512_storeu_si512((void *)(kt + (d0 + (size_t)i) * 16), t[i]);
+    }
+}
+
+/* The 16 scores (before SCALE) of NQ <= 4 queries Q[n] against a
+ * transposed tile into OUT[n], each key row of the tile loaded once for
+ * them: lane l is attend_group_body's sum for position l, term for term.
+ * There the two accumulators' lane j (dimensions j, j + 32, ... and j +
+ * 16, j + 48, ...) are added into u_j, and sum16x16 adds the 16 lanes as
+ * (((u0+u8)+(u4+u12)) + ((u2+u10)+(u6+u14))) + (the same over u1, u9,
+ * u5, u13, u3, u11, u7, u15); here u_j is a register of 16 positions,
+ * made in that order and added as soon as its partner is there. */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+qk_tile(const float *const *q, const float *kt, const size_t hd, const int NQ, __m512 *out)
+{
+    static const int ord[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+    __m512 x[4], pq[4], hq[4], h0[4];
+
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; t++) {
+        const size_t jj = (size_t)ord[t];
+        __m512 s0[4], s1[4];
+
+        for (int n = 0; n < NQ; n++)
+            s0[n] = s1[n] = _mm512_setzero_ps();
+        for (size_t i = 0; i + 32 <= hd; i += 32) {
+            const __m512 k0 = _mm512_loadu_ps(kt + (i + jj) * 16),
+                         k1 = _mm512_loadu_ps(kt + (i + 16 + jj) * 16);
+            for (int n = 0; n < NQ; n++) {
+                s0[n] = _mm512_fmadd_ps(_mm512_set1_ps(q[n][i + jj]), k0, s0[n]);
+                s1[n] = _mm512_fmadd_ps(_mm512_set1_ps(q[n][i + 16 + jj]), k1, s1[n]);
+            }
+        }
+        for (int n = 0; n < NQ; n++) {
+            const __m512 u = _mm512_add_ps(s0[n], s1[n]);
+            __m512 v;
+
+            if (t % 2 == 0) {
+                x[n] = u;
+                continue;
+            }
+            v = _mm512_add_ps(x[n], u); /* a pair */
+            if (t % 4 == 1) {
+                pq[n] = v;
+                continue;
+            }
+            v = _mm512_add_ps(pq[n], v); /* four */
+            if (t % 8 == 3) {
+                hq[n] = v;
+                continue;
+            }
+            v = _mm512_add_ps(hq[n], v); /* eight */
+            if (t == 7)
+                h0[n] = v;
+            else
+                out[n] = _mm512_add_ps(h0[n], v);
+        }
+    }
+}
+
+/* Block B's rows (one sequence's, consecutive) with all query heads of KV
+ * head KVH: the scores of every row and head, a key tile at a time over
+ * the positions any row sees, into SC (row r, head g at (r * group + g) *
+ * rstride, position p at p); then per row the maxima and attend_tail, as
+ * attend_group would run them. */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+attend_rows_body(const attn_job *j, size_t b, size_t kvh, float *kt, float *vr, float *sc,
+                 const size_t hd)
+{
+    const nvfp4_kv_pages *kv = j->kv;
+    const size_t nh = j->nh, nkv = j->nkv, group = nh / nkv, kvw = nkv * hd, L = j->rstride;
+    const size_t r0 = j->blk[b], r1 = j->blk[b + 1];
+    const int32_t *tab = kv->tables + (size_t)kv->seq[r0] * kv->max_blocks, zero = 0;
+    const float *vpool = kv->v_pool;
+    const int32_t *vtab = tab;
+    size_t vbs = kv->block, vkvw = kvw, voff = kvh * hd;
+    const __m512 scale = _mm512_set1_ps(j->scale);
+    size_t f0 = SIZE_MAX, l1 = 0;
+    page_walk wk;
+
+    for (size_t r = r0; r < r1; r++) {
+        const size_t len = (size_t)kv->pos[r] + 1;
+        const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+        f0 = first < f0 ? first : f0;
+        l1 = len > l1 ? len : l1;
+    }
+    if (vr) {
+        /* the values of positions f0 .. l1 - 1 in a row (position p at
+         * p, l1 <= rstride), read by every row of the block from L2 in
+         * order */
+        page_walk wv = page_walk_at(tab, kv->block, f0);
+        for (size_t p = f0; p < l1; p++)
+            memcpy(vr + p * hd, (const float *)kv->v_pool + page_walk_next(&wv) * kvw + kvh * hd,
+                   hd * sizeof(float));
+        vpool = vr;
+        vtab = &zero;
+        vbs = l1;
+        vkvw = hd;
+        voff = 0;
+    }
+    wk = page_walk_at(tab, kv->block, f0);
+    for (size_t p0 = f0; p0 < l1; p0 += 16) {
+        kt_tile(kt, kv->k_pool, &wk, kvw, kvh * hd, l1 - p0 < 16 ? l1 - p0 : 16, hd);
+        for (size_t r = r0; r < r1; r++) {
+            const size_t len = (size_t)kv->pos[r] + 1;
+            const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+            __mmask16 mk;
+
+            if (len <= p0 || first >= p0 + 16)
+                continue;
+            mk = (__mmask16)(lanes16(len - p0) & ~lanes16(first > p0 ? first - p0 : 0));
+            for (size_t g0 = 0; g0 < group; g0 += 4) {
+                const size_t nq = group - g0 < 4 ? group - g0 : 4;
+                const float *qs[4];
+                __m512 sv[4];
+
+                for (size_t n = 0; n < 4; n++)
+                    qs[n] = j->q + (r * nh + kvh * group + g0 + (n < nq ? n : 0)) * hd;
+                if (nq == 4)
+                    qk_tile(qs, kt, hd, 4, sv);
+                else if (nq == 3)
+                    qk_tile(qs, kt, hd, 3, sv);
+                else if (nq == 2)
+                    qk_tile(qs, kt, hd, 2, sv);
+                else
+                    qk_tile(qs, kt, hd, 1, sv);
+                for (size_t n = 0; n < nq; n++)
+                    _mm512_mask_storeu_ps(sc + ((r - r0) * group + g0 + n) * L + p0, mk,
+                                          _mm512_mul_ps(sv[n], scale));
+            }
+        }
+    }
+    for (size_t r = r0; r < r1; r++) {
+        const size_t len = (size_t)kv->pos[r] + 1;
+        const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+
+        for (size_t g0 = 0; g0 < group; g0 += ATTN_GROUP) {
+            const int G = (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP);
+            const size_t h = kvh * group + g0;
+            float *scg = sc + ((r - r0) * group + g0) * L;
+            __m512 mxv[ATTN_GROUP];
+
+            for (int g = 0; g < G; g++) {
+                mxv[g] = _mm512_set1_ps(-INFINITY);
+                for (size_t p0 = first; p0 < len; p0 += 16) {
+                    const __mmask16 mk = lanes16(len - p0);
+                    /* as attend_group_body: a NaN score leaves the max */
+                    mxv[g] = _mm512_mask_max_ps(
+                        mxv[g], mk, _mm512_maskz_loadu_ps(mk, scg + (size_t)g * L + p0),
+                        mxv[g]);
+                }
+            }
+            /* the tail with G a constant, as attend_group runs it (its
+             * accumulators stay in registers) */
+#define ROWS_TAIL(G_)                                                                          \
+    attend_tail(j->out + (r * nh + h) * hd, vpool, vtab, vbs, vkvw, voff, first, len, hd,     \
+                kv->sinks ? kv->sinks + h : NULL, scg, L, NULL, G_, mxv)
+            switch (G) {
+            case 1:
+                ROWS_TAIL(1);
+                break;
+            case 2:
+                ROWS_TAIL(2);
+                break;
+            case 3:
+                ROWS_TAIL(3);
+                break;
+            default:
+                ROWS_TAIL(4);
+                break;
+            }
+#undef ROWS_TAIL
+        }
+    }
+}
+
+/* attend_rows_body with the common head sizes' loops unrolled */
+__attribute__((target("avx512f"))) static void attend_rows(const attn_job *j, size_t b,
+                                                          size_t kvh, float *kt, float *vr,
+                                                          float *sc)
+{
+    if (j->hd == 64)
+        attend_rows_body(j, b, kvh, kt, vr, sc, 64);
+    else if (j->hd == 128)
+        attend_rows_body(j, b, kvh, kt, vr, sc, 128);
+    else
+        attend_rows_body(j, b, kvh, kt, vr, sc, j->hd);
+}
+
+/* Items of nvfp4k_cpu_attention_paged() when some sequence has ATTN_ROWS_MIN
+ * rows or more in the call (a prefill): (block of rows, KV head), the last
+ * block first, as attn_group_range.  A block of fewer rows runs
+ * attend_group row by row.  SLOT's scratch: a key tile, then the block's
+ * score rows. */
+static void attn_rows_range(void *arg, size_t it0, size_t it1, int slot)
+{
+    const attn_job *j = arg;
+    const size_t nkv = j->nkv, hd = j->hd, group = j->nh / nkv;
+    const size_t items = j->nblk * nkv;
+    float *kt = j->scores + (size_t)slot * j->per, *sc = kt + 16 * hd;
+    float *vr = j->rstride * hd <= ATTN_ROWS_SCRATCH ? sc : NULL;
+
+    if (vr)
+        sc += j->rstride * hd;
+
+    for (size_t rit = it0; rit < it1; rit++) {
+        const size_t it = items - 1 - rit, b = it / nkv, kvh = it % nkv;
+
+        if (j->blk[b + 1] - j->blk[b] >= ATTN_ROWS_MIN) {
+            attend_rows(j, b, kvh, kt, vr, sc);
+            continue;
+        }
+        for (size_t i = j->blk[b]; i < j->blk[b + 1]; i++)
+            for (size_t g0 = 0; g0 < group; g0 += ATTN_GROUP)
+                attend_row_group(j, i, kvh, g0, sc, j->rstride);
+    }
+}
+#endif
+
+/* Causal grouped-query attention through block tables, one (row, head) per
+ * work item (one (row, KV head) for FP8 pools, whose rows are dequantized
+ * once for the group), a numerically safe softmax (max subtracted) in
+ * float32: the rows' k and v are stored in their slots first, then each
+ * (row, head) runs over its own sequence's positions 0 .. pos[i] in position
+ * order, so a row's output does not depend on the other rows of the call
+ * (batch invariance) nor on the thread count.  FP8 pools give the same bits
+ * as float32 pools holding the dequantized values: the same attend_group()
+ * (AVX-512) or attend_head() over the same float32 numbers. */
+nvfp4_status nvfp4k_cpu_attention_paged(void *ctx, const float *q, const float *k,
+                                        const float *v, const nvfp4_kv_pages *kv, size_t m,
+                                        size_t nh, size_t nkv, size_t hd, float scale,
+                                        float *out, nvfp4_error *err)
+{
+    const size_t kvw = nkv * hd, bs = kv->block, maxlen = kv->max_len;
+    const int nth = nvfp4k_cpu_nthreads(ctx);
+    const int fp8 = kv->dtype == NVFP4_KV_ELEM_FP8_E4M3;
+    /* per thread: maxlen scores (ATTN_GROUP rows with AVX-512); FP8: also
+     * maxlen dequantized K and V rows, and with AVX-512 attn_fp8's 16 + 16 */
+    size_t per, bytes;
+    float *scores;
+#ifdef CPU_HAVE_X86
+    const cpu_isa isa = ((cpu_ctx *)ctx)->isa;
+    const int wide = isa >= CPU_ISA_VNNI ? 2 : isa >= CPU_ISA_AVX512;
+#else
+    const int wide = 0;
+#endif
+
+    /* AVX-512: the query heads of a KV head in groups of ATTN_GROUP
+     * (attend_group()) */
+#ifdef CPU_HAVE_X86
+    const size_t sub = (nh / nkv + ATTN_GROUP - 1) / ATTN_GROUP;
+#endif
+
+    /* a prefill's rows (ATTN_ROWS_MIN or more of one sequence) in blocks
+     * of up to ATTN_ROWS (attn_rows_range), fewer where their score rows
+     * would pass ATTN_ROWS_SCRATCH floats a thread */
+    size_t *blk = NULL, nblk = 0, rstride = 0, rows = 0;
+
+#ifdef CPU_HAVE_X86
+    if (wide && !fp8 && hd % 32 == 0 && m >= ATTN_ROWS_MIN) {
+        int found = 0;
+
+        for (size_t i = 0; i < m; i++)
+            if ((size_t)kv->pos[i] + 1 > rstride)
+                rstride = (size_t)kv->pos[i] + 1;
+        rows = ATTN_ROWS_SCRATCH / (nh / nkv * rstride);
+        rows = rows > ATTN_ROWS ? ATTN_ROWS : rows;
+        /* some sequence with ATTN_ROWS_MIN rows in a row */
+        for (size_t i = 1, run = 1; i < m && !found; i++) {
+            run = kv->seq[i] == kv->seq[i - 1] ? run + 1 : 1;
+            found = run >= ATTN_ROWS_MIN;
+        }
+        if (!found)
+            rows = 0;
+        if (rows >= ATTN_ROWS_MIN) {
+            if (!(blk = malloc((m + 1) * sizeof(*blk))))
+                return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
+                                       "out of memory for %zu rows", m);
+            for (size_t i = 0; i < m; i++)
+                if (i == 0 || kv->seq[i] != kv->seq[i - 1] || i - blk[nblk - 1] == rows)
+                    blk[nblk++] = i;
+            blk[nblk] = m;
+        }
+    }
+#endif
+    if (__builtin_mul_overflow(maxlen, (wide ? ATTN_GROUP : 1) + (fp8 ? 2 * hd : 0), &per) ||
+        __builtin_add_overflow(per, fp8 && wide ? 16 * hd + 16 * 64 : 0, &per) ||
+        __builtin_mul_overflow(per, (size_t)nth * sizeof(float), &bytes)) {
+        free(blk);
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
+                               "scratch of %zu positions of %zu is out of range", maxlen, hd);
+    }
+    if (blk) {
+        /* the key tile, the value rows (when they fit ATTN_ROWS_SCRATCH
+         * floats) and ROWS x group score rows (no more than that) */
+        per = 16 * hd + (rstride * hd <= ATTN_ROWS_SCRATCH ? rstride * hd : 0) +
+              rows * (nh / nkv) * rstride;
+        bytes = per * (size_t)nth * sizeof(float);
+    }
+    scores = malloc(bytes);
+    if (!scores) {
+        free(blk);
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
+                               "out of memory for %zu scores", maxlen);
+    }
+    if (fp8)
+        pthread_once(&e4m3_lut_once, e4m3_lut_fill);
+    for (size_t i = 0; i < m; i++) {
+        const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+        const size_t p = (size_t)kv->pos[i];
+        const size_t slot = (size_t)tab[p / bs] * bs + p % bs;
+        if (fp8) {
+            fp8_store((uint8_t *)kv->k_pool + slot * kvw, k + i * kvw, kvw, kv->k_scale);
+            fp8_store((uint8_t *)kv->v_pool + slot * kvw, v + i * kvw, kvw, kv->v_scale);
+        } else {
+            memcpy((float *)kv->k_pool + slot * kvw, k + i * kvw, kvw * sizeof(float));
+            memcpy((float *)kv->v_pool + slot * kvw, v + i * kvw, kvw * sizeof(float));
+        }
+    }
+    {
+        attn_job j = {q,    out,  kv,   nh,      nkv,  hd,   scale, scores, per,
+                      m,    wide, blk,  nblk,    rstride};
+        /* a decode step of a short context is a few microseconds: one thread */
+        const int t = m * nh * maxlen * hd >= 8 * CPU_PAR_MIN ? nth : 1;
+#ifdef CPU_HAVE_X86
+        if (blk)
+            nvfp4k_cpu_par(ctx, nblk * nkv, t, attn_rows_range, &j);
+        else if (wide && !fp8)
+            nvfp4k_cpu_par(ctx, m * nkv * sub, t, attn_group_range, &j);
+        else
+#endif
+            nvfp4k_cpu_par(ctx, m * (fp8 ? nkv : nh), t, fp8 ? attn_fp8_range : attn_range,
+                           &j);
+    }
+    free(scores);
+    free(blk);
+    return NVFP4_OK;
+}
+
+/* The contiguous cache is the paged one over an identity block table: one
+ * block of the whole context (position p at row p), the m rows at
+ * positions pos0 .. pos0 + m - 1 of that one sequence.  One loop, so the two
+ * ops give the same bits (test-kernels checks it). */
+nvfp4_status nvfp4k_cpu_attention(void *ctx, const float *q, const float *k, const float *v,
+                                  float *k_cache, float *v_cache, size_t max_ctx,
+                                  size_t pos0, size_t m, size_t nh, size_t nkv, size_t hd,
+                                  float scale, float *out, nvfp4_error *err)
+{
+    const size_t ctxlen = pos0 + m;
+    const int32_t table = 0;
+    int32_t *rows;
+    nvfp4_kv_pages kv;
+    nvfp4_status st;
+
+    (void)max_ctx;
+    if (ctxlen > (size_t)INT32_MAX)
+        return nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "attention", -1,
+                               "context of %zu positions; at most %d", ctxlen, INT32_MAX);
+    rows = malloc(2 * m * sizeof(int32_t));
+    if (!rows)
+        return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention", -1,
+                               "out of memory for %zu rows", m);
+    for (size_t i = 0; i < m; i++) {
+        rows[i] = (int32_t)(pos0 + i);
+        rows[m + i] = 0;
+    }
+    memset(&kv, 0, sizeof(kv)); /* float32 pools (NVFP4_KV_ELEM_F32), no window, no sinks */
+    kv.k_pool = k_cache;
+    kv.v_pool = v_cache;
+    kv.nblocks = 1;
+    kv.block = ctxlen;
+    kv.tables = &table;
+    kv.ntables = 1;
+    kv.max_blocks = 1;
+    kv.pos = rows;
+    kv.seq = rows + m;
+    kv.max_len = ctxlen;
+    st = nvfp4k_cpu_attention_paged(ctx, q, k, v, &kv, m, nh, nkv, hd, scale, out, err);
+    free(rows);
+    return st;
+}
