@@ -69,7 +69,8 @@ extern "C" {
  * (float32 or FP8 E4M3 bytes, which the backend encodes on store and
  * decodes on read), the K/V scales and the attention sinks; glu (gated
  * activations by kind) and scale at the end of the table, moe given the
- * activation kind.  6: linear_multi at the end of the table. */
+ * activation kind.  6: linear_multi at the end of the table; the
+ * descriptor's flags (NVFP4_KWEIGHT_COPY). */
 #define NVFP4_BACKEND_ABI_VERSION 6u
 
 /* The fused geometry of a weight, computed by the registry. */
@@ -86,6 +87,9 @@ typedef struct {
      * NVFP4_SCHEME_NONE the parts' dtype (F32, BF16 or F16), or
      * NVFP4_DTYPE_COUNT when the parts differ. */
     nvfp4_dtype dtype;
+    /* nvfp4_kweight_upload_ex()'s flags (NVFP4_KWEIGHT_COPY: a backend
+     * with float_weights_in_place copies unquantized parts instead) */
+    unsigned flags;
 } nvfp4_kweight_desc;
 
 /* A weight as the registry keeps it.  Backends read IMPL (their own object)
@@ -110,7 +114,8 @@ typedef struct {
      * and reports what the device found. */
     int async;
     /* kweight_upload() keeps pointers into unquantized (float) parts rather
-     * than a copy: the caller must keep their memory (the mapped file). */
+     * than a copy, unless desc->flags has NVFP4_KWEIGHT_COPY: the caller
+     * must keep their memory (the mapped file). */
     int float_weights_in_place;
     /* Host worker threads: set_threads() / threads() mean something. */
     int threads;

@@ -109,9 +109,10 @@ typedef struct {
     float *wlut;        /* BLOCK layout: [256][16], wlut[s][c] = E2M1(c) *
                          * (E4M3(s) * weight_scale_2), §2's float32 weight
                          * of code c in a block of scale byte s */
-    /* unquantized */
+    /* unquantized: the parts' data, or copies of it (NVFP4_KWEIGHT_COPY) */
     cpu_dense_part *dense;
     size_t ndense;
+    int dense_copied;   /* dense[i].data are ours to free */
     /* original parts, for the exact per-row dequantization of embeddings */
     nvfp4_linear *parts;
     size_t nparts;

@@ -1730,6 +1730,8 @@ void nvfp4k_cpu_kweight_free(void *ctx, void *kw)
     free(w->packed);
     free(w->scales);
     free(w->wlut);
+    for (size_t i = 0; w->dense_copied && i < w->ndense; i++)
+        free((void *)w->dense[i].data);
     free(w->dense);
     free(w->parts);
     free(w->bias);
@@ -1751,6 +1753,25 @@ static void repack_range(void *arg, size_t r0, size_t r1, int slot)
     (void)slot;
     for (size_t r = r0; r < r1; r++)
         repack_row(j->src + r * (j->k / 2), (int64_t)j->k, j->layout, j->dst + r * (j->k / 2));
+}
+
+/* Bytes of a dense copy, 2 MiB a work item (a huge page: its fault and
+ * zeroing, most of the copy's time, then run on the backend's threads). */
+typedef struct {
+    const unsigned char *src;
+    unsigned char *dst;
+    size_t bytes;
+} copy_job;
+
+#define COPY_PIECE ((size_t)2 << 20)
+
+static void copy_range(void *arg, size_t i0, size_t i1, int slot)
+{
+    const copy_job *j = arg;
+    const size_t b0 = i0 * COPY_PIECE, b1 = i1 * COPY_PIECE < j->bytes ? i1 * COPY_PIECE : j->bytes;
+
+    (void)slot;
+    memcpy(j->dst + b0, j->src + b0, b1 - b0);
 }
 
 void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t nparts,
@@ -1784,6 +1805,29 @@ void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t npa
             w->dense[i].data = parts[i].dense->data;
             w->dense[i].dtype = parts[i].dense->dtype;
             w->dense[i].rows = parts[i].n;
+        }
+        /* asked for a copy: in 2 MiB pages (nvfp4k_cpu_lasting_alloc), which
+         * a GEMV streams faster than the mapped file's 4 KiB ones */
+        if (desc->flags & NVFP4_KWEIGHT_COPY) {
+            w->dense_copied = 1; /* (free(NULL) for those not copied yet) */
+            for (size_t i = 0; i < nparts; i++)
+                w->dense[i].data = NULL;
+            for (size_t i = 0; i < nparts; i++) {
+                const size_t bytes = (size_t)parts[i].dense->nbytes;
+                void *cp = nvfp4k_cpu_lasting_alloc(bytes);
+
+                if (!cp) {
+                    nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", parts[i].prefix, -1,
+                                    "out of memory for a copy of %zu bytes", bytes);
+                    goto fail;
+                }
+                {
+                    copy_job j = {parts[i].dense->data, cp, bytes};
+                    nvfp4k_cpu_par(ctx, (bytes + COPY_PIECE - 1) / COPY_PIECE,
+                                   nvfp4k_cpu_nthreads(ctx), copy_range, &j);
+                }
+                w->dense[i].data = cp;
+            }
         }
         return w;
     }
@@ -2648,9 +2692,9 @@ nvfp4_status nvfp4k_cpu_embed(void *vctx, void *kw, const nvfp4_kweight_desc *de
         while (p + 1 < w->nparts && r >= w->parts[p].n)
             r -= w->parts[p++].n;
         if (desc->scheme == NVFP4_SCHEME_NONE) {
-            cpu_dense_part dp = {w->parts[p].dense->data, w->parts[p].dense->dtype, 0};
+            /* (the parts' data, or the copy) */
             for (size_t j = 0; j < k; j++)
-                y[i * k + j] = dense_at(&dp, (size_t)r * k + j);
+                y[i * k + j] = dense_at(&w->dense[p], (size_t)r * k + j);
         } else {
             /* exactly §2, by libquant */
             nvfp4_quant_dequant_row(w->parts[p].weight + (size_t)r * (k / 2),

@@ -498,6 +498,12 @@ nvfp4_status nvfp4_backend_download(nvfp4_backend *be, void *dst, const void *sr
 nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be, const nvfp4_linear *parts,
                                     size_t nparts, nvfp4_error *err)
 {
+    return nvfp4_kweight_upload_ex(be, parts, nparts, 0, err);
+}
+
+nvfp4_kweight *nvfp4_kweight_upload_ex(nvfp4_backend *be, const nvfp4_linear *parts,
+                                       size_t nparts, unsigned flags, nvfp4_error *err)
+{
     nvfp4_kweight_desc d;
     nvfp4_kweight *w;
     uint64_t nk;
@@ -507,7 +513,14 @@ nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be, const nvfp4_linear *parts
                         "%s", !be ? "no backend given" : "no parts given");
         return NULL;
     }
+    if (flags & ~NVFP4_KWEIGHT_COPY) {
+        nvfp4_error_set(err, NVFP4_ERR_INVALID, "", "kweight_upload", -1,
+                        "unknown flags 0x%x (known: NVFP4_KWEIGHT_COPY 0x%x)",
+                        flags & ~NVFP4_KWEIGHT_COPY, NVFP4_KWEIGHT_COPY);
+        return NULL;
+    }
     memset(&d, 0, sizeof(d));
+    d.flags = flags;
     d.scheme = parts[0].scheme;
     d.k = parts[0].k;
     d.weight_scale_2 = parts[0].weight_scale_2;
@@ -626,9 +639,10 @@ int nvfp4_kweight_holds_copy(const nvfp4_kweight *w)
     if (!w)
         return 0;
     /* NVFP4 weights are always repacked or copied; float ones where the
-     * backend says so (the CPU reads them in place, GPUs copy them). */
+     * backend says so (the CPU reads them in place unless asked for a
+     * copy, GPUs copy them). */
     if (w->be->caps.float_weights_in_place)
-        return w->desc.scheme != NVFP4_SCHEME_NONE;
+        return w->desc.scheme != NVFP4_SCHEME_NONE || (w->desc.flags & NVFP4_KWEIGHT_COPY);
     return 1;
 }
 

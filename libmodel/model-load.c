@@ -123,10 +123,11 @@ static nvfp4_status load_linear(nvfp4_model *m, const char *prefix, int64_t n, i
     return NVFP4_OK;
 }
 
-static nvfp4_status upload(nvfp4_model *m, nvfp4_linear *parts, size_t n,
-                           nvfp4_kweight **out, nvfp4_error *err)
+/* PARTS as one kweight, with nvfp4_kweight_upload_ex()'s FLAGS. */
+static nvfp4_status upload_ex(nvfp4_model *m, nvfp4_linear *parts, size_t n, unsigned flags,
+                              nvfp4_kweight **out, nvfp4_error *err)
 {
-    *out = nvfp4_kweight_upload(m->be, parts, n, err);
+    *out = nvfp4_kweight_upload_ex(m->be, parts, n, flags, err);
     if (!*out)
         return err && err->status ? err->status : NVFP4_ERR_BACKEND;
     /* A backend that made its own copy no longer reads the mapping: give
@@ -146,6 +147,12 @@ static nvfp4_status upload(nvfp4_model *m, nvfp4_linear *parts, size_t n,
         nvfp4m_par_uploaded(m, parts, n);
     }
     return NVFP4_OK;
+}
+
+static nvfp4_status upload(nvfp4_model *m, nvfp4_linear *parts, size_t n,
+                           nvfp4_kweight **out, nvfp4_error *err)
+{
+    return upload_ex(m, parts, n, 0, out, err);
 }
 
 /* A per-expert view [rows, cols] into a 3-D float tensor [E, rows, cols]
@@ -725,6 +732,20 @@ nvfp4_status nvfp4m_model_load(nvfp4_model *m, nvfp4_error *err)
     m->final_norm = take_vec(m, -1, TR_FINAL_NORM);
     if (!head)
         head = emb; /* tied */
+    if (m->arch->embed_scale)
+        m->embed_mult = embed_multiplier(hp->hidden, emb);
+    TRY(nvfp4m_par_split_vocab(m, emb, head, err));
+    /* the head, read whole every token, in the backend's own memory (on
+     * the CPU 2 MiB pages: a 16-bit head streamed from the mapping's 4 KiB
+     * pages ran at about 0.75 of the read probe); an untied embedding
+     * table, a few rows a token, stays in place.  Before the layers: the
+     * copy and the mapped pages it read, given back after it, are both
+     * resident for a moment, which then adds nothing to the peak */
+    TRY(upload_ex(m, emb, 1, head == emb ? NVFP4_KWEIGHT_COPY : 0, &m->embed, err));
+    if (head == emb)
+        m->lm_head = m->embed;
+    else
+        TRY(upload_ex(m, head, 1, NVFP4_KWEIGHT_COPY, &m->lm_head, err));
     for (int64_t l = 0; l < hp->layers; l++) {
         layer_t *L = &m->layers[l];
         const plan_layer *pl = &m->plan.layers[l];
@@ -747,14 +768,6 @@ nvfp4_status nvfp4m_model_load(nvfp4_model *m, nvfp4_error *err)
                                L->gu_split, err));
     }
     TRY(nvfp4m_kv_load(m, err));
-    if (m->arch->embed_scale)
-        m->embed_mult = embed_multiplier(hp->hidden, emb);
-    TRY(nvfp4m_par_split_vocab(m, emb, head, err));
-    TRY(upload(m, emb, 1, &m->embed, err));
-    if (head == emb)
-        m->lm_head = m->embed;
-    else
-        TRY(upload(m, head, 1, &m->lm_head, err));
 
     if (!(inv = malloc((size_t)hp->rot_dim / 2 * sizeof(float))))
         return nomem(err);

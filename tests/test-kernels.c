@@ -1025,6 +1025,85 @@ START_TEST(test_embed)
 }
 END_TEST
 
+/* NVFP4_KWEIGHT_COPY: a float weight fused of a BF16 and an F32 part, its
+ * products (1 and 4 tokens) and rows against float64 references of the
+ * original values after the parts' memory was overwritten with NaN bytes;
+ * the weight uploaded in place reads the overwritten memory (NaN), as
+ * nvfp4_kweight_holds_copy() says it does.  An unknown flag is refused. */
+START_TEST(test_dense_copy)
+{
+    enum { N0 = 5, N1 = 7, K = 48, M = 4 };
+    nvfp4_error err;
+    nvfp4_backend *be = open_cpu();
+    uint16_t *wb = malloc(N0 * K * 2);
+    float *wf = malloc(N1 * K * 4), x[M * K], y[2 * K], row[K]; /* 2K >= M(N0 + N1) */
+    double ref[M * (N0 + N1)], bound[M * (N0 + N1)], orig[(N0 + N1) * K];
+    nvfp4_tensor t[2];
+    nvfp4_linear parts[2];
+    nvfp4_kweight *wc, *wi;
+    int32_t ids[2] = {N0 + 2, 1};
+
+    for (int i = 0; i < N0 * K; i++) {
+        wb[i] = (uint16_t)(rnd() & 0xBFFF); /* |value| < 2 */
+        orig[i] = ref_bf16(wb[i]);
+    }
+    for (int i = 0; i < N1 * K; i++)
+        orig[N0 * K + i] = wf[i] = frand(-1, 1);
+    for (int i = 0; i < M * K; i++)
+        x[i] = frand(-2, 2);
+    for (int tk = 0; tk < M; tk++)
+        for (int r = 0; r < N0 + N1; r++) {
+            double acc = 0, mag = 0;
+            for (int c = 0; c < K; c++) {
+                acc += orig[r * K + c] * x[tk * K + c];
+                mag += fabs(orig[r * K + c] * x[tk * K + c]);
+            }
+            ref[tk * (N0 + N1) + r] = acc;
+            bound[tk * (N0 + N1) + r] = mag * gamma_n(K) + 1e-30;
+        }
+    make_tensor(&t[0], "head.a", NVFP4_DTYPE_BF16, N0, K, wb);
+    make_tensor(&t[1], "head.b", NVFP4_DTYPE_F32, N1, K, wf);
+    memset(parts, 0, sizeof(parts));
+    for (int p = 0; p < 2; p++) {
+        snprintf(parts[p].prefix, sizeof(parts[p].prefix), "head%d", p);
+        parts[p].scheme = NVFP4_SCHEME_NONE;
+        parts[p].n = p ? N1 : N0;
+        parts[p].k = K;
+        parts[p].dense = &t[p];
+    }
+    wc = nvfp4_kweight_upload_ex(be, parts, 2, NVFP4_KWEIGHT_COPY, &err);
+    ck_assert_msg(wc != NULL, "%s", err.text);
+    wi = nvfp4_kweight_upload_ex(be, parts, 2, 0, &err);
+    ck_assert_msg(wi != NULL, "%s", err.text);
+    ck_assert_int_eq(nvfp4_kweight_holds_copy(wc), 1);
+    ck_assert_int_eq(nvfp4_kweight_holds_copy(wi), 0);
+    ck_assert(nvfp4_kweight_upload_ex(be, parts, 2, 2u, &err) == NULL);
+    ck_assert_int_eq(err.status, NVFP4_ERR_INVALID);
+    ck_assert_msg(strstr(err.text, "unknown flags 0x2"), "%s", err.text);
+
+    memset(wb, 0xFF, N0 * K * 2);
+    memset(wf, 0xFF, N1 * K * 4);
+    for (int mm = 1; mm <= M; mm += M - 1) {
+        ck_assert_int_eq(nvfp4_k_linear(be, wc, x, (size_t)mm, y, &err), NVFP4_OK);
+        check_close(y, ref, bound, (size_t)mm * (N0 + N1), "copied weight");
+    }
+    ck_assert_int_eq(nvfp4_k_embed(be, wc, ids, 2, y, &err), NVFP4_OK);
+    for (int c = 0; c < K; c++) {
+        ck_assert_msg(y[c] == (float)orig[ids[0] * K + c], "row %d col %d", ids[0], c);
+        ck_assert_msg(y[K + c] == (float)orig[ids[1] * K + c], "row %d col %d", ids[1], c);
+    }
+    ck_assert_int_eq(nvfp4_k_linear(be, wi, x, 1, y, &err), NVFP4_OK);
+    ck_assert(isnan(y[0]) && isnan(y[N0]));
+    ck_assert_int_eq(nvfp4_k_embed(be, wi, ids, 1, row, &err), NVFP4_OK);
+    ck_assert(isnan(row[0]));
+    nvfp4_kweight_free(wc);
+    nvfp4_kweight_free(wi);
+    nvfp4_backend_free(be);
+    free(wb);
+    free(wf);
+}
+END_TEST
+
 /* ---- upload rejections ------------------------------------------------------ */
 
 START_TEST(test_upload_rejects)
@@ -2333,6 +2412,7 @@ int main(void)
     tcase_add_test(tc, test_w4a4_activation_exact);
     tcase_add_test(tc, test_linear_dense);
     tcase_add_test(tc, test_embed);
+    tcase_add_test(tc, test_dense_copy);
     tcase_add_test(tc, test_upload_rejects);
     tcase_add_test(tc, test_torch_linear);
     tcase_add_test(tc, test_rmsnorm);

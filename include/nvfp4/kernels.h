@@ -301,7 +301,8 @@ NVFP4_API nvfp4_status nvfp4_backend_download(nvfp4_backend *be, void *dst,
  * (q/k/v, gate/up: @p parts[0]'s rows first), as one weight of n = the sum
  * of the parts' n.  Also used for embedding tables and a tied lm_head.
  * The backend may keep pointing into the mapped file (the CPU backend's
- * unquantized weights) or repack (NVFP4 on the CPU; everything on a GPU).
+ * unquantized weights, unless nvfp4_kweight_upload_ex() asks for a copy)
+ * or repack (NVFP4 on the CPU; everything on a GPU).
  * @param be the backend
  * @param parts loaded views (nvfp4_linear_load()) that agree on k and
  *        scheme and, for NVFP4, on weight_scale_2 (nvfp4_linear_fuse_check());
@@ -321,6 +322,34 @@ NVFP4_API nvfp4_status nvfp4_backend_download(nvfp4_backend *be, void *dst,
 NVFP4_API nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be,
                                               const nvfp4_linear *parts, size_t nparts,
                                               nvfp4_error *err);
+
+/**
+ * nvfp4_kweight_upload_ex() flag: copy unquantized (float) weights into the
+ * backend's own memory instead of pointing into the parts.  On the CPU
+ * backend the copy is 2 MiB-aligned and offered to transparent huge pages,
+ * which a GEMV streams faster than a mapped file's 4 KiB pages (a BF16
+ * vocabulary head: about 0.75 of the read probe in place, 0.93 copied);
+ * nvfp4_kweight_holds_copy() then answers 1, and the caller may give the
+ * parts' pages back.  Worth it for weights multiplied every token (an
+ * lm_head, tied or not); a table only looked up (nvfp4_k_embed()) is read
+ * a few rows a token and best left in place.  NVFP4 weights are always
+ * repacked, and GPU backends always copy: there the flag changes nothing.
+ */
+#define NVFP4_KWEIGHT_COPY 1u
+
+/**
+ * nvfp4_kweight_upload() with flags.
+ * @param be the backend
+ * @param parts as for nvfp4_kweight_upload()
+ * @param nparts number of parts, at least 1
+ * @param flags 0 or ::NVFP4_KWEIGHT_COPY
+ * @param err filled on failure, or NULL
+ * @return as nvfp4_kweight_upload(); also NULL with ::NVFP4_ERR_INVALID for
+ *         an unknown flag
+ */
+NVFP4_API nvfp4_kweight *nvfp4_kweight_upload_ex(nvfp4_backend *be,
+                                                 const nvfp4_linear *parts, size_t nparts,
+                                                 unsigned flags, nvfp4_error *err);
 /**
  * Free an uploaded weight (its copy, host or device).  Before its backend.
  * @param w the weight, or NULL (nothing is done)
@@ -333,7 +362,8 @@ NVFP4_API void nvfp4_kweight_free(nvfp4_kweight *w);
  * should they be read).
  * @param w the weight
  * @return 1 for a copy; 0 when the backend reads the parts in place (the
- *         CPU backend's unquantized weights) or @p w is NULL
+ *         CPU backend's unquantized weights uploaded without
+ *         ::NVFP4_KWEIGHT_COPY) or @p w is NULL
  */
 NVFP4_API int nvfp4_kweight_holds_copy(const nvfp4_kweight *w);
 /**
