@@ -737,7 +737,7 @@ nvfp4_status nvfp4m_model_load(nvfp4_model *m, nvfp4_error *err)
     TRY(nvfp4m_par_split_vocab(m, emb, head, err));
     /* the head, read whole every token, in the backend's own memory (on
      * the CPU 2 MiB pages: a 16-bit head streamed from the mapping's 4 KiB
-     * pages ran at about 0.75 of the read probe); an untied embedding
+     * pages ran at about 0.78 of the read probe); an untied embedding
      * table, a few rows a token, stays in place.  Before the layers: the
      * copy and the mapped pages it read, given back after it, are both
      * resident for a moment, which then adds nothing to the peak */
