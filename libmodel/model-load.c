@@ -149,10 +149,22 @@ static nvfp4_status upload_ex(nvfp4_model *m, nvfp4_linear *parts, size_t n, uns
     return NVFP4_OK;
 }
 
+/* PARTS as one kweight that Linear layers multiply: float parts that
+ * the checkpoint's mapping holds are copied by a backend that would read
+ * them in place (2 MiB pages on the CPU, which a GEMV streams faster than
+ * the mapping's 4 KiB ones), and the mapped pages given back after; the
+ * model's own float arrays (file "": densified shards, column slices) are
+ * read where they are.  The flag changes nothing for NVFP4 parts. */
 static nvfp4_status upload(nvfp4_model *m, nvfp4_linear *parts, size_t n,
                            nvfp4_kweight **out, nvfp4_error *err)
 {
-    return upload_ex(m, parts, n, 0, out, err);
+    unsigned flags = NVFP4_KWEIGHT_COPY;
+
+    for (size_t i = 0; i < n; i++)
+        if (parts[i].scheme == NVFP4_SCHEME_NONE && parts[i].dense &&
+            (!parts[i].dense->file || !parts[i].dense->file[0]))
+            flags = 0;
+    return upload_ex(m, parts, n, flags, out, err);
 }
 
 /* A per-expert view [rows, cols] into a 3-D float tensor [E, rows, cols]
@@ -735,17 +747,19 @@ nvfp4_status nvfp4m_model_load(nvfp4_model *m, nvfp4_error *err)
     if (m->arch->embed_scale)
         m->embed_mult = embed_multiplier(hp->hidden, emb);
     TRY(nvfp4m_par_split_vocab(m, emb, head, err));
-    /* the head, read whole every token, in the backend's own memory (on
-     * the CPU 2 MiB pages: a 16-bit head streamed from the mapping's 4 KiB
-     * pages ran at about 0.78 of the read probe); an untied embedding
-     * table, a few rows a token, stays in place.  Before the layers: the
-     * copy and the mapped pages it read, given back after it, are both
-     * resident for a moment, which then adds nothing to the peak */
-    TRY(upload_ex(m, emb, 1, head == emb ? NVFP4_KWEIGHT_COPY : 0, &m->embed, err));
-    if (head == emb)
+    /* the head, read whole every token, copied as every Linear (upload();
+     * a 16-bit head streamed from the mapping's 4 KiB pages ran at about
+     * 0.78 of the read probe); an untied embedding table, a few rows a
+     * token, stays in place.  Before the layers: the copy and the mapped
+     * pages it read, given back after it, are both resident for a moment,
+     * which then adds nothing to the peak */
+    if (head == emb) {
+        TRY(upload(m, emb, 1, &m->embed, err));
         m->lm_head = m->embed;
-    else
-        TRY(upload_ex(m, head, 1, NVFP4_KWEIGHT_COPY, &m->lm_head, err));
+    } else {
+        TRY(upload_ex(m, emb, 1, 0, &m->embed, err));
+        TRY(upload(m, head, 1, &m->lm_head, err));
+    }
     for (int64_t l = 0; l < hp->layers; l++) {
         layer_t *L = &m->layers[l];
         const plan_layer *pl = &m->plan.layers[l];
