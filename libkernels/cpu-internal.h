@@ -9,10 +9,11 @@
 
 #include "backend-impl.h"
 
-/* cpu.c, cpu-attn.c, cpu-linear.c and cpu-pool.c compile their x86 kernels
- * (AVX2, AVX-512, AMX) with GCC or Clang on x86, and only their generic C
- * paths where NVFP4_CPU_GENERIC is defined (make check builds them so,
- * tests/local.mk: the code other architectures build keeps compiling). */
+/* cpu.c, cpu-attn.c, cpu-linear.c (with cpu-nvfp4.c, cpu-amx.c and
+ * cpu-dense.c) and cpu-pool.c compile their x86 kernels (AVX2, AVX-512,
+ * AMX) with GCC or Clang on x86, and only their generic C paths where
+ * NVFP4_CPU_GENERIC is defined (make check builds them so, tests/local.mk:
+ * the code other architectures build keeps compiling). */
 
 /* CPU_HAVE_X86: the AVX-512 paths of cpu.c and cpu-attn.c are compiled;
  * lanes16(n): the mask of the first min(n, 16) lanes of a vector. */

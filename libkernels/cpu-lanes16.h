@@ -3,7 +3,7 @@
  * the sum (sum16x16) or the maximum (max16x16) of the 16 lanes of U[p];
  * their 16 x 16 transpose (tr16x16).
  * For the attention's scores (cpu-attn.c: 16 positions' dot products) and the
- * activation quantizer's block maxima (cpu-linear.c: 16 blocks' amax).
+ * activation quantizer's block maxima (cpu-nvfp4.c: 16 blocks' amax).
  * x86 with a GNU compiler. */
 #ifndef NVFP4_CPU_LANES16_H
 #define NVFP4_CPU_LANES16_H
@@ -46,7 +46,7 @@ CPU_RED16X16(max16x16, _mm512_max_ps)
 
 /* OUT[j] lane i = IN[i] lane j: a 16 x 16 transpose of 32-bit elements
  * (pairs, quads, then 128-bit lanes), 64 shuffles.  For the AMX B tiles
- * (cpu-linear.c) and the attention's transposed key tiles (cpu-attn.c). */
+ * (cpu-amx.c) and the attention's transposed key tiles (cpu-attn.c). */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 tr16x16(const __m512i *in, __m512i *out)
 {

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The CPU backend: host memory, OpenMP threads, runtime SIMD dispatch.
- * The Linear lives in cpu-linear.c, the attention in cpu-attn.c; the other
- * transformer operations are here.  Every operation partitions its outputs
+ * The Linear lives in cpu-linear.c (its kernels in cpu-nvfp4.c, cpu-amx.c
+ * and cpu-dense.c), the attention in cpu-attn.c; the other transformer
+ * operations are here.  Every operation partitions its outputs
  * (rows, heads, tokens) across threads and reduces each output in one
  * thread, in a fixed order, so that results are the same bits for any
  * thread count. */

@@ -8,10 +8,14 @@ libkernels_libnvfp4_kernels_la_SOURCES = \
 	%reldir%/cpu-internal.h \
 	%reldir%/cpu-exp16.h \
 	%reldir%/cpu-lanes16.h \
+	%reldir%/cpu-linear.h \
 	%reldir%/registry.c \
 	%reldir%/cpu.c \
 	%reldir%/cpu-attn.c \
 	%reldir%/cpu-linear.c \
+	%reldir%/cpu-nvfp4.c \
+	%reldir%/cpu-amx.c \
+	%reldir%/cpu-dense.c \
 	%reldir%/cpu-pool.c \
 	%reldir%/comm-impl.h \
 	%reldir%/comm.c

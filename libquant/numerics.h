@@ -4,12 +4,13 @@
  * E4M3FN, bfloat16, IEEE half) and of the activation quantize-dequantize of
  * §5, header-only (static inline) so that every layer compiles the very same
  * code: libquant (codec.c, nvfp4.c: the public nvfp4_fp4_encode(),
- * nvfp4_quant_qdq_row() ...), the CPU kernels (libkernels/cpu-linear.c, whose
- * AVX-512 activation quantizer uses the E2M1 edges and the §5 scale from
- * here) and the GPU kernels of both vendors and their CPU emulator
- * (gpu/kernels.cu, gpu/emu.cc).  It lives in the lowest layer that owns the
- * codecs; every build of those files has -I$(top_srcdir)/libquant
- * (NUMERICS_CPPFLAGS in Makefile.am) and includes it as "numerics.h".
+ * nvfp4_quant_qdq_row() ...), the CPU kernels (libkernels/cpu-linear.c and
+ * cpu-linear.h; cpu-nvfp4.c, whose AVX-512 activation quantizer uses the
+ * E2M1 edges and the §5 scale from here) and the GPU kernels of both
+ * vendors and their CPU emulator (gpu/kernels.cu, gpu/emu.cc).  It lives in
+ * the lowest layer that owns the codecs; every build of those files has
+ * -I$(top_srcdir)/libquant (NUMERICS_CPPFLAGS in Makefile.am) and includes
+ * it as "numerics.h".
  * tests/test-gpu-numerics.c checks it, compiled as plain C, against the
  * PyTorch fixtures.
  *
