@@ -329,12 +329,12 @@ NVFP4_API nvfp4_kweight *nvfp4_kweight_upload(nvfp4_backend *be,
  * backend the copy is 2 MiB-aligned and offered to transparent huge pages,
  * which a GEMV streams faster than a mapped file's 4 KiB pages (SmolLM2's
  * BF16 head in a decode step: about 0.78 of the read probe in place, 0.9
- * copied);
- * nvfp4_kweight_holds_copy() then answers 1, and the caller may give the
- * parts' pages back.  Worth it for weights multiplied every token (an
- * lm_head, tied or not); a table only looked up (nvfp4_k_embed()) is read
- * a few rows a token and best left in place.  NVFP4 weights are always
- * repacked, and GPU backends always copy: there the flag changes nothing.
+ * copied); nvfp4_kweight_holds_copy() then answers 1, and the caller may
+ * give the parts' pages back.  Worth it for weights multiplied every token
+ * (libmodel asks it for every Linear, the lm_head tied or not); a table
+ * only looked up (nvfp4_k_embed()) is read a few rows a token and best left
+ * in place.  NVFP4 weights are always repacked, and GPU backends always
+ * copy: there the flag changes nothing.
  */
 #define NVFP4_KWEIGHT_COPY 1u
 
