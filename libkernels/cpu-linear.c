@@ -301,17 +301,16 @@ void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t npa
         w->dense = calloc(nparts, sizeof(*w->dense));
         if (!w->dense)
             goto nomem;
+        /* asked for a copy: in 2 MiB pages (nvfp4k_cpu_lasting_alloc), which
+         * a GEMV streams faster than the mapped file's 4 KiB ones; until it
+         * is made, NULL (free(NULL) on a failure) */
+        w->dense_copied = (desc->flags & NVFP4_KWEIGHT_COPY) != 0;
         for (size_t i = 0; i < nparts; i++) {
-            w->dense[i].data = parts[i].dense->data;
+            w->dense[i].data = w->dense_copied ? NULL : parts[i].dense->data;
             w->dense[i].dtype = parts[i].dense->dtype;
             w->dense[i].rows = parts[i].n;
         }
-        /* asked for a copy: in 2 MiB pages (nvfp4k_cpu_lasting_alloc), which
-         * a GEMV streams faster than the mapped file's 4 KiB ones */
-        if (desc->flags & NVFP4_KWEIGHT_COPY) {
-            w->dense_copied = 1; /* (free(NULL) for those not copied yet) */
-            for (size_t i = 0; i < nparts; i++)
-                w->dense[i].data = NULL;
+        if (w->dense_copied) {
             for (size_t i = 0; i < nparts; i++) {
                 const size_t bytes = (size_t)parts[i].dense->nbytes;
                 void *cp = nvfp4k_cpu_lasting_alloc(bytes);

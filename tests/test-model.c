@@ -720,9 +720,6 @@ START_TEST(test_kvfp8_matters)
 }
 END_TEST
 
-/* Bad KV-cache scales: missing, zero, negative, NaN, infinite, not a
- * scalar, and a kv_cache_quant_config that is not static fp8 per-tensor:
- * each refused naming the tensor or the key. */
 /* A NaN or infinity deep in a large unquantized tensor (the finiteness scan
  * reads stretches of elements whole, then the one with a hit element by
  * element): the error names the tensor and the first bad element's index,
@@ -768,6 +765,9 @@ START_TEST(test_nonfinite_far)
 }
 END_TEST
 
+/* Bad KV-cache scales: missing, zero, negative, NaN, infinite, not a
+ * scalar, and a kv_cache_quant_config that is not static fp8 per-tensor:
+ * each refused naming the tensor or the key. */
 START_TEST(test_kvfp8_bad_scales)
 {
     static const uint16_t bad[] = {0x0000, 0xBC00 /* -0.0078 */, 0x7FC0 /* NaN */,
