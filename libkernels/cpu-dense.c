@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The CPU backend's kernels for unquantized weights (F32, BF16, F16 rows
- * read in place from the mapped file), called by the product (tiles_range,
- * cpu-linear.c) a row, or a few, at a time. */
+/* The CPU backend's kernels for unquantized weights (F32, BF16, F16 rows,
+ * read in place from the mapped file or from the backend's copy), called by
+ * the product (tiles_range, cpu-linear.c) a row, or a few, at a time:
+ * portable, AVX2 (with F16C) and AVX-512, the last two with the same bits. */
 #include "config.h"
 
 #include <string.h>
@@ -29,6 +30,180 @@ void nvfp4k_cpu_dense_row_scalar(const cpu_kweight *w, int64_t r, const float *x
 }
 
 #ifdef CPU_X86
+/* ---- AVX2 (with F16C): the AVX-512 kernels' arithmetic in 8-lane halves ---- */
+
+/* Each 16-lane vector of the AVX-512 kernels below is two halves here,
+ * lanes 0-7 and 8-15, with the same IEEE operation per lane (the same
+ * conversions: bf16 by a shift, f16 by vcvtph2ps; the same multiply-adds),
+ * and reduce16_avx2 adds the 16 lanes in _mm512_reduce_add_ps's order: so a
+ * row gives the same bits on a CPU with AVX2 only (Zen 3, older Xeons) as
+ * on one with AVX-512, and the batch invariance of the kernels carries
+ * over.  A tail of k past the last 16 is read through a zeroed local copy
+ * (AVX2 has no masked 16-bit loads): zero weights by zero activations, as
+ * the AVX-512 kernels' zero-masked loads give. */
+
+/* 16 weights of part P from element I as float32 halves. */
+__attribute__((target("avx2,fma,f16c"))) static inline __attribute__((always_inline)) void
+dense_load16_avx2(const void *data, nvfp4_dtype dt, size_t i, __m256 *lo, __m256 *hi)
+{
+    switch (dt) {
+    case NVFP4_DTYPE_F32:
+        *lo = _mm256_loadu_ps((const float *)data + i);
+        *hi = _mm256_loadu_ps((const float *)data + i + 8);
+        break;
+    case NVFP4_DTYPE_BF16: {
+        /* bf16 is the top half of a float32: exact */
+        const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)data + i));
+        *lo = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16));
+        *hi = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16));
+        break;
+    }
+    default: {
+        const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)data + i));
+        *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+        *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+        break;
+    }
+    }
+}
+
+/* The sum of 16 lanes held as halves LO, HI in _mm512_reduce_add_ps's
+ * order (GCC's: the 256-bit halves added, then the 128-bit halves, then
+ * the 64-bit halves, then the two lanes left). */
+__attribute__((target("avx2,fma"))) static inline float reduce16_avx2(__m256 lo, __m256 hi)
+{
+    const __m256 t3 = _mm256_add_ps(hi, lo);
+    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+
+    return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, 1));
+}
+
+/* Up to DENSE_GEMV_ROWS rows RS apart of part P (local row LR), one token
+ * X (unpacked), its outputs at Y + R: dense_gemv4_body's operations, and
+ * with NR = 1 dense_row_avx512_body's for one token. */
+__attribute__((target("avx2,fma,f16c"))) static inline __attribute__((always_inline)) void
+dense_rows_avx2_body(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
+                     size_t rs, const float *x, const krange *kr, float *y, nvfp4_dtype dt,
+                     int nr, int pf)
+{
+    const size_t k = (size_t)w->d.k, esz = dt == NVFP4_DTYPE_F32 ? 4 : 2;
+    const size_t i1 = 16 * kr->b1 < k ? 16 * kr->b1 : k;
+    const size_t row = rs * k * esz, ahead = DENSE_GEMV_ROWS * row;
+    const size_t l0 = (size_t)lr * k;
+    const char *base = (const char *)p->data + l0 * esz;
+    __m256 lo[DENSE_GEMV_ROWS], hi[DENSE_GEMV_ROWS];
+    size_t i = 16 * kr->b0;
+
+#pragma GCC unroll 4
+    for (int j = 0; j < nr; j++)
+        lo[j] = hi[j] = _mm256_setzero_ps();
+    for (; i + 16 <= i1; i += 16) {
+        const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+
+        if (pf && (i * esz) % 64 == 0)
+#pragma GCC unroll 4
+            for (int j = 0; j < nr; j++)
+                CPU_PF(base + i * esz + ahead + (size_t)j * row);
+#pragma GCC unroll 4
+        for (int j = 0; j < nr; j++) {
+            __m256 w0, w1;
+            dense_load16_avx2(p->data, dt, l0 + (size_t)j * rs * k + i, &w0, &w1);
+            lo[j] = _mm256_fmadd_ps(w0, x0, lo[j]);
+            hi[j] = _mm256_fmadd_ps(w1, x1, hi[j]);
+        }
+    }
+    if (i < i1) {
+        const size_t c = i1 - i;
+        _Alignas(32) float xb[16] = {0};
+        _Alignas(32) unsigned char wb[64];
+        __m256 x0, x1;
+
+        memcpy(xb, x + i, c * sizeof(float));
+        x0 = _mm256_load_ps(xb);
+        x1 = _mm256_load_ps(xb + 8);
+        for (int j = 0; j < nr; j++) {
+            __m256 w0, w1;
+
+            memset(wb, 0, sizeof(wb));
+            memcpy(wb, base + ((size_t)j * rs * k + i) * esz, c * esz);
+            dense_load16_avx2(wb, dt, 0, &w0, &w1);
+            lo[j] = _mm256_fmadd_ps(w0, x0, lo[j]);
+            hi[j] = _mm256_fmadd_ps(w1, x1, hi[j]);
+        }
+    }
+    for (int j = 0; j < nr; j++) {
+        float *yo = y + (size_t)r + (size_t)j * rs;
+        const float v = reduce16_avx2(lo[j], hi[j]);
+        *yo = kr->acc ? *yo + v : v;
+    }
+}
+
+/* One row R by NT tokens T0.. a token at a time (x unpacked: the product
+ * packs activations for the AVX-512 kernels only): per output
+ * dense_row_avx512_body's operations. */
+__attribute__((target("avx2,fma,f16c"))) void
+nvfp4k_cpu_dense_row_avx2(const cpu_kweight *w, int64_t r, const float *x, size_t t0,
+                          const krange *kr, size_t nt, float *y)
+{
+    const size_t k = (size_t)w->d.k, n = (size_t)w->d.n;
+    int64_t lr;
+    const cpu_dense_part *p = dense_row(w, r, &lr);
+
+    for (size_t t = t0; t < t0 + nt; t++) {
+        switch (p->dtype) {
+        case NVFP4_DTYPE_F32:
+            dense_rows_avx2_body(w, p, r, lr, 1, x + t * k, kr, y + t * n, NVFP4_DTYPE_F32, 1, 0);
+            break;
+        case NVFP4_DTYPE_BF16:
+            dense_rows_avx2_body(w, p, r, lr, 1, x + t * k, kr, y + t * n, NVFP4_DTYPE_BF16, 1, 0);
+            break;
+        default:
+            dense_rows_avx2_body(w, p, r, lr, 1, x + t * k, kr, y + t * n, NVFP4_DTYPE_F16, 1, 0);
+            break;
+        }
+    }
+}
+
+/* The dense GEMV on AVX2: nvfp4k_cpu_dense_gemv4_avx512's rows, prefetched
+ * the same way (one stream jumping between neighbours, RS = 1), the same
+ * bits. */
+__attribute__((target("avx2,fma,f16c"))) void
+nvfp4k_cpu_dense_gemv4_avx2(const cpu_kweight *w, const cpu_dense_part *p, int64_t r,
+                            int64_t lr, size_t rs, const float *x, const krange *kr, float *y)
+{
+    const int pf = rs == 1;
+
+    switch (p->dtype) {
+    case NVFP4_DTYPE_F32:
+        dense_rows_avx2_body(w, p, r, lr, rs, x, kr, y, NVFP4_DTYPE_F32, DENSE_GEMV_ROWS, pf);
+        break;
+    case NVFP4_DTYPE_BF16:
+        dense_rows_avx2_body(w, p, r, lr, rs, x, kr, y, NVFP4_DTYPE_BF16, DENSE_GEMV_ROWS, pf);
+        break;
+    default:
+        dense_rows_avx2_body(w, p, r, lr, rs, x, kr, y, NVFP4_DTYPE_F16, DENSE_GEMV_ROWS, pf);
+        break;
+    }
+}
+
+/* NT tokens of a small batch on the four rows, a token at a time: the
+ * stretch's rows (4 x 1024 weights) stay in L1 from the first token to the
+ * last, where the AVX-512 kernel's 16 accumulators would be 32 halves,
+ * twice AVX2's registers.  Per output the same operations. */
+__attribute__((target("avx2,fma,f16c"))) void
+nvfp4k_cpu_dense_spread_avx2(const cpu_kweight *w, const cpu_dense_part *p, int64_t r,
+                             int64_t lr, size_t rs, const float *x, size_t t0,
+                             const krange *kr, size_t nt, float *y)
+{
+    const size_t k = (size_t)w->d.k, n = (size_t)w->d.n;
+
+    for (size_t t = t0; t < t0 + nt; t++)
+        nvfp4k_cpu_dense_gemv4_avx2(w, p, r, lr, rs, x + t * k, kr, y + t * n);
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __m512
 dense_load16(const cpu_dense_part *p, size_t i, __mmask16 mk)
 {

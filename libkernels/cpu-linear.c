@@ -386,8 +386,9 @@ fail:
  * prefetchers; its chunks' chains already overlap). */
 #define GEMV4_MAX_K 2048
 
-enum { PATH_DENSE_SCALAR, PATH_DENSE_AVX512, PATH_SCALAR, PATH_AVX2, PATH_AVX512, PATH_VNNI,
-       PATH_AMX };
+/* (the dense paths first: path <= PATH_DENSE_AVX512 is a dense weight) */
+enum { PATH_DENSE_SCALAR, PATH_DENSE_AVX2, PATH_DENSE_AVX512, PATH_SCALAR, PATH_AVX2,
+       PATH_AVX512, PATH_VNNI, PATH_AMX };
 
 static inline void row_call(int path, const cpu_kweight *w, int64_t r, const float *x,
                             const act_q8 *a, size_t nch, size_t t0, const krange *kr,
@@ -395,6 +396,7 @@ static inline void row_call(int path, const cpu_kweight *w, int64_t r, const flo
 {
     switch (path) {
 #ifdef CPU_X86
+    case PATH_DENSE_AVX2: nvfp4k_cpu_dense_row_avx2(w, r, x, t0, kr, nt, y); break;
     case PATH_DENSE_AVX512: nvfp4k_cpu_dense_row_avx512(w, r, x, t0, kr, nt, y); break;
     case PATH_AVX2: nvfp4k_cpu_row_avx2(w, r, x, t0, kr, nt, y); break;
     case PATH_AVX512: nvfp4k_cpu_row_avx512(w, r, x, t0, kr, nt, y); break;
@@ -406,6 +408,25 @@ static inline void row_call(int path, const cpu_kweight *w, int64_t r, const flo
     (void)a;
     (void)nch;
 }
+
+/* Whether a dense weight's path has the vector kernels (4-row GEMV, small
+ * batches as four streams). */
+static inline int dense_vec(int path)
+{
+    return path == PATH_DENSE_AVX2 || path == PATH_DENSE_AVX512;
+}
+
+#ifdef CPU_X86
+static inline void dense_gemv4(int path, const cpu_kweight *w, const cpu_dense_part *p,
+                               int64_t r, int64_t lr, size_t rs, const float *x,
+                               const krange *kr, float *y)
+{
+    if (path == PATH_DENSE_AVX2)
+        nvfp4k_cpu_dense_gemv4_avx2(w, p, r, lr, rs, x, kr, y);
+    else
+        nvfp4k_cpu_dense_gemv4_avx512(w, p, r, lr, rs, x, kr, y);
+}
+#endif
 
 /* The loop nest (cache blocking): threads take tiles of rows (outputs, so
  * no reduction is ever split between threads); inside a tile, tokens go by
@@ -474,7 +495,7 @@ static size_t plan_tiles(int path, const cpu_kweight *w, const float *x, int pac
         ku = 6;                               /* 8 tokens x 6 x 256 int8 = 12 KB */
     else
         ku = 64;                              /* 8 tokens x 1024 floats = 32 KB */
-    if ((m == 1 && nth > 1) || (m <= DENSE_SPREAD_MAX_M && path == PATH_DENSE_AVX512) || spread) {
+    if ((m == 1 && nth > 1) || (m <= DENSE_SPREAD_MAX_M && dense_vec(path)) || spread) {
         /* one token: about GEMV_CHUNKS tiles per thread, so that each
          * thread streams long runs of rows (16-row tiles, claimed 16 per
          * thread by the pool, restarted the stream every 18-74 KB: on 2
@@ -638,7 +659,7 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
              * 0.64-0.75 of the probe on Zen 4, and the 16-row tiles of
              * small batches at 2.1 (B = 2) and 2.7 (B = 4) times the
              * probe's time for the bf16 head, now 1.4 and 2.1 */
-            if (m <= DENSE_SPREAD_MAX_M && path == PATH_DENSE_AVX512 && (m > 1 || !packed) &&
+            if (m <= DENSE_SPREAD_MAX_M && dense_vec(path) && (m > 1 || !packed) &&
                 (r1 - r0) % DENSE_GEMV_ROWS == 0 && r1 - r0 >= 2 * DENSE_GEMV_ROWS) {
                 int64_t dl, l1;
                 const cpu_dense_part *dp = dense_row(w, (int64_t)r0, &dl);
@@ -648,7 +669,10 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                         for (size_t u0 = 0; u0 < units; u0 += ku) {
                             krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
                             if (m == 1)
-                                nvfp4k_cpu_dense_gemv4_avx512(w, dp, (int64_t)r, dl, sp, x, &kr, y);
+                                dense_gemv4(path, w, dp, (int64_t)r, dl, sp, x, &kr, y);
+                            else if (path == PATH_DENSE_AVX2)
+                                nvfp4k_cpu_dense_spread_avx2(w, dp, (int64_t)r, dl, sp, x, 0,
+                                                             &kr, m, y);
                             else
                                 for (size_t t0 = 0; t0 < m; t0 += 4)
                                     nvfp4k_cpu_dense_spread_avx512(
@@ -706,7 +730,7 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
 
                     if (path == PATH_AVX512 && r + GEMV_ROWS <= r1)
                         g = GEMV_ROWS;
-                    else if (path == PATH_DENSE_AVX512 && !packed && r + DENSE_GEMV_ROWS <= r1) {
+                    else if (dense_vec(path) && !packed && r + DENSE_GEMV_ROWS <= r1) {
                         int64_t l1;
                         dp = dense_row(w, (int64_t)r, &dl);
                         if (dense_row(w, (int64_t)r + DENSE_GEMV_ROWS - 1, &l1) == dp)
@@ -719,8 +743,8 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
 #ifdef CPU_X86
                         if (g == GEMV_ROWS && path == PATH_AVX512)
                             nvfp4k_cpu_gemv_lut_avx512(w, (int64_t)r, 1, x, &kr, y);
-                        else if (g == DENSE_GEMV_ROWS && path == PATH_DENSE_AVX512)
-                            nvfp4k_cpu_dense_gemv4_avx512(w, dp, (int64_t)r, dl, 1, x, &kr, y);
+                        else if (g == DENSE_GEMV_ROWS && dense_vec(path))
+                            dense_gemv4(path, w, dp, (int64_t)r, dl, 1, x, &kr, y);
                         else if (g == GEMV_ROWS)
                             nvfp4k_cpu_gemv4_vnni(w, (int64_t)r, 1, a, nch, &kr, y);
                         else
@@ -1009,7 +1033,9 @@ static nvfp4_status linear_run_n(cpu_ctx *ctx, cpu_kweight *const *ws,
     int64_t amx_failed = 0;
 
     if (desc->scheme == NVFP4_SCHEME_NONE) {
-        path = isa >= CPU_ISA_AVX512 ? PATH_DENSE_AVX512 : PATH_DENSE_SCALAR;
+        path = isa >= CPU_ISA_AVX512 ? PATH_DENSE_AVX512
+               : isa == CPU_ISA_AVX2 ? PATH_DENSE_AVX2
+                                     : PATH_DENSE_SCALAR;
         /* dequantized W4A4 shards (registry.c): §5 first, as below */
         s_tmp = desc->input_scale > 0.0f ? s_x : 0;
         s_pack = path == PATH_DENSE_AVX512 && m > 1 && k % 16 == 0 ? s_xp : 0;

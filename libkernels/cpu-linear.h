@@ -386,6 +386,16 @@ void nvfp4k_cpu_qdq_row_avx512(const float *x, size_t k, float gs, float *out);
 void nvfp4k_cpu_dense_row_scalar(const cpu_kweight *w, int64_t r, const float *x, size_t t0,
                                  const krange *kr, size_t nt, float *y);
 #ifdef CPU_X86
+/* cpu-dense.c: the AVX2 dense kernels (the AVX-512 ones' bits, x unpacked):
+ * one row; the GEMV's four rows; a small batch's four rows. */
+void nvfp4k_cpu_dense_row_avx2(const cpu_kweight *w, int64_t r, const float *x, size_t t0,
+                               const krange *kr, size_t nt, float *y);
+void nvfp4k_cpu_dense_gemv4_avx2(const cpu_kweight *w, const cpu_dense_part *p, int64_t r,
+                                 int64_t lr, size_t rs, const float *x, const krange *kr,
+                                 float *y);
+void nvfp4k_cpu_dense_spread_avx2(const cpu_kweight *w, const cpu_dense_part *p, int64_t r,
+                                  int64_t lr, size_t rs, const float *x, size_t t0,
+                                  const krange *kr, size_t nt, float *y);
 /* cpu-dense.c: the AVX-512 dense kernel, one row. */
 void nvfp4k_cpu_dense_row_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0,
                                  const krange *kr, size_t nt, float *y);
