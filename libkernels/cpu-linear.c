@@ -443,7 +443,7 @@ static inline void dense_gemv4(int path, const cpu_kweight *w, const cpu_dense_p
 #define GEMV_TILE_MIN (128 * 1024)
 
 /* One token on the 4-row NVFP4 GEMVs (nvfp4k_cpu_gemv4_vnni at every k,
- * nvfp4k_cpu_gemv_lut_avx512): rows r, r + q, r + 2q, r + 3q of a tile of 4q rows
+ * nvfp4k_cpu_gemv_lut_avx512, nvfp4k_cpu_gemv4_avx2): rows r, r + q, r + 2q, r + 3q of a tile of 4q rows
  * together, as the dense GEMV does, with the one-thread product cut into
  * long tiles as on several threads (see tiles_range); not for products of
  * under GEMV_TILE_MIN bytes, whose streams would be a few rows long
@@ -453,7 +453,7 @@ static inline int gemv_spread(int path, const cpu_kweight *w)
 {
     const size_t k = (size_t)w->d.k;
 
-    return (path == PATH_VNNI || path == PATH_AVX512) &&
+    return (path == PATH_VNNI || path == PATH_AVX512 || path == PATH_AVX2) &&
            (size_t)w->d.n * (k / 2 + k / 16) >= GEMV_TILE_MIN;
 }
 
@@ -702,6 +702,8 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                         const int64_t r2 = (int64_t)(r + 2 * sp);
                         if (m == 1 && path == PATH_VNNI)
                             nvfp4k_cpu_gemv4_vnni(w, (int64_t)r, sp, a, nch, &kr, y);
+                        else if (m == 1 && path == PATH_AVX2)
+                            nvfp4k_cpu_gemv4_avx2(w, (int64_t)r, sp, x, &kr, y);
                         else if (m == 1)
                             nvfp4k_cpu_gemv_lut_avx512(w, (int64_t)r, sp, x, &kr, y);
                         else if (path == PATH_VNNI) {
@@ -728,7 +730,7 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                     const cpu_dense_part *dp = NULL;
                     int64_t dl = 0;
 
-                    if (path == PATH_AVX512 && r + GEMV_ROWS <= r1)
+                    if ((path == PATH_AVX512 || path == PATH_AVX2) && r + GEMV_ROWS <= r1)
                         g = GEMV_ROWS;
                     else if (dense_vec(path) && !packed && r + DENSE_GEMV_ROWS <= r1) {
                         int64_t l1;
@@ -743,6 +745,8 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
 #ifdef CPU_X86
                         if (g == GEMV_ROWS && path == PATH_AVX512)
                             nvfp4k_cpu_gemv_lut_avx512(w, (int64_t)r, 1, x, &kr, y);
+                        else if (g == GEMV_ROWS && path == PATH_AVX2)
+                            nvfp4k_cpu_gemv4_avx2(w, (int64_t)r, 1, x, &kr, y);
                         else if (g == DENSE_GEMV_ROWS && dense_vec(path))
                             dense_gemv4(path, w, dp, (int64_t)r, dl, 1, x, &kr, y);
                         else if (g == GEMV_ROWS)

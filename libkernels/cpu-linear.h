@@ -357,6 +357,9 @@ void nvfp4k_cpu_row_scalar(const cpu_kweight *w, int64_t r, const float *x, size
 /* cpu-nvfp4.c: the AVX2 float kernel, one row (BLOCK layout). */
 void nvfp4k_cpu_row_avx2(const cpu_kweight *w, int64_t r, const float *x, size_t t0,
                          const krange *kr, size_t nt, float *y);
+/* cpu-nvfp4.c: the AVX2 float GEMV, one token, rows r + i * rs, i < 4. */
+void nvfp4k_cpu_gemv4_avx2(const cpu_kweight *w, int64_t r, size_t rs, const float *x,
+                           const krange *kr, float *y);
 /* cpu-nvfp4.c: the AVX-512 float kernel, one row (BLOCK layout). */
 void nvfp4k_cpu_row_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0,
                            const krange *kr, size_t nt, float *y);

@@ -118,6 +118,95 @@ row_avx2_body(const cpu_kweight *w, int64_t r, const float *x, size_t t0, const 
     }
 }
 
+_Static_assert(GEMV_ROWS == 4, "nvfp4k_cpu_gemv4_avx2 names its four rows");
+/* The AVX2 float GEMV (one token; W4A16, and W4A4 where the int8 kernels
+ * do not run): four rows RS apart, whose four accumulator chains overlap
+ * where row_avx2_body's one chain per row waits on its multiply-adds (3.2
+ * GB/s, 0.15 of the read probe, on Zen 3).  A half block's 8 weights are
+ * a vpermps of the weight's table row for its scale byte (wlut: E2M1
+ * value times the block scale, rounded once as row_avx2_body's product of
+ * the signed magnitude and the scale is) with the sign bit xored in, so per
+ * row the same values, multiply-adds and reduction as row_avx2_body with
+ * nt = 1: the same bits at every m. */
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) __m256
+lut_half_avx2(const float *lrow, __m256i nib)
+{
+    /* the magnitude's product from the table's first 8 entries (codes
+     * 0-7), the sign (bit 3) moved to bit 31 and xored in: -(m * s) is
+     * (-m) * s exactly, one vpermps where a blend of both halves took two */
+    return _mm256_xor_ps(
+        _mm256_permutevar8x32_ps(_mm256_load_ps(lrow), nib),
+        _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(nib, 28),
+                                             _mm256_set1_epi32((int)0x80000000u))));
+}
+
+__attribute__((target("avx2,fma"))) void
+nvfp4k_cpu_gemv4_avx2(const cpu_kweight *w, int64_t r, size_t rs, const float *x,
+                      const krange *kr, float *y)
+{
+    const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK, rb = rs * (k / 2), sb = rs * nb;
+    const size_t pfd = rs > 1 ? CPU_PREFETCH : CPU_PREFETCH4;
+    const float *lut = w->wlut;
+    const uint8_t *row = w->packed + (size_t)r * (k / 2), *srow = w->scales + (size_t)r * nb;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    size_t b = kr->b0;
+
+/* Block B of row I, its halves' codes C0, C1 (shifted to the block's
+ * nibble) */
+#define GEMV4_AVX2_STEP(I, C0, C1, B)                                                      \
+    do {                                                                                   \
+        const float *lrow = lut + 16 * (size_t)srow[(I) * sb + (B)];                       \
+        acc##I = _mm256_fmadd_ps(lut_half_avx2(lrow, (C0)), x0, acc##I);                   \
+        acc##I = _mm256_fmadd_ps(lut_half_avx2(lrow, (C1)), x1, acc##I);                   \
+    } while (0)
+    /* a group of 8 blocks at a time: the rows' 64 code bytes read (from
+     * L1 after the first) shifted to each block's nibble */
+    for (; b + 8 <= kr->b1 && b % 8 == 0 && b + 8 <= block_nb8(nb); b += 8) {
+        const __m256i *g0 = (const __m256i *)(row + 8 * b), *g1 = (const __m256i *)(row + rb + 8 * b),
+                      *g2 = (const __m256i *)(row + 2 * rb + 8 * b),
+                      *g3 = (const __m256i *)(row + 3 * rb + 8 * b);
+
+        for (size_t i = 0; i < GEMV_ROWS; i++)
+            CPU_PF(row + i * rb + 8 * b + pfd);
+#pragma GCC unroll 8
+        for (unsigned u = 0; u < 8; u++) {
+            const __m256 x0 = _mm256_loadu_ps(x + 16 * (b + u)),
+                         x1 = _mm256_loadu_ps(x + 16 * (b + u) + 8);
+            const __m128i sh = _mm_cvtsi32_si128((int)(4 * u));
+            GEMV4_AVX2_STEP(0, _mm256_srl_epi32(_mm256_loadu_si256(g0), sh),
+                            _mm256_srl_epi32(_mm256_loadu_si256(g0 + 1), sh), b + u);
+            GEMV4_AVX2_STEP(1, _mm256_srl_epi32(_mm256_loadu_si256(g1), sh),
+                            _mm256_srl_epi32(_mm256_loadu_si256(g1 + 1), sh), b + u);
+            GEMV4_AVX2_STEP(2, _mm256_srl_epi32(_mm256_loadu_si256(g2), sh),
+                            _mm256_srl_epi32(_mm256_loadu_si256(g2 + 1), sh), b + u);
+            GEMV4_AVX2_STEP(3, _mm256_srl_epi32(_mm256_loadu_si256(g3), sh),
+                            _mm256_srl_epi32(_mm256_loadu_si256(g3 + 1), sh), b + u);
+        }
+    }
+    for (; b < kr->b1; b++) {
+        const __m256 x0 = _mm256_loadu_ps(x + 16 * b), x1 = _mm256_loadu_ps(x + 16 * b + 8);
+        GEMV4_AVX2_STEP(0, block_codes256(row, nb, b, 0), block_codes256(row, nb, b, 1), b);
+        GEMV4_AVX2_STEP(1, block_codes256(row + rb, nb, b, 0),
+                        block_codes256(row + rb, nb, b, 1), b);
+        GEMV4_AVX2_STEP(2, block_codes256(row + 2 * rb, nb, b, 0),
+                        block_codes256(row + 2 * rb, nb, b, 1), b);
+        GEMV4_AVX2_STEP(3, block_codes256(row + 3 * rb, nb, b, 0),
+                        block_codes256(row + 3 * rb, nb, b, 1), b);
+    }
+#undef GEMV4_AVX2_STEP
+    {
+        const __m256 a[GEMV_ROWS] = {acc0, acc1, acc2, acc3};
+        for (int i = 0; i < GEMV_ROWS; i++) {
+            /* row_avx2_body's reduction */
+            __m128 s = _mm_add_ps(_mm256_castps256_ps128(a[i]), _mm256_extractf128_ps(a[i], 1));
+            float *yo = y + (size_t)r + (size_t)i * rs;
+            s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            s = _mm_add_ss(s, _mm_movehdup_ps(s));
+            *yo = kr->acc ? *yo + _mm_cvtss_f32(s) : _mm_cvtss_f32(s);
+        }
+    }
+}
+
 /* ---- AVX-512 float kernel (BLOCK layout) ------------------------------------------ */
 
 /* Block B of a BLOCK-layout row of NB blocks: lane l holds element l's

@@ -554,6 +554,42 @@ START_TEST(test_batch_invariance)
 }
 END_TEST
 
+/* The one-token products of weights of 128 KiB or more read each thread's
+ * rows as four streams, rows r, r + q, r + 2q, r + 3q together (the 4-row
+ * GEMVs with RS > 1, tiles_range): a token alone gives the bits it gets in
+ * a 9-token call (the GEMM's row kernels, checked against references
+ * above), at every ISA level and 1..3 threads.  N = 270 leaves a last tile
+ * of 14 rows, which is not read as streams. */
+START_TEST(test_gemv_streams)
+{
+    enum { N = 270, K = 1040, M = 9 };
+    static const char *const names[] = {"w4a16", "w4a4"};
+    static float x[M * K], y[M * N], y1[N];
+
+    for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
+        x[i] = frand(-2, 2) * (i % 83 == 0 ? 12.0f : 1.0f);
+    for (int scheme = 0; scheme < 2; scheme++) {
+        syn_linear sl;
+
+        syn_make(&sl, "streams", scheme ? NVFP4_SCHEME_W4A4 : NVFP4_SCHEME_W4A16, N, K, 0.011f,
+                 scheme ? 0.019f : 0.0f);
+        ck_assert_uint_ge((size_t)N * (K / 2 + K / 16), 128 * 1024);
+        for (size_t l = 0; l < 4; l++) {
+            run_linear_all_threads(isa_levels[l], &sl.lin, 1, x, M, y, M * N);
+            for (size_t t = 0; t < M; t += 4) {
+                run_linear_all_threads(isa_levels[l], &sl.lin, 1, x + t * K, 1, y1, N);
+                for (size_t i = 0; i < N; i++)
+                    ck_assert_msg(memcmp(&y1[i], &y[t * N + i], sizeof(float)) == 0,
+                                  "%s %s token %zu row %zu: alone %.9g, in a batch %.9g",
+                                  isa_levels[l], names[scheme], t, i, (double)y1[i],
+                                  (double)y[t * N + i]);
+            }
+        }
+        syn_free(&sl);
+    }
+}
+END_TEST
+
 /* ---- several weights of one input ----------------------------------------- */
 
 /* nvfp4_k_linear_multi gives each weight nvfp4_k_linear's bits (the CPU
@@ -2440,6 +2476,7 @@ int main(void)
     tcase_add_test(tc, test_attention_rows);
     tcase_add_test(tc, test_batch_invariance);
     tcase_add_test(tc, test_batch_invariance_decode);
+    tcase_add_test(tc, test_gemv_streams);
     tcase_add_test(tc, test_linear_multi);
     tcase_add_test(tc, test_amx_gemm);
     tcase_add_test(tc, test_rowops);
