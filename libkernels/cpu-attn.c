@@ -543,8 +543,12 @@ attend_group8_body(const float *q, float *o, const float *kpool, const float *vp
 
 /* attend_group for AVX2: the body for each group size, and for head size
  * 64 and 128 with its loops unrolled (the same operations as for any hd).
- * Value chunks of 32 dimensions for up to 2 heads, of 16 for 3 and 4
- * (G x NV accumulators and NV value registers within AVX2's 16). */
+ * Value chunks of 32 dimensions (NV 4) for up to 3 heads, of 16 for 4:
+ * a chunk's G x NV accumulators are G x NV chains of one FMA a position,
+ * so more of them overlap more (a 512-token prefill's attention, 3 heads
+ * of 64 dimensions a KV head, Zen 3: 16 wide took a quarter longer), as
+ * long as they stay in AVX2's 16 registers (4 heads 32 wide spilled and
+ * took a sixth longer than 16 wide). */
 __attribute__((target("avx2,fma"))) static void
 attend_group8(const float *q, float *o, const float *kpool, const float *vpool,
               const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first, size_t len,
@@ -571,7 +575,7 @@ attend_group8(const float *q, float *o, const float *kpool, const float *vpool,
         ATTN8_BODY_HD(2, 4);
         break;
     case 3:
-        ATTN8_BODY_HD(3, 2);
+        ATTN8_BODY_HD(3, 4);
         break;
     default:
         ATTN8_BODY_HD(4, 2);
