@@ -3,9 +3,14 @@
  * block tables of a paged KV cache, float32 or FP8 (E4M3) pools
  * (nvfp4k_cpu_attention_paged()), and the contiguous cache's attention as
  * the paged one over an identity block table (nvfp4k_cpu_attention()).
- * Scalar, AVX-512 and, for a prefill's rows, key-transposed AVX-512 paths;
- * every (row, head) is reduced by one thread in position order, so results
- * do not depend on the thread count or on the other rows of the call. */
+ * Scalar, AVX2 (+FMA: attend_group8, for decode and prefill rows alike),
+ * AVX-512 and, for a prefill's rows, key-transposed AVX-512 paths, chosen
+ * by the context's ISA level; every (row, head) is reduced by one thread
+ * in position order, so results do not depend on the thread count or on
+ * the other rows of the call.  Each path has its own fixed arithmetic
+ * (sums in 1, 8 or 16 lanes; libm's expf, or exp8 / exp16, one function
+ * with the same bits): within a path a row's bits are the same in a
+ * prefill and in a decode step, across paths they differ by roundings. */
 #include "config.h"
 
 #include <math.h>
