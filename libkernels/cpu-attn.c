@@ -3,9 +3,14 @@
  * block tables of a paged KV cache, float32 or FP8 (E4M3) pools
  * (nvfp4k_cpu_attention_paged()), and the contiguous cache's attention as
  * the paged one over an identity block table (nvfp4k_cpu_attention()).
- * Scalar, AVX-512 and, for a prefill's rows, key-transposed AVX-512 paths;
- * every (row, head) is reduced by one thread in position order, so results
- * do not depend on the thread count or on the other rows of the call. */
+ * Scalar, AVX2 (+FMA: attend_group8, for decode and prefill rows alike),
+ * AVX-512 and, for a prefill's rows, key-transposed AVX-512 paths, chosen
+ * by the context's ISA level; every (row, head) is reduced by one thread
+ * in position order, so results do not depend on the thread count or on
+ * the other rows of the call.  Each path has its own fixed arithmetic
+ * (sums in 1, 8 or 16 lanes; libm's expf, or exp8 / exp16, one function
+ * with the same bits): within a path a row's bits are the same in a
+ * prefill and in a decode step, across paths they differ by roundings. */
 #include "config.h"
 
 #include <math.h>
@@ -95,6 +100,7 @@ static void attend_head(const float *qi, float *o, const float *kpool, const flo
 #define ATTN_PREFETCH 32
 
 #include "cpu-exp16.h"
+#include "cpu-exp8.h"
 #include "cpu-lanes16.h"
 
 /* A walk over the rows of positions first, first + 1, ... of a block table
@@ -349,6 +355,266 @@ attend_group(const float *q, float *o, const float *kpool, const float *vpool,
 #undef ATTN_BODY_HD
 #undef ATTN_BODY
 }
+
+/* ---- AVX2 (+ FMA): 8 lanes ------------------------------------------------- */
+
+/* For CPUs with AVX2 but not AVX-512 (NVFP4_CPU_ISA=avx2 elsewhere): the
+ * method of attend_group_body and attend_tail in 8 lanes, one function for
+ * a decode row and for every row of a prefill (and for float32 and FP8
+ * pools, the latter dequantized into the same float32 values), so that a
+ * row gets the same bits alone or among others, at any thread count.  Its
+ * sums are not the AVX-512 path's (8 lanes, one accumulator a position),
+ * nor the scalar path's; its e^x is exp16's bits (exp8). */
+
+/* The all-ones lanes of attn_lanes8 + 8 - n: the first min(n, 8) lanes of
+ * a vector selected (maskload / maskstore / blendv masks). */
+static const int32_t attn_lanes8[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+
+__attribute__((target("avx2"))) static inline __m256i lanes8(size_t n)
+{
+    return _mm256_loadu_si256((const __m256i *)(attn_lanes8 + 8 - (n < 8 ? n : 8)));
+}
+
+/* Lane p of the result: the sum of the 8 lanes of U[p], as
+ * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) whichever registers
+ * it is computed among (two rounds of vhaddps, then the 128-bit halves). */
+__attribute__((target("avx2"))) static inline __m256 sum8x8(const __m256 u[8])
+{
+    const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(u[0], u[1]), _mm256_hadd_ps(u[2], u[3]));
+    const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(u[4], u[5]), _mm256_hadd_ps(u[6], u[7]));
+
+    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20),
+                         _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
+/* The sum (in a fixed order: halves, pairs, neighbours) and the maximum of
+ * a register's 8 lanes */
+__attribute__((target("avx2"))) static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+__attribute__((target("avx2"))) static inline float hmax8(__m256 v)
+{
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* attend_group_body for AVX2: the scores of 8 positions at a time, each a
+ * dot product of one 8-lane accumulator over the head dimension (FMAs in
+ * dimension order, a masked tail where hd is not a multiple of 8; the G
+ * heads' chains of a position, and the positions', overlap; a prefill of
+ * 3 heads a KV head took 5 % less than with a head's 8 positions
+ * together), whose lanes sum8x8 adds, times SCALE; the
+ * max (SINK joins it); e^(score - max) by exp8 (0 below e^ATTN_EXP_FLOOR,
+ * as attend_tail, so that no operation makes a subnormal) summed in 8
+ * lanes in position order and then across them (hsum8; a sink's term
+ * last); the weights score / sum; the weighted sum of the values in
+ * position order, chunks of 8 NV dimensions at a time for the G heads
+ * (G x NV accumulators; each value row loaded once for the G heads).
+ * Arguments as attend_group_body's; F8's rows are dequantized 8 positions
+ * at a time (the keys) and 8 positions of a chunk at a time (the values). */
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
+attend_group8_body(const float *q, float *o, const float *kpool, const float *vpool,
+                   const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first,
+                   size_t len, size_t hd, float scale, const float *sink, float *sc,
+                   size_t maxlen, int pf, const attn_fp8 *f8, const int G, const int NV)
+{
+    const __m256 floor = _mm256_set1_ps(ATTN_EXP_FLOOR), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256i mhd = lanes8(hd % 8);
+    __m256 mxv[ATTN_GROUP];
+    page_walk wk = page_walk_at(tab, bs, first),
+              wp = page_walk_at(tab, bs, first + ATTN_PREFETCH), wval;
+
+    for (int g = 0; g < G; g++)
+        mxv[g] = ninf;
+    for (size_t p0 = first; p0 < len; p0 += 8) {
+        const size_t c = len - p0 < 8 ? len - p0 : 8;
+        const __m256 mk = _mm256_castsi256_ps(lanes8(c));
+        const float *kr[8];
+
+        if (f8)
+            fp8_rows(f8->wide, f8->kbuf, f8->k, tab, bs, kvw, off, p0, p0 + c, hd, f8->ks);
+        for (size_t l = 0; l < c; l++) {
+            kr[l] = f8 ? f8->kbuf + l * hd : kpool + page_walk_next(&wk) * kvw + off;
+            if (pf && p0 + l + ATTN_PREFETCH < len) {
+                const size_t rn = page_walk_next(&wp) * kvw + off;
+                const size_t esz = f8 ? 1 : sizeof(float);
+                const char *kn = f8 ? (const char *)(f8->k + rn) : (const char *)(kpool + rn);
+                const char *vn = f8 ? (const char *)(f8->v + rn) : (const char *)(vpool + rn);
+                for (size_t b = 0; b < hd * esz; b += 64) {
+                    _mm_prefetch(kn + b, _MM_HINT_T0);
+                    _mm_prefetch(vn + b, _MM_HINT_T1);
+                }
+            }
+        }
+        /* position by position, the G heads' dot products together: the
+         * key row is loaded once for them */
+        __m256 u[ATTN_GROUP][8];
+
+        for (size_t l = 0; l < 8; l++) {
+            __m256 a[ATTN_GROUP];
+            size_t i = 0;
+
+            for (int g = 0; g < G; g++)
+                a[g] = _mm256_setzero_ps();
+            if (l < c) {
+                for (; i + 8 <= hd; i += 8) {
+                    const __m256 kv8 = _mm256_loadu_ps(kr[l] + i);
+                    for (int g = 0; g < G; g++)
+                        a[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * hd + i), kv8, a[g]);
+                }
+                if (i < hd) {
+                    const __m256 kv8 = _mm256_maskload_ps(kr[l] + i, mhd);
+                    for (int g = 0; g < G; g++)
+                        a[g] = _mm256_fmadd_ps(_mm256_maskload_ps(q + (size_t)g * hd + i, mhd),
+                                               kv8, a[g]);
+                }
+            }
+            for (int g = 0; g < G; g++)
+                u[g][l] = a[g];
+        }
+        for (int g = 0; g < G; g++) {
+            __m256 s = _mm256_mul_ps(sum8x8(u[g]), _mm256_set1_ps(scale));
+            _mm256_maskstore_ps(sc + (size_t)g * maxlen + p0, _mm256_castps_si256(mk), s);
+            /* a NaN score (first operand) leaves the max as it was; lanes
+             * past the last position leave it too */
+            mxv[g] = _mm256_blendv_ps(mxv[g], _mm256_max_ps(s, mxv[g]), mk);
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        float *scg = sc + (size_t)g * maxlen;
+        __m256 acc = _mm256_setzero_ps(), m, inv;
+        float mx = hmax8(mxv[g]), sum;
+
+        if (sink && sink[g] > mx) /* transformers: cat, minus the max, softmax */
+            mx = sink[g];
+        m = _mm256_set1_ps(mx);
+        for (size_t p0 = first; p0 < len; p0 += 8) {
+            const __m256i mi = lanes8(len - p0);
+            const __m256 mk = _mm256_castsi256_ps(mi);
+            /* lanes past the last position at the floor, not at -max
+             * (whose e^x could overflow) */
+            const __m256 x = _mm256_blendv_ps(
+                floor, _mm256_sub_ps(_mm256_maskload_ps(scg + p0, mi), m), mk);
+            /* below ATTN_EXP_FLOOR 0 (not-less-than, unordered: a NaN
+             * kept), and exp8 of the floor there, as attend_tail */
+            const __m256 keep = _mm256_and_ps(mk, _mm256_cmp_ps(x, floor, _CMP_NLT_UQ));
+            const __m256 e = _mm256_and_ps(keep, exp8(_mm256_max_ps(floor, x)));
+
+            _mm256_maskstore_ps(scg + p0, mi, e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        sum = hsum8(acc);
+        /* gpt-oss: the head's sink, one more logit with no value */
+        if (sink && !(sink[g] - mx < ATTN_EXP_FLOOR))
+            sum += _mm256_cvtss_f32(exp8(_mm256_set1_ps(sink[g] - mx)));
+        inv = _mm256_set1_ps(1.0f / sum);
+        for (size_t p0 = first; p0 < len; p0 += 8) {
+            const __m256i mi = lanes8(len - p0);
+            _mm256_maskstore_ps(scg + p0, mi, _mm256_mul_ps(_mm256_maskload_ps(scg + p0, mi), inv));
+        }
+    }
+    for (size_t d0 = 0; d0 < hd; d0 += 8 * (size_t)NV) {
+        const size_t nd = hd - d0 < 8 * (size_t)NV ? hd - d0 : 8 * (size_t)NV;
+        __m256i mv[4];
+        __m256 a[ATTN_GROUP][4];
+
+        for (int v = 0; v < NV; v++)
+            mv[v] = lanes8(nd > 8 * (size_t)v ? nd - 8 * (size_t)v : 0);
+        for (int g = 0; g < G; g++)
+            for (int v = 0; v < NV; v++)
+                a[g][v] = _mm256_setzero_ps();
+        wval = page_walk_at(tab, bs, first);
+        for (size_t p0 = first; p0 < len; p0 += 8) {
+            const size_t c = len - p0 < 8 ? len - p0 : 8;
+
+            if (f8)
+                fp8_rows(f8->wide, f8->vbuf, f8->v, tab, bs, kvw, off + d0, p0, p0 + c, nd,
+                         f8->vs);
+            for (size_t l = 0; l < c; l++) {
+                const float *vp =
+                    f8 ? f8->vbuf + l * nd : vpool + page_walk_next(&wval) * kvw + off + d0;
+                __m256 vv[4];
+
+                for (int v = 0; v < NV; v++)
+                    vv[v] = nd == 8 * (size_t)NV ? _mm256_loadu_ps(vp + 8 * v)
+                                                 : _mm256_maskload_ps(vp + 8 * v, mv[v]);
+#pragma GCC unroll 4
+                for (int g = 0; g < G; g++) {
+                    const __m256 wv = _mm256_broadcast_ss(sc + (size_t)g * maxlen + p0 + l);
+                    for (int v = 0; v < NV; v++)
+                        a[g][v] = _mm256_fmadd_ps(wv, vv[v], a[g][v]);
+                }
+            }
+        }
+        for (int g = 0; g < G; g++)
+            for (int v = 0; v < NV; v++)
+                _mm256_maskstore_ps(o + (size_t)g * hd + d0 + 8 * v, mv[v], a[g][v]);
+    }
+}
+
+/* attend_group for AVX2: the body for each group size, and for head size
+ * 64 and 128 with its loops unrolled (the same operations as for any hd).
+ * Value chunks of 32 dimensions (NV 4) for up to 3 heads, of 16 for 4:
+ * a chunk's G x NV accumulators are G x NV chains of one FMA a position,
+ * so more of them overlap more (a 512-token prefill's attention, 3 heads
+ * of 64 dimensions a KV head, Zen 3: 16 wide took a quarter longer), as
+ * long as they stay in AVX2's 16 registers (4 heads 32 wide spilled and
+ * took a sixth longer than 16 wide). */
+__attribute__((target("avx2,fma"))) static void
+attend_group8(const float *q, float *o, const float *kpool, const float *vpool,
+              const int32_t *tab, size_t bs, size_t kvw, size_t off, size_t first, size_t len,
+              size_t hd, float scale, const float *sink, float *sc, size_t maxlen, int pf,
+              const attn_fp8 *f8, int G)
+{
+#define ATTN8_BODY(HD, G_, NV_)                                                                   \
+    attend_group8_body(q, o, kpool, vpool, tab, bs, kvw, off, first, len, HD, scale, sink, sc,   \
+                       maxlen, pf, f8, G_, NV_)
+#define ATTN8_BODY_HD(G_, NV_)                                                                    \
+    do {                                                                                          \
+        if (hd == 64)                                                                             \
+            ATTN8_BODY(64, G_, NV_);                                                              \
+        else if (hd == 128)                                                                       \
+            ATTN8_BODY(128, G_, NV_);                                                             \
+        else                                                                                      \
+            ATTN8_BODY(hd, G_, NV_);                                                              \
+    } while (0)
+    switch (G) {
+    case 1:
+        ATTN8_BODY_HD(1, 4);
+        break;
+    case 2:
+        ATTN8_BODY_HD(2, 4);
+        break;
+    case 3:
+        ATTN8_BODY_HD(3, 4);
+        break;
+    default:
+        ATTN8_BODY_HD(4, 2);
+        break;
+    }
+#undef ATTN8_BODY_HD
+#undef ATTN8_BODY
+}
+
+/* attend_group (WIDE > 1: AVX-512) or attend_group8 (1: AVX2) */
+static void attend_group_at(int wide, const float *q, float *o, const float *kpool,
+                            const float *vpool, const int32_t *tab, size_t bs, size_t kvw,
+                            size_t off, size_t first, size_t len, size_t hd, float scale,
+                            const float *sink, float *sc, size_t maxlen, int pf,
+                            const attn_fp8 *f8, int G)
+{
+    if (wide > 1)
+        attend_group(q, o, kpool, vpool, tab, bs, kvw, off, first, len, hd, scale, sink, sc,
+                     maxlen, pf, f8, G);
+    else
+        attend_group8(q, o, kpool, vpool, tab, bs, kvw, off, first, len, hd, scale, sink, sc,
+                      maxlen, pf, f8, G);
+}
 #endif
 
 /* FP8 E4M3 pools (nvfp4_kv_elem): numerics.h's codec, the one vLLM's
@@ -476,23 +742,62 @@ fp8_gather_vbmi(float *out, const uint8_t *pool, const int32_t *tab, size_t bs, 
         }
     }
 }
+
+/* fp8_gather 8 elements at a time with AVX2: e4m3_lut looked up by
+ * vgatherdps (the table's very floats; a tail of fewer bytes widened from
+ * a copy, never read past the row), times the scale: the same bits. */
+__attribute__((target("avx2"))) static void
+fp8_gather_avx2(float *out, const uint8_t *pool, const int32_t *tab, size_t bs, size_t kvw,
+                size_t off, size_t first, size_t len, size_t hd, float scale)
+{
+    const __m256 sv = _mm256_set1_ps(scale);
+
+    for (size_t p = first; p < len; p++) {
+        const uint8_t *r = page_row8(pool, tab, bs, kvw, p) + off;
+        float *o = out + (p - first) * hd;
+        size_t d = 0;
+
+        for (; d + 8 <= hd; d += 8) {
+            const __m256i ix = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r + d)));
+            _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_i32gather_ps(e4m3_lut, ix, 4), sv));
+        }
+        if (d < hd) {
+            uint8_t b[8] = {0};
+            const __m256i mk = lanes8(hd - d);
+
+            memcpy(b, r + d, hd - d);
+            _mm256_maskstore_ps(
+                o + d, mk,
+                _mm256_mul_ps(_mm256_i32gather_ps(e4m3_lut,
+                                                  _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                      (const __m128i *)b)),
+                                                  4),
+                              sv));
+        }
+    }
+}
 #endif
 
 /* Elements OFF .. OFF + N - 1 of the rows of positions FIRST .. LEN - 1 of
  * an FP8 pool, dequantized into OUT (position p at row p - FIRST, N floats
- * a row) by the gather WIDE selects: the same bits from each. */
+ * a row) by the gather WIDE (attn_job.wide) selects: the same bits from
+ * each. */
 static void fp8_rows(int wide, float *out, const uint8_t *pool, const int32_t *tab, size_t bs,
                      size_t kvw, size_t off, size_t first, size_t len, size_t n, float scale)
 {
 #ifdef CPU_HAVE_X86
     /* VBMI where the backend runs the VNNI kernels (every CPU with VBMI
      * has them; NVFP4_CPU_ISA=avx512 keeps the binary16 path testable) */
-    if (wide > 1 && e4m3_vbmi) {
+    if (wide > 2 && e4m3_vbmi) {
         fp8_gather_vbmi(out, pool, tab, bs, kvw, off, first, len, n, scale);
         return;
     }
-    if (wide) {
+    if (wide > 1) {
         fp8_gather_avx512(out, pool, tab, bs, kvw, off, first, len, n, scale);
+        return;
+    }
+    if (wide) {
+        fp8_gather_avx2(out, pool, tab, bs, kvw, off, first, len, n, scale);
         return;
     }
 #else
@@ -511,9 +816,10 @@ typedef struct {
     float scale;
     float *scores;
     size_t per, m;
-    int wide; /* AVX-512: 1, 2 at the VNNI level and above (fp8_gather_kv):
-               * query heads ATTN_GROUP at a time (attend_group), SLOT's
-               * scratch starting with ATTN_GROUP rows of scores */
+    int wide; /* AVX2: 1, AVX-512: 2, 3 at the VNNI level and above (the
+               * gather of fp8_rows): query heads ATTN_GROUP at a time
+               * (attend_group8, attend_group), SLOT's scratch starting
+               * with ATTN_GROUP rows of scores; 0: scalar */
     /* attn_rows_range: blocks of rows, block b rows blk[b] .. blk[b + 1] - 1,
      * and the stride of their score rows (the call's longest context) */
     const size_t *blk;
@@ -576,10 +882,11 @@ static void attn_fp8_range(void *arg, size_t it0, size_t it1, int slot)
 
                 for (size_t g0 = 0; g0 < group; g0 += ATTN_GROUP) {
                     const size_t h = kvh * group + g0;
-                    attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, NULL, NULL,
-                                 tab, kv->block, nkv * hd, kvh * hd, first, len, hd, j->scale,
-                                 kv->sinks ? kv->sinks + h : NULL, sc, maxlen, 1, &f8,
-                                 (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
+                    attend_group_at(j->wide, j->q + (i * nh + h) * hd,
+                                    j->out + (i * nh + h) * hd, NULL, NULL, tab, kv->block,
+                                    nkv * hd, kvh * hd, first, len, hd, j->scale,
+                                    kv->sinks ? kv->sinks + h : NULL, sc, maxlen, 1, &f8,
+                                    (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
                 }
                 continue;
             }
@@ -597,10 +904,11 @@ static void attn_fp8_range(void *arg, size_t it0, size_t it1, int slot)
             if (j->wide) {
                 for (size_t g0 = 0; g0 < group; g0 += ATTN_GROUP) {
                     const size_t h = kvh * group + g0;
-                    attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kr, vr,
-                                 &zero, maxlen, hd, 0, first, len, hd, j->scale,
-                                 kv->sinks ? kv->sinks + h : NULL, sc, maxlen, 0, NULL,
-                                 (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
+                    attend_group_at(j->wide, j->q + (i * nh + h) * hd,
+                                    j->out + (i * nh + h) * hd, kr, vr, &zero, maxlen, hd, 0,
+                                    first, len, hd, j->scale, kv->sinks ? kv->sinks + h : NULL,
+                                    sc, maxlen, 0, NULL,
+                                    (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
                 }
                 continue;
             }
@@ -652,10 +960,10 @@ static void attend_row_group(const attn_job *j, size_t i, size_t kvh, size_t g0,
      * prefill; 2048: 2 %) */
     const int pf = i == 0 || kv->seq[i - 1] != kv->seq[i];
 
-    attend_group(j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kv->k_pool, kv->v_pool,
-                 tab, kv->block, nkv * hd, kvh * hd, first, len, hd, j->scale,
-                 kv->sinks ? kv->sinks + h : NULL, sc, stride, pf, NULL,
-                 (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
+    attend_group_at(j->wide, j->q + (i * nh + h) * hd, j->out + (i * nh + h) * hd, kv->k_pool,
+                    kv->v_pool, tab, kv->block, nkv * hd, kvh * hd, first, len, hd, j->scale,
+                    kv->sinks ? kv->sinks + h : NULL, sc, stride, pf, NULL,
+                    (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
 }
 
 /* Items of nvfp4k_cpu_attention_paged() for float32 pools with AVX-512: (row,
@@ -957,7 +1265,10 @@ nvfp4_status nvfp4k_cpu_attention_paged(void *ctx, const float *q, const float *
     float *scores;
 #ifdef CPU_HAVE_X86
     const cpu_isa isa = ((cpu_ctx *)ctx)->isa;
-    const int wide = isa >= CPU_ISA_VNNI ? 2 : isa >= CPU_ISA_AVX512;
+    const int wide = isa >= CPU_ISA_VNNI     ? 3
+                     : isa >= CPU_ISA_AVX512 ? 2
+                     : isa >= CPU_ISA_AVX2   ? 1
+                                             : 0;
 #else
     const int wide = 0;
 #endif
@@ -974,7 +1285,7 @@ nvfp4_status nvfp4k_cpu_attention_paged(void *ctx, const float *q, const float *
     size_t *blk = NULL, nblk = 0, rstride = 0, rows = 0;
 
 #ifdef CPU_HAVE_X86
-    if (wide && !fp8 && hd % 32 == 0 && m >= ATTN_ROWS_MIN) {
+    if (wide > 1 && !fp8 && hd % 32 == 0 && m >= ATTN_ROWS_MIN) {
         int found = 0;
 
         for (size_t i = 0; i < m; i++)

@@ -7,6 +7,7 @@ libkernels_libnvfp4_kernels_la_SOURCES = \
 	%reldir%/backend-impl.h \
 	%reldir%/cpu-internal.h \
 	%reldir%/cpu-exp16.h \
+	%reldir%/cpu-exp8.h \
 	%reldir%/cpu-lanes16.h \
 	%reldir%/cpu-linear.h \
 	%reldir%/registry.c \

@@ -35,6 +35,7 @@
 #endif
 #if defined(__GNUC__) && defined(__x86_64__)
 #include "../libkernels/cpu-exp16.h"
+#include "../libkernels/cpu-exp8.h"
 #endif
 
 #include <nvfp4/kernels.h>
@@ -75,6 +76,23 @@ static int avx512_here(void)
         return 0;
     return __builtin_cpu_supports("avx512f");
 #else
+    return 0;
+#endif
+}
+
+/* Whether a CPU backend opened with NVFP4_CPU_ISA=ISA runs a vector
+ * attention here (cpu-attn.c: AVX-512 from "avx512" up, the AVX2 one at
+ * "avx2" and on CPUs with AVX2 but not AVX-512), whose softmax has no
+ * subnormal weights (ATTN_EXP_FLOOR); libm's expf of the scalar path
+ * makes them. */
+static int vector_attention_here(const char *isa)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (!strcmp(isa, "scalar"))
+        return 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    (void)isa;
     return 0;
 #endif
 }
@@ -1483,6 +1501,71 @@ START_TEST(test_exp16)
 }
 END_TEST
 
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static void exp8_apply(const float *x, float *y)
+{
+    _mm256_storeu_ps(y, exp8(_mm256_loadu_ps(x)));
+    _mm256_storeu_ps(y + 8, exp8(_mm256_loadu_ps(x + 8)));
+}
+#endif
+
+/* exp8 (libkernels/cpu-exp8.h, the AVX2 softmax's e^x) as test_exp16
+ * holds exp16: within 1 ulp of float64 exp rounded to float32 on every
+ * 61st float32 from 89 down to -105 (normal, subnormal and zero results)
+ * and on the same special arguments; where the CPU has AVX-512 too, the
+ * very bits of exp16 on all of them (its comment's claim). */
+START_TEST(test_exp8)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+    const float special[] = {-0.0f, 0.0f, -INFINITY, INFINITY, NAN, -110.5f, -200.0f, 100.0f,
+                             88.72f, 89.0f, -87.5f, -103.9f, -104.0f, -1e-30f, 1e-30f, 0.5f};
+    float x[16], y[16], z[16];
+    const int step = getenv("NVFP4_TEST_QUICK") ? 6101 : 61;
+    const int with16 = __builtin_cpu_supports("avx512f");
+    int64_t worst = 0;
+    float at = 0;
+
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+        fprintf(stderr, "test_exp8: skipped, no AVX2 and FMA\n");
+        return;
+    }
+    for (float x0 = 89.0f; x0 > -105.0f;) {
+        for (int l = 0; l < 16; l++) {
+            x[l] = x0;
+            for (int s = 0; s < step; s++)
+                x0 = nextafterf(x0, -INFINITY);
+        }
+        exp8_apply(x, y);
+        if (with16) {
+            exp16_apply(x, z);
+            ck_assert_msg(memcmp(y, z, sizeof(y)) == 0, "exp8 and exp16 differ near %.9g", x[0]);
+        }
+        for (int l = 0; l < 16; l++) {
+            const int64_t d = llabs(f32_order(y[l]) - f32_order((float)exp((double)x[l])));
+            if (d > worst)
+                worst = d, at = x[l];
+        }
+    }
+    ck_assert_msg(worst <= 1, "exp8 %lld ulp from float64 exp at %.9g", (long long)worst, at);
+    exp8_apply(special, y);
+    if (with16) {
+        exp16_apply(special, z);
+        for (int l = 0; l < 16; l++)
+            ck_assert_msg(memcmp(&y[l], &z[l], sizeof(float)) == 0 || (isnan(y[l]) && isnan(z[l])),
+                          "exp8(%g) = %.9g, exp16 %.9g", special[l], y[l], z[l]);
+    }
+    for (int l = 0; l < 16; l++) {
+        const float r = (float)exp((double)special[l]);
+        if (isnan(r))
+            ck_assert_msg(isnan(y[l]), "exp8(%g) = %g", special[l], y[l]);
+        else
+            ck_assert_msg(llabs(f32_order(y[l]) - f32_order(r)) <= 1, "exp8(%g) = %.9g, not %.9g",
+                          special[l], y[l], r);
+    }
+#endif
+}
+END_TEST
+
 /* ---- a busy machine ------------------------------------------------------------ */
 
 static int busy_stop;
@@ -1717,8 +1800,8 @@ static void attention_refusals(const char *isa)
 
 START_TEST(test_attention)
 {
-    for (int i = 0; i < 2; i++) {
-        const char *isa = i ? "vnni" : "scalar";
+    for (int i = 0; i < 3; i++) {
+        const char *isa = i == 2 ? "vnni" : i ? "avx2" : "scalar";
         attention_check(isa, 16, 5, 4, 4, 20);
         attention_refusals(isa);
     }
@@ -1731,11 +1814,17 @@ END_TEST
 START_TEST(test_attention_groups)
 {
     attention_check("scalar", 80, 70, 3, 12, 20);
-    attention_check("vnni", 80, 70, 3, 12, 20);
-    attention_check("vnni", 80, 70, 3, 14, 20);
-    /* attend_group's unrolled bodies for head sizes 64 and 128 */
-    attention_check("vnni", 80, 70, 3, 12, 64);
-    attention_check("vnni", 80, 70, 3, 6, 128);
+    /* the AVX2 path (attend_group8) as well wherever the CPU has AVX2 */
+    for (int i = 0; i < 2; i++) {
+        const char *isa = i ? "avx2" : "vnni";
+        attention_check(isa, 80, 70, 3, 12, 20);
+        attention_check(isa, 80, 70, 3, 14, 20);
+        /* the unrolled bodies for head sizes 64 and 128 */
+        attention_check(isa, 80, 70, 3, 12, 64);
+        attention_check(isa, 80, 70, 3, 6, 128);
+    }
+    /* a head size neither 8 nor 16 divides (masked tails of both) */
+    attention_check("avx2", 80, 70, 3, 6, 13);
 }
 END_TEST
 
@@ -1983,20 +2072,21 @@ static void attention_paged_fp8_case(const char *isa, int hd)
     nvfp4_backend_free(be);
 }
 
-/* A prefill's rows (attn_rows_range: blocks of up to 16 rows of one
- * sequence over keys transposed a tile at a time) give each row the bits
- * it gets alone (a decode step, attend_group): 37 rows after 30 cached
+/* A prefill's rows (AVX-512, attn_rows_range: blocks of up to 16 rows of
+ * one sequence over keys transposed a tile at a time; AVX2: attend_group8
+ * row by row) give each row the bits it gets alone (a decode step,
+ * attend_group or attend_group8) with the backend at ISA: 37 rows after 30 cached
  * positions (blocks of 16, 16 and 5) and a second sequence's 3 rows (fewer
  * than a block's minimum: row by row) through scrambled block tables, 6
- * query heads of 2 KV heads (groups of 4: 4 and 2 per pass), head sizes
- * 64, 96 and 128, with and without a sliding window (the rows of a block
+ * query heads of 2 KV heads (groups of 4: 4 and 2 per pass), head size HD
+ * (the callers: 64, 96, 128; 20 for AVX2's masked tails), with and without a sliding window (the rows of a block
  * start at different positions) and sinks, at 1 and 2 threads;
  * every row also against float64.  Bound as attention_check's, scaled by
  * HD^1.5, and by QS, the queries' scale: at 400 the scores spread over
  * hundreds, where e^(score - max) of most positions would be subnormal,
  * and no operation may underflow (each would cost a microcode assist on
  * x86; the one thread's floating-point flags tell). */
-static void attention_rows_case(int hd, float qs)
+static void attention_rows_case(const char *isa, int hd, float qs)
 {
     enum { BS = 16, NB = 12, MAXB = 6, NH = 6, NKV = 2, HDM = 128, ROWM = NKV * HDM };
     enum { A0 = 30, AM = 37, B0 = 7, BM = 3, M = AM + BM, CTX = MAXB * BS };
@@ -2013,7 +2103,7 @@ static void attention_rows_case(int hd, float qs)
     nvfp4_error err;
     nvfp4_backend *be;
 
-    setenv("NVFP4_CPU_ISA", "vnni", 1);
+    setenv("NVFP4_CPU_ISA", isa, 1);
     be = open_cpu();
     unsetenv("NVFP4_CPU_ISA");
     for (int sq = 0; sq < 2; sq++)
@@ -2046,9 +2136,10 @@ static void attention_rows_case(int hd, float qs)
             ck_assert_int_eq(nvfp4_k_attention_paged(be, q, k, v, &kv, M, NH, NKV, HD, scale,
                                                      out, &err),
                              NVFP4_OK);
-            if (th == 1 && avx512_here())
+            if (th == 1 && vector_attention_here(isa))
                 ck_assert_msg(!fetestexcept(FE_UNDERFLOW),
-                              "hd %d case %d scale %g: an operation underflowed", hd, c, qs);
+                              "%s hd %d case %d scale %g: an operation underflowed", isa, hd, c,
+                              qs);
             for (int i = 0; i < M; i++) {
                 nvfp4_kv_pages k1 = kv;
                 k1.pos = pos + i;
@@ -2058,9 +2149,9 @@ static void attention_rows_case(int hd, float qs)
                                                          one, &err),
                                  NVFP4_OK);
                 ck_assert_msg(memcmp(out + i * NH * HD, one, (size_t)NH * HD * 4) == 0,
-                              "hd %d case %d scale %g threads %d: row %d differs from the row "
-                              "alone",
-                              hd, c, qs, th, i);
+                              "%s hd %d case %d scale %g threads %d: row %d differs from the "
+                              "row alone",
+                              isa, hd, c, qs, th, i);
                 for (int h = 0; h < NH; h++) {
                     double ref[HDM];
                     ref_attention(q + (i * NH + h) * HD, ks[seq[i]] + h / 3 * HD,
@@ -2068,8 +2159,8 @@ static void attention_rows_case(int hd, float qs)
                                   kv.window, kv.sinks ? &sinks[h] : NULL, ref);
                     for (int d = 0; d < HD; d++)
                         ck_assert_msg(fabs(out[(i * NH + h) * HD + d] - ref[d]) <= tol,
-                                      "hd %d case %d row %d head %d dim %d: %.9g vs %.9g", hd,
-                                      c, i, h, d, out[(i * NH + h) * HD + d], ref[d]);
+                                      "%s hd %d case %d row %d head %d dim %d: %.9g vs %.9g",
+                                      isa, hd, c, i, h, d, out[(i * NH + h) * HD + d], ref[d]);
                 }
             }
         }
@@ -2079,10 +2170,18 @@ static void attention_rows_case(int hd, float qs)
 
 START_TEST(test_attention_rows)
 {
-    attention_rows_case(64, 1);
-    attention_rows_case(96, 1);
-    attention_rows_case(128, 1);
-    attention_rows_case(64, 400);
+    /* the AVX-512 rows (keys transposed), then AVX2's (attend_group8 row
+     * by row, the same function as a decode step's), also at head size 20
+     * (masked tails) */
+    for (int i = 0; i < 2; i++) {
+        const char *isa = i ? "avx2" : "vnni";
+        attention_rows_case(isa, 64, 1);
+        attention_rows_case(isa, 96, 1);
+        attention_rows_case(isa, 128, 1);
+        attention_rows_case(isa, 64, 400);
+    }
+    attention_rows_case("avx2", 20, 1);
+    attention_rows_case("avx2", 20, 400);
 }
 END_TEST
 
@@ -2091,8 +2190,10 @@ START_TEST(test_attention_paged)
     /* head sizes: 20 (tails), 64 and 128 (attend_group's unrolled bodies) */
     for (int hd = 20; hd <= 128; hd = hd == 20 ? 64 : 2 * hd) {
         attention_paged_case("scalar", hd);
+        attention_paged_case("avx2", hd);
         attention_paged_case("vnni", hd);
         attention_paged_fp8_case("scalar", hd);
+        attention_paged_fp8_case("avx2", hd); /* FP8 rows through vgatherdps */
         attention_paged_fp8_case("avx512", hd); /* FP8 rows through binary16 */
         attention_paged_fp8_case("vnni", hd);   /* through bfloat16 tables where VBMI */
     }
@@ -2468,6 +2569,7 @@ int main(void)
     tcase_add_test(tc, test_torch_linear);
     tcase_add_test(tc, test_rmsnorm);
     tcase_add_test(tc, test_exp16);
+    tcase_add_test(tc, test_exp8);
     tcase_add_test(tc, test_busy_machine);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
