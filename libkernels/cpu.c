@@ -341,6 +341,7 @@ static int ew_threads(void *ctx, size_t work)
 
 #ifdef CPU_HAVE_X86
 #include "cpu-exp16.h" /* the SiLU's and the GLUs' e^x */
+#include "cpu-exp8.h"  /* the SiLU's e^x on AVX2 */
 #endif
 
 #ifdef CPU_HAVE_X86
@@ -489,10 +490,30 @@ __attribute__((target("avx512f"))) static void silu_mul_avx512(const float *g, c
                                             _mm512_maskz_loadu_ps(mk, u + j)));
     }
 }
+
+/* The same in 8 lanes for AVX2: exp8 has exp16's bits, so the same
+ * results as silu_mul_avx512. */
+__attribute__((target("avx2,fma"))) static void silu_mul_avx2(const float *g, const float *u,
+                                                              float *o, size_t n)
+{
+    static const int32_t sel[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    const __m256 one = _mm256_set1_ps(1.0f);
+
+    for (size_t j = 0; j < n; j += 8) {
+        const __m256i mk = _mm256_loadu_si256((const __m256i *)(sel + 8 - (n - j < 8 ? n - j : 8)));
+        const __m256 gv = _mm256_maskload_ps(g + j, mk);
+        const __m256 e = exp8(_mm256_max_ps(
+            _mm256_set1_ps(-87.0f),
+            _mm256_xor_ps(gv, _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u)))));
+        _mm256_maskstore_ps(o + j, mk,
+                            _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)),
+                                          _mm256_maskload_ps(u + j, mk)));
+    }
+}
 #endif
 
 /* silu(g) * u = g / (1 + e^-g) * u, as transformers' SiLU computes it in
- * float32; KIND: AVX-512 */
+ * float32; KIND: 1 AVX-512, 2 AVX2 */
 static void silu_mul_range(void *arg, size_t i0, size_t i1, int slot)
 {
     const ew_job *jb = arg;
@@ -505,7 +526,10 @@ static void silu_mul_range(void *arg, size_t i0, size_t i1, int slot)
         const float *g = gu + i * 2 * inter, *u = g + inter;
 #ifdef CPU_HAVE_X86
         if (jb->kind) {
-            silu_mul_avx512(g, u, out + i * inter, inter);
+            if (jb->kind == 1)
+                silu_mul_avx512(g, u, out + i * inter, inter);
+            else
+                silu_mul_avx2(g, u, out + i * inter, inter);
             continue;
         }
 #endif
@@ -518,7 +542,9 @@ static nvfp4_status cpu_silu_mul(void *ctx, const float *gu, size_t m, size_t in
                                  float *out, nvfp4_error *err)
 {
     ew_job jb = {.x = gu, .y = out, .n = inter,
-                 .kind = ((cpu_ctx *)ctx)->isa >= CPU_ISA_AVX512};
+                 .kind = ((cpu_ctx *)ctx)->isa >= CPU_ISA_AVX512 ? 1
+                         : ((cpu_ctx *)ctx)->isa == CPU_ISA_AVX2 ? 2
+                                                                 : 0};
 
     (void)err;
     nvfp4k_cpu_par(ctx, m, ew_threads(ctx, m * inter), silu_mul_range, &jb);
