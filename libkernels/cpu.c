@@ -74,7 +74,10 @@ static cpu_isa detect_isa(const char *cap)
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(NVFP4_CPU_GENERIC)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    /* F16C: the int8 W4A4 kernels' scale decoding (cpu-i8avx2.c); every
+     * CPU with AVX2 has it */
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
         isa = CPU_ISA_AVX2;
     if (isa == CPU_ISA_AVX2 && __builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
