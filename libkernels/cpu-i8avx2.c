@@ -36,44 +36,43 @@
 #ifdef CPU_X86
 #define I8_TARGET "avx2,fma,f16c"
 
-/* The chunk's 128 code bytes and 16 scale bytes: a whole chunk where the
- * row holds it, a tail chunk of c < 16 blocks copied into TB and SB,
- * zero-padded as chunk_load_pf's masked loads read it (4c bytes per plane,
- * c scales; code 0 with a zero scale and a zero activation adds nothing),
- * so that no byte past the row is read.  Prefetches the stream PF bytes on. */
-static inline __attribute__((always_inline)) const uint8_t *
-chunk_src(const uint8_t *row, const uint8_t *srow, size_t nb, size_t ch, size_t pf,
-          uint8_t *tb, uint8_t *sb, const uint8_t **sc)
+/* Chunk CH of a row of NB blocks: its first byte, and the count of its
+ * blocks (CPU_CHUNK_BLOCKS, or c < 16 for a tail chunk, whose planes hold
+ * 4c bytes each).  Prefetches the stream PF bytes on. */
+static inline __attribute__((always_inline)) size_t
+chunk_at(const uint8_t *row, size_t nb, size_t ch, size_t pf, const uint8_t **cb)
 {
     const size_t c = nb - ch * CPU_CHUNK_BLOCKS;
-    const uint8_t *cb = row + ch * CPU_CHUNK_BYTES;
 
-    CPU_PF(cb + pf);
-    CPU_PF(cb + pf + 64);
-    *sc = srow + ch * CPU_CHUNK_BLOCKS;
-    if (c >= CPU_CHUNK_BLOCKS)
-        return cb;
-    memset(tb, 0, CPU_CHUNK_BYTES);
-    memset(sb, 0, CPU_CHUNK_BLOCKS);
-    memcpy(tb, cb, 4 * c);
-    memcpy(tb + 64, cb + 4 * c, 4 * c);
-    memcpy(sb, *sc, c);
-    *sc = sb;
-    return tb;
+    *cb = row + ch * CPU_CHUNK_BYTES;
+    CPU_PF(*cb + pf);
+    CPU_PF(*cb + pf + 64);
+    return c < CPU_CHUNK_BLOCKS ? c : CPU_CHUNK_BLOCKS;
 }
 
-/* 16 E4M3 bytes -> E4M3 value * s2 in two halves (blocks 0-7, 8-15):
- * scalesn_avx512's bits placed in a half's fields (value * 2^-8 exactly),
- * converted by F16C, times 256 (exact), times s2 (one rounding). */
+/* The C (<= 16) E4M3 bytes SC -> E4M3 value * s2 in two halves (blocks
+ * 0-7, 8-15), zero past C as chunk_load_pf's masked loads give (no byte
+ * past the row's scales is read): scalesn_avx512's bits placed in a
+ * half's fields (value * 2^-8 exactly), converted by F16C, times 256
+ * (exact), times s2 (one rounding). */
 __attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
-scales16_avx2(const uint8_t *sc, __m256 s2, __m256 ws[2])
+scales16_avx2(const uint8_t *sc, size_t c, __m256 s2, __m256 ws[2])
 {
-    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sc));
-    const __m256i h = _mm256_or_si256(
-        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)), 7),
-        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
+    __m128i bytes;
+    __m256i b, h;
     const __m256 k256 = _mm256_set1_ps(256.0f);
 
+    if (c >= CPU_CHUNK_BLOCKS) {
+        bytes = _mm_loadu_si128((const __m128i *)sc);
+    } else {
+        _Alignas(16) uint8_t sb[CPU_CHUNK_BLOCKS] = {0};
+        for (size_t i = 0; i < c; i++)
+            sb[i] = sc[i];
+        bytes = _mm_load_si128((const __m128i *)sb);
+    }
+    b = _mm256_cvtepu8_epi16(bytes);
+    h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)), 7),
+                        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
     ws[0] = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), k256), s2);
     ws[1] = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k256),
                           s2);
@@ -81,17 +80,28 @@ scales16_avx2(const uint8_t *sc, __m256 s2, __m256 ws[2])
 
 /* Half H (blocks 8h .. 8h+7) of a chunk's four steps as vpdpbusd's
  * unsigned weights 2*code + 12 (the VNNI kernels' table), from the chunk's
- * bytes CB: steps 0 and 1 from the low and high nibbles of plane 0, 2 and
- * 3 from plane 1. */
+ * bytes CB of C blocks: steps 0 and 1 from the low and high nibbles of
+ * plane 0, 2 and 3 from plane 1.  A tail chunk's planes (4c bytes: a
+ * dword a block) by masked dword loads, zero past them, as the VNNI
+ * kernels read them (byte 0: the weight 12, whose products the offset
+ * takes away again). */
 __attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
-weights_half(const uint8_t *cb, int h, __m256i wv[4])
+weights_half(const uint8_t *cb, size_t c, int h, __m256i wv[4])
 {
     const __m256i lut = _mm256_broadcastsi128_si256(
         _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
-    const __m256i p0 = _mm256_loadu_si256((const __m256i *)(cb + 32 * h));
-    const __m256i p1 = _mm256_loadu_si256((const __m256i *)(cb + 64 + 32 * h));
+    __m256i p0, p1;
 
+    if (c >= CPU_CHUNK_BLOCKS) {
+        p0 = _mm256_loadu_si256((const __m256i *)(cb + 32 * h));
+        p1 = _mm256_loadu_si256((const __m256i *)(cb + 64 + 32 * h));
+    } else {
+        const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)c - 8 * h),
+                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        p0 = _mm256_maskload_epi32((const int *)(const void *)(cb + 32 * h), mk);
+        p1 = _mm256_maskload_epi32((const int *)(const void *)(cb + 4 * c + 32 * h), mk);
+    }
     wv[0] = _mm256_shuffle_epi8(lut, _mm256_and_si256(p0, lo4));
     wv[1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(p0, 4), lo4));
     wv[2] = _mm256_shuffle_epi8(lut, _mm256_and_si256(p1, lo4));
@@ -155,23 +165,21 @@ row_i8avx2_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, si
     const uint8_t *srow = w->scales + (size_t)r * nb;
     const __m256 s2 = _mm256_set1_ps(w->d.weight_scale_2);
     __m256 acc[8][2];
-    _Alignas(32) uint8_t tb[CPU_CHUNK_BYTES];
-    uint8_t sb[CPU_CHUNK_BLOCKS];
 
 #pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++)
         acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (size_t ch = kr->b0; ch < kr->b1; ch++) {
-        const uint8_t *sc;
-        const uint8_t *cb = chunk_src(row, srow, nb, ch, CPU_PREFETCH, tb, sb, &sc);
+        const uint8_t *cb;
+        const size_t c = chunk_at(row, nb, ch, CPU_PREFETCH, &cb);
         __m256 ws[2];
 
-        scales16_avx2(sc, s2, ws);
+        scales16_avx2(srow + ch * CPU_CHUNK_BLOCKS, c, s2, ws);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i wv[4];
 
-            weights_half(cb, h, wv);
+            weights_half(cb, c, h, wv);
 #pragma GCC unroll 8
             for (size_t t = 0; t < nt; t++) {
                 const size_t tc = (t0 + t) * nch + ch;
@@ -201,8 +209,6 @@ nvfp4k_cpu_gemv4_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8
     const uint8_t *row = w->packed + (size_t)r * (k / 2), *srow = w->scales + (size_t)r * nb;
     const size_t rb = rs * (k / 2), sbs = rs * nb;
     __m256 acc[GEMV_ROWS][2];
-    _Alignas(32) uint8_t tb[CPU_CHUNK_BYTES];
-    uint8_t sb[CPU_CHUNK_BLOCKS];
 
     (void)nch;
     for (int i = 0; i < GEMV_ROWS; i++)
@@ -214,17 +220,16 @@ nvfp4k_cpu_gemv4_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8
 
 #pragma GCC unroll 4
         for (int i = 0; i < GEMV_ROWS; i++) {
-            const uint8_t *sc;
-            const uint8_t *cb = chunk_src(row + (size_t)i * rb, srow + (size_t)i * sbs, nb, ch,
-                                          pfd, tb, sb, &sc);
+            const uint8_t *cb;
+            const size_t c = chunk_at(row + (size_t)i * rb, nb, ch, pfd, &cb);
             __m256 ws[2];
 
-            scales16_avx2(sc, s2, ws);
+            scales16_avx2(srow + (size_t)i * sbs + ch * CPU_CHUNK_BLOCKS, c, s2, ws);
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 __m256i wv[4];
 
-                weights_half(cb, h, wv);
+                weights_half(cb, c, h, wv);
                 acc[i][h] = fma_half(acc[i][h], dot_half(wv, xq, corr, h), ws[h], xs + 8 * h);
             }
         }
@@ -247,26 +252,25 @@ row2_i8avx2_body(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, si
     const uint8_t *srow[2] = {w->scales + (size_t)r * nb, w->scales + ((size_t)r + rs) * nb};
     const __m256 s2 = _mm256_set1_ps(w->d.weight_scale_2);
     __m256 acc[2][8][2];
-    _Alignas(32) uint8_t tb[2][CPU_CHUNK_BYTES];
-    uint8_t sb[2][CPU_CHUNK_BLOCKS];
 
 #pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++)
         acc[0][t][0] = acc[0][t][1] = acc[1][t][0] = acc[1][t][1] = _mm256_setzero_ps();
     for (size_t ch = kr->b0; ch < kr->b1; ch++) {
-        const uint8_t *cb[2], *sc[2];
+        const uint8_t *cb[2];
+        size_t c = 0;
         __m256 ws[2][2];
 
         for (int i = 0; i < 2; i++) {
-            cb[i] = chunk_src(row[i], srow[i], nb, ch, CPU_PREFETCH, tb[i], sb[i], &sc[i]);
-            scales16_avx2(sc[i], s2, ws[i]);
+            c = chunk_at(row[i], nb, ch, CPU_PREFETCH, &cb[i]);
+            scales16_avx2(srow[i] + ch * CPU_CHUNK_BLOCKS, c, s2, ws[i]);
         }
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i wv0[4], wv1[4];
 
-            weights_half(cb[0], h, wv0);
-            weights_half(cb[1], h, wv1);
+            weights_half(cb[0], c, h, wv0);
+            weights_half(cb[1], c, h, wv1);
 #pragma GCC unroll 8
             for (size_t t = 0; t < nt; t++) {
                 const size_t tc = (t0 + t) * nch + ch;
