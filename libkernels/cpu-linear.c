@@ -6,7 +6,7 @@
  * row are repacked (same 4 bits per weight; the E4M3 block scales stay
  * bytes, so the kernels read 4.5 bits per weight) into one of two layouts:
  *
- * BLOCK (float kernels: W4A16, and W4A4 without VNNI).  Groups of 8
+ * BLOCK (float kernels: W4A16, and W4A4 at isa=scalar and isa=avx512).  Groups of 8
  *   blocks of 16 (§2) in 64 bytes: 32-bit lane l of the group holds element
  *   l of its 8 blocks, block p of the group in nibble p (bits 4p..4p+3).
  *   Loading the group into a zmm register and shifting every lane right by
