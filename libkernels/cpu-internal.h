@@ -37,7 +37,7 @@ static inline __mmask16 lanes16(size_t n)
  * tests and benchmarks can exercise every path on one machine. */
 typedef enum {
     CPU_ISA_SCALAR = 0,
-    CPU_ISA_AVX2,       /* AVX2 + FMA */
+    CPU_ISA_AVX2,       /* AVX2 + FMA + F16C */
     CPU_ISA_AVX512,     /* F, BW, VL, DQ */
     CPU_ISA_VNNI,       /* AVX512 + VNNI: the int8 W4A4 kernel */
     CPU_ISA_AMX,        /* VNNI + AMX-TILE, AMX-INT8 usable (the OS grants the

@@ -6,7 +6,7 @@
  * row are repacked (same 4 bits per weight; the E4M3 block scales stay
  * bytes, so the kernels read 4.5 bits per weight) into one of two layouts:
  *
- * BLOCK (float kernels: W4A16, and W4A4 without VNNI).  Groups of 8
+ * BLOCK (float kernels: W4A16, and W4A4 at isa=scalar and isa=avx512).  Groups of 8
  *   blocks of 16 (§2) in 64 bytes: 32-bit lane l of the group holds element
  *   l of its 8 blocks, block p of the group in nibble p (bits 4p..4p+3).
  *   Loading the group into a zmm register and shifting every lane right by
@@ -23,7 +23,8 @@
  *   are bytes 8b .. 8b+7 of its group's span, so the streams and their
  *   prefetches are the same as for the file layout.
  *
- * CHUNK (the AVX-512 VNNI W4A4 kernel).  Chunks of 256 weights (16 blocks)
+ * CHUNK (the int8 W4A4 kernels: AVX-512 VNNI, and AVX2 where the CPU has
+ *   no AVX-512: cpu-i8avx2.c, the same bits).  Chunks of 256 weights (16 blocks)
  *   in 128 bytes: step s = 0..3 covers elements 4s..4s+3 of every block;
  *   its byte i = 4j + e (block j, element 4s + e) is the low nibble (s even)
  *   or high nibble (s odd) of byte i of plane P(s/2), P0 then P1, 64 bytes
@@ -284,8 +285,10 @@ void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t npa
     if (!w)
         goto nomem;
     w->d = *desc;
-    /* the int8 kernel wants its own layout; every other path the BLOCK one */
-    w->layout = desc->scheme == NVFP4_SCHEME_W4A4 && ((cpu_ctx *)ctx)->isa >= CPU_ISA_VNNI
+    /* the int8 kernels (VNNI, AMX; AVX2 below AVX-512) want their own
+     * layout; every other path the BLOCK one */
+    w->layout = desc->scheme == NVFP4_SCHEME_W4A4 && (((cpu_ctx *)ctx)->isa >= CPU_ISA_VNNI ||
+                                                      ((cpu_ctx *)ctx)->isa == CPU_ISA_AVX2)
                     ? CPU_LAYOUT_CHUNK
                     : CPU_LAYOUT_BLOCK;
     w->nparts = nparts;
@@ -386,9 +389,18 @@ fail:
  * prefetchers; its chunks' chains already overlap). */
 #define GEMV4_MAX_K 2048
 
-/* (the dense paths first: path <= PATH_DENSE_AVX512 is a dense weight) */
+/* The dense paths first (path <= PATH_DENSE_AVX512 is a dense weight).
+ * PATH_I8AVX2: the VNNI path's driver and layout on the AVX2 int8 kernels
+ * (cpu-i8avx2.c); the paths from PATH_VNNI on take int8 activations
+ * (act_q8) and walk k in chunks. */
 enum { PATH_DENSE_SCALAR, PATH_DENSE_AVX2, PATH_DENSE_AVX512, PATH_SCALAR, PATH_AVX2,
-       PATH_AVX512, PATH_VNNI, PATH_AMX };
+       PATH_AVX512, PATH_VNNI, PATH_I8AVX2, PATH_AMX };
+
+/* Whether PATH runs the int8 row kernels (VNNI or their AVX2 twins). */
+static inline int i8_path(int path)
+{
+    return path == PATH_VNNI || path == PATH_I8AVX2;
+}
 
 static inline void row_call(int path, const cpu_kweight *w, int64_t r, const float *x,
                             const act_q8 *a, size_t nch, size_t t0, const krange *kr,
@@ -401,6 +413,7 @@ static inline void row_call(int path, const cpu_kweight *w, int64_t r, const flo
     case PATH_AVX2: nvfp4k_cpu_row_avx2(w, r, x, t0, kr, nt, y); break;
     case PATH_AVX512: nvfp4k_cpu_row_avx512(w, r, x, t0, kr, nt, y); break;
     case PATH_VNNI: nvfp4k_cpu_row_vnni(w, r, a, nch, t0, kr, nt, y); break;
+    case PATH_I8AVX2: nvfp4k_cpu_row_i8avx2(w, r, a, nch, t0, kr, nt, y); break;
 #endif
     case PATH_DENSE_SCALAR: nvfp4k_cpu_dense_row_scalar(w, r, x, t0, kr, nt, y); break;
     default: nvfp4k_cpu_row_scalar(w, r, x, t0, kr, nt, y); break;
@@ -426,6 +439,26 @@ static inline void dense_gemv4(int path, const cpu_kweight *w, const cpu_dense_p
     else
         nvfp4k_cpu_dense_gemv4_avx512(w, p, r, lr, rs, x, kr, y);
 }
+
+/* The int8 path's 4-row GEMV and 2-row kernel (i8_path). */
+static inline void gemv4_i8(int path, const cpu_kweight *w, int64_t r, size_t rs,
+                            const act_q8 *a, size_t nch, const krange *kr, float *y)
+{
+    if (path == PATH_I8AVX2)
+        nvfp4k_cpu_gemv4_i8avx2(w, r, rs, a, nch, kr, y);
+    else
+        nvfp4k_cpu_gemv4_vnni(w, r, rs, a, nch, kr, y);
+}
+
+static inline void row2_i8(int path, const cpu_kweight *w, int64_t r, size_t rs,
+                           const act_q8 *a, size_t nch, size_t t0, const krange *kr, size_t nt,
+                           float *y)
+{
+    if (path == PATH_I8AVX2)
+        nvfp4k_cpu_row2_i8avx2(w, r, rs, a, nch, t0, kr, nt, y);
+    else
+        nvfp4k_cpu_row2_vnni(w, r, rs, a, nch, t0, kr, nt, y);
+}
 #endif
 
 /* The loop nest (cache blocking): threads take tiles of rows (outputs, so
@@ -442,7 +475,7 @@ static inline void dense_gemv4(int path, const cpu_kweight *w, const cpu_dense_p
 #define GEMV_CHUNKS 4
 #define GEMV_TILE_MIN (128 * 1024)
 
-/* One token on the 4-row NVFP4 GEMVs (nvfp4k_cpu_gemv4_vnni at every k,
+/* One token on the 4-row NVFP4 GEMVs (the int8 gemv4 at every k,
  * nvfp4k_cpu_gemv_lut_avx512, nvfp4k_cpu_gemv4_avx2): rows r, r + q, r + 2q, r + 3q of a tile of 4q rows
  * together, as the dense GEMV does, with the one-thread product cut into
  * long tiles as on several threads (see tiles_range); not for products of
@@ -453,16 +486,16 @@ static inline int gemv_spread(int path, const cpu_kweight *w)
 {
     const size_t k = (size_t)w->d.k;
 
-    return (path == PATH_VNNI || path == PATH_AVX512 || path == PATH_AVX2) &&
+    return (i8_path(path) || path == PATH_AVX512 || path == PATH_AVX2) &&
            (size_t)w->d.n * (k / 2 + k / 16) >= GEMV_TILE_MIN;
 }
 
-/* Batches of 2 .. TOK_TILE tokens on the 2-row NVFP4 kernels (nvfp4k_cpu_row2_vnni,
+/* Batches of 2 .. TOK_TILE tokens on the 2-row NVFP4 kernels (the int8 row2,
  * nvfp4k_cpu_row2_avx512 on packed activations): the same four streams, two rows
  * RS apart per call (see tiles_range). */
 static inline int batch_spread(int path, size_t m, int packed)
 {
-    return m > 1 && m <= TOK_TILE && (path == PATH_VNNI || (path == PATH_AVX512 && packed));
+    return m > 1 && m <= TOK_TILE && (i8_path(path) || (path == PATH_AVX512 && packed));
 }
 
 /* Whether a call's NVFP4 tiles are read as four streams (tiles_range). */
@@ -700,15 +733,15 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                     for (size_t u0 = 0; u0 < units; u0 += ku) {
                         krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
                         const int64_t r2 = (int64_t)(r + 2 * sp);
-                        if (m == 1 && path == PATH_VNNI)
-                            nvfp4k_cpu_gemv4_vnni(w, (int64_t)r, sp, a, nch, &kr, y);
+                        if (m == 1 && i8_path(path))
+                            gemv4_i8(path, w, (int64_t)r, sp, a, nch, &kr, y);
                         else if (m == 1 && path == PATH_AVX2)
                             nvfp4k_cpu_gemv4_avx2(w, (int64_t)r, sp, x, &kr, y);
                         else if (m == 1)
                             nvfp4k_cpu_gemv_lut_avx512(w, (int64_t)r, sp, x, &kr, y);
-                        else if (path == PATH_VNNI) {
-                            nvfp4k_cpu_row2_vnni(w, (int64_t)r, sp, a, nch, 0, &kr, m, y);
-                            nvfp4k_cpu_row2_vnni(w, r2, sp, a, nch, 0, &kr, m, y);
+                        else if (i8_path(path)) {
+                            row2_i8(path, w, (int64_t)r, sp, a, nch, 0, &kr, m, y);
+                            row2_i8(path, w, r2, sp, a, nch, 0, &kr, m, y);
                         } else {
                             nvfp4k_cpu_row2_avx512(w, (int64_t)r, sp, x, 0, &kr, m, y);
                             nvfp4k_cpu_row2_avx512(w, r2, sp, x, 0, &kr, m, y);
@@ -737,7 +770,7 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                         dp = dense_row(w, (int64_t)r, &dl);
                         if (dense_row(w, (int64_t)r + DENSE_GEMV_ROWS - 1, &l1) == dp)
                             g = DENSE_GEMV_ROWS; /* four rows of one part */
-                    } else if (path == PATH_VNNI && k <= GEMV4_MAX_K && r + GEMV_ROWS <= r1)
+                    } else if (i8_path(path) && k <= GEMV4_MAX_K && r + GEMV_ROWS <= r1)
                         g = GEMV_ROWS;
 #endif
                     for (size_t u0 = 0; u0 < units; u0 += ku) {
@@ -750,7 +783,7 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                         else if (g == DENSE_GEMV_ROWS && dense_vec(path))
                             dense_gemv4(path, w, dp, (int64_t)r, dl, 1, x, &kr, y);
                         else if (g == GEMV_ROWS)
-                            nvfp4k_cpu_gemv4_vnni(w, (int64_t)r, 1, a, nch, &kr, y);
+                            gemv4_i8(path, w, (int64_t)r, 1, a, nch, &kr, y);
                         else
 #endif
                             row_call(path, w, (int64_t)r, x, a, nch, 0, &kr, 1, y);
@@ -777,11 +810,11 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                                 prefetch_ahead(w, path, r, 2, r1, &kr);
                             nvfp4k_cpu_row2_avx512(w, (int64_t)r, 1, x, t0, &kr, nt, y);
                         }
-                    if (path == PATH_VNNI)
+                    if (i8_path(path))
                         for (; r + 1 < r1; r += 2) {
                             if (pf)
                                 prefetch_ahead(w, path, r, 2, r1, &kr);
-                            nvfp4k_cpu_row2_vnni(w, (int64_t)r, 1, a, nch, t0, &kr, nt, y);
+                            row2_i8(path, w, (int64_t)r, 1, a, nch, t0, &kr, nt, y);
                         }
                     if (path == PATH_DENSE_AVX512 && packed)
                         while (r + 1 < r1) {
@@ -948,7 +981,7 @@ nvfp4_status nvfp4k_cpu_linear_multi(void *vctx, const struct nvfp4_kweight *con
 }
 
 /* The per-token steps of a product (any thread: nvfp4k_cpu_par()). */
-enum { PREP_QDQ_REF, PREP_QDQ_AVX512, PREP_Q8, PREP_BIAS };
+enum { PREP_QDQ_REF, PREP_QDQ_AVX512, PREP_Q8, PREP_Q8_AVX2, PREP_BIAS };
 
 typedef struct {
     int kind;
@@ -987,6 +1020,11 @@ static void prep_range(void *arg, size_t t0, size_t t1, int slot)
                                 ? j->a->aq + t / AMX_A_TOKENS * (k / NVFP4_BLOCK) * AMX_A_BLOCK +
                                       t % AMX_A_TOKENS * NVFP4_BLOCK
                                 : NULL);
+            break;
+        case PREP_Q8_AVX2:
+            nvfp4k_cpu_quantize_row_q8_avx2(j->x + t * k, k, j->gs, j->a->q + t * j->kp,
+                                            j->a->xs + t * j->nch * CPU_CHUNK_BLOCKS,
+                                            j->a->corr + t * j->nch * CPU_CHUNK_BLOCKS);
             break;
         case PREP_QDQ_AVX512:
             nvfp4k_cpu_qdq_row_avx512(j->x + t * k, k, j->gs, j->out + t * k);
@@ -1044,7 +1082,8 @@ static nvfp4_status linear_run_n(cpu_ctx *ctx, cpu_kweight *const *ws,
         s_tmp = desc->input_scale > 0.0f ? s_x : 0;
         s_pack = path == PATH_DENSE_AVX512 && m > 1 && k % 16 == 0 ? s_xp : 0;
     } else if (w->layout == CPU_LAYOUT_CHUNK) {
-        path = PATH_VNNI;
+        /* (uploaded so at isa=avx2 or from vnni up) */
+        path = isa >= CPU_ISA_VNNI ? PATH_VNNI : PATH_I8AVX2;
         s_q = m * kp;
         s_xs = m * nch * CPU_CHUNK_BLOCKS * sizeof(float);
         s_corr = m * nch * CPU_CHUNK_BLOCKS * sizeof(int32_t);
@@ -1106,7 +1145,8 @@ static nvfp4_status linear_run_n(cpu_ctx *ctx, cpu_kweight *const *ws,
     }
     if (a.q) {
         /* (with a.aq the AMX A tiles too) */
-        prep_job j = {PREP_Q8, x, k, desc->input_gs, NULL, &a, kp, nch, NULL, 0, m};
+        prep_job j = {path == PATH_I8AVX2 ? PREP_Q8_AVX2 : PREP_Q8, x, k, desc->input_gs, NULL,
+                      &a, kp, nch, NULL, 0, m};
         nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
     }
     if (xp) {

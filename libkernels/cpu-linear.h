@@ -2,6 +2,7 @@
 /* Shared by the files of the CPU backend's Linear, not exported: cpu-linear.c
  * (the layouts' repacking, upload, the product's driver, embedding),
  * cpu-nvfp4.c (the NVFP4 row kernels and the activation quantizer),
+ * cpu-i8avx2.c (the int8 kernels and quantizer in AVX2),
  * cpu-amx.c (the AMX GEMM) and cpu-dense.c (unquantized weights).  It holds
  * the kernels' argument types, the prefetch distances, the layouts'
  * accessors and the small inline helpers several of them use, and declares
@@ -381,6 +382,16 @@ void nvfp4k_cpu_gemv4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act
 /* cpu-nvfp4.c: §5 of one token for the VNNI and AMX kernels (act_q8). */
 void nvfp4k_cpu_quantize_row_q8(const float *x, size_t k, float gs, int8_t *q, float *xs,
                                 int32_t *corr, int8_t *aq);
+/* cpu-i8avx2.c: the VNNI kernels above in AVX2 (isa=avx2; the same bits). */
+void nvfp4k_cpu_row_i8avx2(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch,
+                           size_t t0, const krange *kr, size_t nt, float *y);
+void nvfp4k_cpu_row2_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
+                            size_t nch, size_t t0, const krange *kr, size_t nt, float *y);
+void nvfp4k_cpu_gemv4_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
+                             size_t nch, const krange *kr, float *y);
+/* cpu-i8avx2.c: nvfp4k_cpu_quantize_row_q8 in AVX2, without the AMX tiles. */
+void nvfp4k_cpu_quantize_row_q8_avx2(const float *x, size_t k, float gs, int8_t *q, float *xs,
+                                     int32_t *corr);
 /* cpu-nvfp4.c: §5's x' = q * (s / gs) of one token for the float kernels. */
 void nvfp4k_cpu_qdq_row_avx512(const float *x, size_t k, float gs, float *out);
 #endif

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The CPU backend's NVFP4 row kernels: the portable one, the float kernels
- * of AVX2 and AVX-512 (BLOCK layout: W4A16, and W4A4 without VNNI) and the
+ * of AVX2 and AVX-512 (BLOCK layout: W4A16, and W4A4 at isa=avx512) and the
  * AVX-512 VNNI int8 kernel (CHUNK layout, W4A4) with its activation
  * quantizer; the layouts are described at the top of cpu-linear.c, whose
  * product (tiles_range) calls these kernels a row, or a few, at a time. */

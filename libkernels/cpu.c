@@ -74,6 +74,9 @@ static cpu_isa detect_isa(const char *cap)
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(NVFP4_CPU_GENERIC)
     __builtin_cpu_init();
+    /* The AVX2 level's kernels use F16C too (cpu-dense.c, cpu-i8avx2.c),
+     * which every CPU with AVX2 and FMA has (Haswell, Piledriver on); not
+     * asked, as clang's __builtin_cpu_supports does not know "f16c" */
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         isa = CPU_ISA_AVX2;
     if (isa == CPU_ISA_AVX2 && __builtin_cpu_supports("avx512f") &&

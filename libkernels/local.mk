@@ -15,6 +15,7 @@ libkernels_libnvfp4_kernels_la_SOURCES = \
 	%reldir%/cpu-attn.c \
 	%reldir%/cpu-linear.c \
 	%reldir%/cpu-nvfp4.c \
+	%reldir%/cpu-i8avx2.c \
 	%reldir%/cpu-amx.c \
 	%reldir%/cpu-dense.c \
 	%reldir%/cpu-pool.c \

@@ -91,8 +91,8 @@ tests_test_kernels_CPPFLAGS += -DFAKE_BACKEND_DIR='"$(abs_top_builddir)/tests/.l
 # leaves out keeps compiling; a convenience library nothing links.
 check_LTLIBRARIES += tests/libcpu-generic.la
 tests_libcpu_generic_la_SOURCES = libkernels/cpu.c libkernels/cpu-attn.c \
-	libkernels/cpu-linear.c libkernels/cpu-nvfp4.c libkernels/cpu-amx.c \
-	libkernels/cpu-dense.c libkernels/cpu-pool.c
+	libkernels/cpu-linear.c libkernels/cpu-nvfp4.c libkernels/cpu-i8avx2.c \
+	libkernels/cpu-amx.c libkernels/cpu-dense.c libkernels/cpu-pool.c
 tests_libcpu_generic_la_CPPFLAGS = $(libkernels_libnvfp4_kernels_la_CPPFLAGS) \
 	-DNVFP4_CPU_GENERIC
 tests_libcpu_generic_la_CFLAGS = $(libkernels_libnvfp4_kernels_la_CFLAGS)

@@ -855,6 +855,121 @@ START_TEST(test_batch_invariance_decode)
 }
 END_TEST
 
+/* ---- the int8 W4A4 path: AVX2 and VNNI ------------------------------------------ */
+
+/* Whether this CPU runs the AVX-512 VNNI kernels (isa=vnni is a cap: below
+ * it the backend runs the best level the CPU has). */
+static int vnni_here(void)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
+/* Shapes of the int8 tests: tail chunks (k = 320: a chunk and 4 blocks;
+ * 576: SmolLM2's two chunks and 4; 2320: nine and one block, past
+ * GEMV4_MAX_K) and row counts that are not multiples of 4; the first two
+ * large enough for the one-token product's four streams (gemv_spread),
+ * with a last tile of odd rows. */
+static const struct {
+    int64_t n, k;
+} i8_shapes[] = {{37, 320}, {575, 576}, {1001, 320}, {19, 2320}};
+
+/* Batch invariance on the int8 path (isa=avx2 everywhere, and isa=vnni
+ * where the CPU has it): a token's outputs in a batch of B = 1..8 (the
+ * GEMV, the 2-row kernels' NT), 64 and 67 (GEMM tiles of 8, with a tail)
+ * are its outputs alone, bit for bit, at 1..3 threads. */
+START_TEST(test_i8_batch_invariance)
+{
+    enum { M = 67 };
+    static const size_t batches[] = {1, 2, 3, 4, 5, 6, 7, 8, 64, 67};
+    const char *const lv[] = {"avx2", "vnni"};
+
+    for (size_t si = 0; si < sizeof(i8_shapes) / sizeof(i8_shapes[0]); si++) {
+        const int64_t n = i8_shapes[si].n, k = i8_shapes[si].k;
+        float *x = malloc(M * (size_t)k * sizeof(float));
+        float *alone = malloc(M * (size_t)n * sizeof(float));
+        float *y = malloc(M * (size_t)n * sizeof(float));
+        syn_linear sl;
+
+        for (size_t i = 0; i < M * (size_t)k; i++)
+            x[i] = frand(-2, 2) * (i % 89 == 0 ? 16.0f : 1.0f);
+        syn_make(&sl, "i8.invariance", NVFP4_SCHEME_W4A4, n, k, 0.013f, 0.017f);
+        for (int l = 0; l < (vnni_here() ? 2 : 1); l++) {
+            for (size_t t = 0; t < M; t++)
+                run_linear_all_threads(lv[l], &sl.lin, 1, x + t * (size_t)k, 1,
+                                       alone + t * (size_t)n, (size_t)n);
+            for (size_t bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++) {
+                const size_t b = batches[bi], t0 = (M - b) / 2;
+
+                run_linear_all_threads(lv[l], &sl.lin, 1, x + t0 * (size_t)k, b, y,
+                                       b * (size_t)n);
+                for (size_t t = 0; t < b; t++)
+                    ck_assert_msg(memcmp(y + t * (size_t)n, alone + (t0 + t) * (size_t)n,
+                                         (size_t)n * sizeof(float)) == 0,
+                                  "%s n=%lld k=%lld: token %zu of a batch of %zu differs "
+                                  "from it alone",
+                                  lv[l], (long long)n, (long long)k, t, b);
+            }
+        }
+        syn_free(&sl);
+        free(x);
+        free(alone);
+        free(y);
+    }
+}
+END_TEST
+
+/* The AVX2 int8 kernels (cpu-i8avx2.c) give the VNNI kernels' bits: the
+ * same exact block sums, the same float operations lane by lane, the same
+ * reduction order.  Only where the CPU has VNNI (otherwise isa=vnni runs
+ * the AVX2 path itself); test_linear_w4a4 and the identity tests check
+ * both against independent references. */
+START_TEST(test_i8avx2_matches_vnni)
+{
+    static const size_t ms[] = {1, 2, 3, 7, 8, 17, 64, 67};
+
+    if (!vnni_here()) {
+        printf("test_i8avx2_matches_vnni: skipped, this CPU has no AVX-512 VNNI\n");
+        return;
+    }
+    for (size_t si = 0; si < sizeof(i8_shapes) / sizeof(i8_shapes[0]); si++) {
+        const int64_t n = i8_shapes[si].n, k = i8_shapes[si].k;
+        const size_t mmax = 67;
+        float *x = malloc(mmax * (size_t)k * sizeof(float));
+        float *y[2];
+        syn_linear sl;
+
+        for (size_t i = 0; i < mmax * (size_t)k; i++)
+            x[i] = frand(-2, 2) * (i % 89 == 0 ? 16.0f : 1.0f);
+        /* an all-zero block (s = 0) */
+        memset(x + 32, 0, 16 * sizeof(float));
+        syn_make(&sl, "i8.vnni", NVFP4_SCHEME_W4A4, n, k, 0.013f, 0.017f);
+        for (int l = 0; l < 2; l++)
+            y[l] = malloc(mmax * (size_t)n * sizeof(float));
+        for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+            const size_t m = ms[mi], ny = m * (size_t)n;
+
+            run_linear_all_threads("avx2", &sl.lin, 1, x, m, y[0], ny);
+            run_linear_all_threads("vnni", &sl.lin, 1, x, m, y[1], ny);
+            for (size_t i = 0; i < ny; i++)
+                ck_assert_msg(memcmp(&y[0][i], &y[1][i], sizeof(float)) == 0,
+                              "n=%lld k=%lld m=%zu: y[%zu][%zu] = %.9g at avx2, %.9g at vnni",
+                              (long long)n, (long long)k, m, i / (size_t)n, i % (size_t)n,
+                              (double)y[0][i], (double)y[1][i]);
+        }
+        for (int l = 0; l < 2; l++)
+            free(y[l]);
+        syn_free(&sl);
+        free(x);
+    }
+}
+END_TEST
+
 /* §5 bit for bit: an identity W4A4 weight (code 1.0, block scale 1.0,
  * global 1.0) makes y = x' exactly on every path (one non-zero product per
  * output, each rounded once as the reference rounds q * (s / gs)), so the
@@ -2594,6 +2709,8 @@ int main(void)
     tcase_add_test(tc, test_batch_invariance);
     tcase_add_test(tc, test_batch_invariance_decode);
     tcase_add_test(tc, test_gemv_streams);
+    tcase_add_test(tc, test_i8_batch_invariance);
+    tcase_add_test(tc, test_i8avx2_matches_vnni);
     tcase_add_test(tc, test_linear_multi);
     tcase_add_test(tc, test_amx_gemm);
     tcase_add_test(tc, test_rowops);

@@ -1,0 +1,412 @@
+/* SPDX-License-Identifier: MIT */
+/* The CPU backend's AVX2 int8 W4A4 kernels (CHUNK layout, isa=avx2): the
+ * AVX-512 VNNI kernels of cpu-nvfp4.c (one row, two rows, the 4-row GEMV)
+ * and their activation quantizer, in 256-bit registers, computing the same
+ * bits.  The product (tiles_range, cpu-linear.c) calls them where it calls
+ * the VNNI ones (PATH_I8AVX2).
+ *
+ * Why the bits are the same:
+ *  - a block's integer sum: vpdpbusd(acc, u8, s8) becomes
+ *    maddubs(u8, s8) (pairs of products into int16), the four steps'
+ *    int16 added, then madd_epi16 by ones (pairs into int32) and the add of
+ *    the offset.  Weights are 2*code + 12 in [0, 24], activations 2*E2M1 in
+ *    [-12, 12]: a product is at most 288 in magnitude, a maddubs lane 576,
+ *    the four steps' 2304, so nothing saturates and the block's sum is the
+ *    exact integer vpdpbusd forms;
+ *  - the floats: each 16-lane vector of the VNNI kernels (lane j: block j
+ *    of a chunk) is two 8-lane halves, blocks 0-7 and 8-15, and every lane
+ *    sees the same IEEE operations in the same order (cvtepi32_ps, ws * xs,
+ *    fmadd in chunk order); the E4M3 block scales are decoded by the same
+ *    half-precision trick (F16C's vcvtph2ps) and the same two multiplies;
+ *  - the 16 lanes are summed in the tree of GCC's _mm512_reduce_add_ps
+ *    (reduce16): high half + low half, then quarters, pairs, neighbours;
+ *  - the quantizer gives numerics.h's num_qdq_block codes and scales (its
+ *    num_qdq_scale per block; the codes by qdq_codes_avx512's arithmetic in
+ *    8 lanes), as nvfp4k_cpu_quantize_row_q8 does, in the same act_q8
+ *    layout.
+ * test-kernels compares isa=avx2 with isa=vnni bit for bit where the CPU
+ * has VNNI (test_i8avx2_matches_vnni). */
+#include "config.h"
+
+#include <string.h>
+
+#include "cpu-internal.h"
+#include "cpu-linear.h"
+
+#ifdef CPU_X86
+#define I8_TARGET "avx2,fma,f16c"
+
+/* Chunk CH of a row of NB blocks: its first byte, and the count of its
+ * blocks (CPU_CHUNK_BLOCKS, or c < 16 for a tail chunk, whose planes hold
+ * 4c bytes each).  Prefetches the stream PF bytes on. */
+static inline __attribute__((always_inline)) size_t
+chunk_at(const uint8_t *row, size_t nb, size_t ch, size_t pf, const uint8_t **cb)
+{
+    const size_t c = nb - ch * CPU_CHUNK_BLOCKS;
+
+    *cb = row + ch * CPU_CHUNK_BYTES;
+    CPU_PF(*cb + pf);
+    CPU_PF(*cb + pf + 64);
+    return c < CPU_CHUNK_BLOCKS ? c : CPU_CHUNK_BLOCKS;
+}
+
+/* The C (<= 16) E4M3 bytes SC -> E4M3 value * s2 in two halves (blocks
+ * 0-7, 8-15), zero past C as chunk_load_pf's masked loads give (no byte
+ * past the row's scales is read): scalesn_avx512's bits placed in a
+ * half's fields (value * 2^-8 exactly), converted by F16C, times 256
+ * (exact), times s2 (one rounding). */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
+scales16_avx2(const uint8_t *sc, size_t c, __m256 s2, __m256 ws[2])
+{
+    __m128i bytes;
+    __m256i b, h;
+    const __m256 k256 = _mm256_set1_ps(256.0f);
+
+    if (c >= CPU_CHUNK_BLOCKS) {
+        bytes = _mm_loadu_si128((const __m128i *)sc);
+    } else {
+        _Alignas(16) uint8_t sb[CPU_CHUNK_BLOCKS] = {0};
+        for (size_t i = 0; i < c; i++)
+            sb[i] = sc[i];
+        bytes = _mm_load_si128((const __m128i *)sb);
+    }
+    b = _mm256_cvtepu8_epi16(bytes);
+    h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)), 7),
+                        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
+    ws[0] = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), k256), s2);
+    ws[1] = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k256),
+                          s2);
+}
+
+/* Half H (blocks 8h .. 8h+7) of a chunk's four steps as vpdpbusd's
+ * unsigned weights 2*code + 12 (the VNNI kernels' table), from the chunk's
+ * bytes CB of C blocks: steps 0 and 1 from the low and high nibbles of
+ * plane 0, 2 and 3 from plane 1.  A tail chunk's planes (4c bytes: a
+ * dword a block) by masked dword loads, zero past them, as the VNNI
+ * kernels read them (byte 0: the weight 12, whose products the offset
+ * takes away again). */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
+weights_half(const uint8_t *cb, size_t c, int h, __m256i wv[4])
+{
+    const __m256i lut = _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m256i lo4 = _mm256_set1_epi8(0x0F);
+    __m256i p0, p1;
+
+    if (c >= CPU_CHUNK_BLOCKS) {
+        p0 = _mm256_loadu_si256((const __m256i *)(cb + 32 * h));
+        p1 = _mm256_loadu_si256((const __m256i *)(cb + 64 + 32 * h));
+    } else {
+        const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)c - 8 * h),
+                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        p0 = _mm256_maskload_epi32((const int *)(const void *)(cb + 32 * h), mk);
+        p1 = _mm256_maskload_epi32((const int *)(const void *)(cb + 4 * c + 32 * h), mk);
+    }
+    wv[0] = _mm256_shuffle_epi8(lut, _mm256_and_si256(p0, lo4));
+    wv[1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(p0, 4), lo4));
+    wv[2] = _mm256_shuffle_epi8(lut, _mm256_and_si256(p1, lo4));
+    wv[3] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(p1, 4), lo4));
+}
+
+/* Blocks 8h .. 8h+7 of one token's chunk: CORR plus the 16 products of each
+ * block (XQ: the token's chunk of codes), exact (see the top). */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) __m256i
+dot_half(const __m256i wv[4], const int8_t *xq, const int32_t *corr, int h)
+{
+    const __m256i s01 = _mm256_add_epi16(
+        _mm256_maddubs_epi16(wv[0], _mm256_loadu_si256((const __m256i *)(xq + 32 * h))),
+        _mm256_maddubs_epi16(wv[1], _mm256_loadu_si256((const __m256i *)(xq + 64 + 32 * h))));
+    const __m256i s23 = _mm256_add_epi16(
+        _mm256_maddubs_epi16(wv[2], _mm256_loadu_si256((const __m256i *)(xq + 128 + 32 * h))),
+        _mm256_maddubs_epi16(wv[3], _mm256_loadu_si256((const __m256i *)(xq + 192 + 32 * h))));
+
+    return _mm256_add_epi32(
+        _mm256_loadu_si256((const __m256i *)(corr + 8 * h)),
+        _mm256_madd_epi16(_mm256_add_epi16(s01, s23), _mm256_set1_epi16(1)));
+}
+
+/* acc + float(isum) * (ws * xs), the VNNI kernels' per-lane float steps. */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) __m256
+fma_half(__m256 acc, __m256i isum, __m256 ws, const float *xs)
+{
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(ws, _mm256_loadu_ps(xs)),
+                           acc);
+}
+
+/* The sum of the 16 lanes LO (0-7) and HI (8-15) in the order of GCC's
+ * _mm512_reduce_add_ps: T3 = hi + lo, T6 = T3's upper four + lower four,
+ * T8 = T6 + T6 with its 64-bit halves swapped, then T8[0] + T8[1]. */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) float
+reduce16(__m256 lo, __m256 hi)
+{
+    const __m256 t3 = _mm256_add_ps(hi, lo);
+    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+
+    return _mm_cvtss_f32(_mm_add_ss(t8, _mm_movehdup_ps(t8)));
+}
+
+static inline void store_y(float *yo, float v, int acc)
+{
+    *yo = acc ? *yo + v : v;
+}
+
+/* ---- one row, NT tokens (row_vnni_body) ------------------------------------- */
+
+/* The chunk's two halves one after the other, each through every token:
+ * 16 ymm registers hold the four weights of a half and a few accumulators
+ * (GCC keeps the rest of the 2 x NT in memory, L1). */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
+row_i8avx2_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
+                const krange *kr, size_t nt, float *y)
+{
+    const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
+    const uint8_t *row = w->packed + (size_t)r * k / 2;
+    const uint8_t *srow = w->scales + (size_t)r * nb;
+    const __m256 s2 = _mm256_set1_ps(w->d.weight_scale_2);
+    __m256 acc[8][2];
+
+#pragma GCC unroll 8
+    for (size_t t = 0; t < nt; t++)
+        acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    for (size_t ch = kr->b0; ch < kr->b1; ch++) {
+        const uint8_t *cb;
+        const size_t c = chunk_at(row, nb, ch, CPU_PREFETCH, &cb);
+        __m256 ws[2];
+
+        scales16_avx2(srow + ch * CPU_CHUNK_BLOCKS, c, s2, ws);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i wv[4];
+
+            weights_half(cb, c, h, wv);
+#pragma GCC unroll 8
+            for (size_t t = 0; t < nt; t++) {
+                const size_t tc = (t0 + t) * nch + ch;
+                const __m256i s = dot_half(wv, a->q + tc * CPU_CHUNK, a->corr + tc * 16, h);
+
+                acc[t][h] = fma_half(acc[t][h], s, ws[h], a->xs + tc * 16 + 8 * h);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (size_t t = 0; t < nt; t++)
+        store_y(y + (t0 + t) * n + (size_t)r, reduce16(acc[t][0], acc[t][1]), kr->acc);
+}
+
+/* ---- one token, four rows RS apart (nvfp4k_cpu_gemv4_vnni) ------------------- */
+
+/* Per row exactly row_i8avx2_body with nt = 1, so grouping rows changes no
+ * bit; prefetch distances as the VNNI GEMV's. */
+_Static_assert(GEMV_ROWS == 4, "nvfp4k_cpu_gemv4_i8avx2 runs four rows");
+__attribute__((target(I8_TARGET))) void
+nvfp4k_cpu_gemv4_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
+                        size_t nch, const krange *kr, float *y)
+{
+    const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;
+    const __m256 s2 = _mm256_set1_ps(w->d.weight_scale_2);
+    const size_t pfd = rs > 1 ? CPU_PREFETCH : CPU_PREFETCH4;
+    const uint8_t *row = w->packed + (size_t)r * (k / 2), *srow = w->scales + (size_t)r * nb;
+    const size_t rb = rs * (k / 2), sbs = rs * nb;
+    __m256 acc[GEMV_ROWS][2];
+
+    (void)nch;
+    for (int i = 0; i < GEMV_ROWS; i++)
+        acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (size_t ch = kr->b0; ch < kr->b1; ch++) {
+        const int8_t *xq = a->q + ch * CPU_CHUNK;
+        const int32_t *corr = a->corr + ch * 16;
+        const float *xs = a->xs + ch * 16;
+
+#pragma GCC unroll 4
+        for (int i = 0; i < GEMV_ROWS; i++) {
+            const uint8_t *cb;
+            const size_t c = chunk_at(row + (size_t)i * rb, nb, ch, pfd, &cb);
+            __m256 ws[2];
+
+            scales16_avx2(srow + (size_t)i * sbs + ch * CPU_CHUNK_BLOCKS, c, s2, ws);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i wv[4];
+
+                weights_half(cb, c, h, wv);
+                acc[i][h] = fma_half(acc[i][h], dot_half(wv, xq, corr, h), ws[h], xs + 8 * h);
+            }
+        }
+    }
+    for (int i = 0; i < GEMV_ROWS; i++)
+        store_y(y + (size_t)r + (size_t)i * rs, reduce16(acc[i][0], acc[i][1]), kr->acc);
+}
+
+/* ---- two rows RS apart, NT tokens (row2_vnni_body) ------------------------- */
+
+/* Each token's codes, offsets and scales feed both rows; per output
+ * exactly row_i8avx2_body's operations, so pairing rows changes no bit. */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
+row2_i8avx2_body(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
+                 size_t t0, const krange *kr, size_t nt, float *y)
+{
+    const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
+    const uint8_t *row[2] = {w->packed + (size_t)r * (k / 2),
+                             w->packed + ((size_t)r + rs) * (k / 2)};
+    const uint8_t *srow[2] = {w->scales + (size_t)r * nb, w->scales + ((size_t)r + rs) * nb};
+    const __m256 s2 = _mm256_set1_ps(w->d.weight_scale_2);
+    __m256 acc[2][8][2];
+
+#pragma GCC unroll 8
+    for (size_t t = 0; t < nt; t++)
+        acc[0][t][0] = acc[0][t][1] = acc[1][t][0] = acc[1][t][1] = _mm256_setzero_ps();
+    for (size_t ch = kr->b0; ch < kr->b1; ch++) {
+        const uint8_t *cb[2];
+        size_t c = 0;
+        __m256 ws[2][2];
+
+        for (int i = 0; i < 2; i++) {
+            c = chunk_at(row[i], nb, ch, CPU_PREFETCH, &cb[i]);
+            scales16_avx2(srow[i] + ch * CPU_CHUNK_BLOCKS, c, s2, ws[i]);
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i wv0[4], wv1[4];
+
+            weights_half(cb[0], c, h, wv0);
+            weights_half(cb[1], c, h, wv1);
+#pragma GCC unroll 8
+            for (size_t t = 0; t < nt; t++) {
+                const size_t tc = (t0 + t) * nch + ch;
+                const int8_t *xq = a->q + tc * CPU_CHUNK;
+                const int32_t *corr = a->corr + tc * 16;
+                const float *xs = a->xs + tc * 16 + 8 * h;
+
+                acc[0][t][h] = fma_half(acc[0][t][h], dot_half(wv0, xq, corr, h), ws[0][h], xs);
+                acc[1][t][h] = fma_half(acc[1][t][h], dot_half(wv1, xq, corr, h), ws[1][h], xs);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (size_t t = 0; t < nt; t++) {
+        float *yo = y + (t0 + t) * n + (size_t)r;
+        store_y(yo, reduce16(acc[0][t][0], acc[0][t][1]), kr->acc);
+        store_y(yo + rs, reduce16(acc[1][t][0], acc[1][t][1]), kr->acc);
+    }
+}
+
+/* ---- the activation quantizer (nvfp4k_cpu_quantize_row_q8) ------------------ */
+
+/* qdq_codes_avx512 in 8 lanes: the doubled E2M1 codes (-12..12) of V
+ * times OSC, rounded by the float adder (a + M - M, M = 2^22 times the
+ * power of two at or below a) to E2M1's steps, half to even as
+ * num_e2m1_encode's edges, saturated at 6; NaN made 0 by max(a, 0) first;
+ * the sign is v's. */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) __m256i
+qdq_codes8(__m256 v, __m256 osc)
+{
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+    const __m256 a = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_mul_ps(v, osc)),
+                                   _mm256_setzero_ps());
+    const __m256i mbits = _mm256_max_epi32(
+        _mm256_add_epi32(_mm256_and_si256(_mm256_castps_si256(a), _mm256_set1_epi32(0x7F800000)),
+                         _mm256_set1_epi32(22 << 23)),
+        _mm256_set1_epi32(0x4A800000));
+    const __m256 m = _mm256_castsi256_ps(mbits);
+    const __m256 rq = _mm256_min_ps(_mm256_sub_ps(_mm256_add_ps(a, m), m), _mm256_set1_ps(6.0f));
+
+    return _mm256_cvttps_epi32(_mm256_or_ps(_mm256_add_ps(rq, rq), _mm256_and_ps(v, sign)));
+}
+
+/* The largest |x| of a block of 16, NaN skipped as num_qdq_amax's "greater
+ * than" skips it: max(a, m) returns m where a is NaN, and m starts at 0
+ * (exact: a maximum of numbers does not depend on the order).  Where a
+ * block holds NaN, nvfp4k_cpu_quantize_row_q8's max16x16 may keep it (it
+ * leaves that unspecified), so the two paths agree on finite inputs only;
+ * this one agrees with libquant on every input. */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) float
+amax16(const float *xb)
+{
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+    __m256 m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb)), _mm256_setzero_ps());
+    __m128 q;
+
+    m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8)), m);
+    q = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    q = _mm_max_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_max_ss(q, _mm_movehdup_ps(q));
+    return _mm_cvtss_f32(q);
+}
+
+/* One token for the int8 kernels: per chunk, the 16 block scales by
+ * numerics.h's num_qdq_scale (xs = (s / gs) / 4), then the codes straight
+ * in the plane order: step s, half h (blocks 8h..8h+7) is 32 bytes, dword
+ * j the codes of elements 4s..4s+3 of block 8h+j, formed from four vectors
+ * of two blocks' four elements each and packed to bytes; corr = -12 x each
+ * block's code sum (maddubs by ones, then madd by ones: a dword a block).
+ * A tail chunk reads its blocks from a zero-padded copy: blocks past the
+ * row get amax 0, s 0, xs 0, codes 0, as in the VNNI quantizer. */
+__attribute__((target(I8_TARGET))) void
+nvfp4k_cpu_quantize_row_q8_avx2(const float *x, size_t k, float gs, int8_t *q, float *xs,
+                                int32_t *corr)
+{
+    const size_t nb = k / NVFP4_BLOCK, nch = chunks_of((int64_t)k);
+    /* packs leave blocks 0 2 4 6 in the low lane, 1 3 5 7 in the high */
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    _Alignas(32) float tail[CPU_CHUNK];
+
+    for (size_t ch = 0; ch < nch; ch++) {
+        const size_t b0 = ch * CPU_CHUNK_BLOCKS;
+        const size_t cnt = nb - b0 < CPU_CHUNK_BLOCKS ? nb - b0 : CPU_CHUNK_BLOCKS;
+        const float *xc = x + b0 * NVFP4_BLOCK;
+        int8_t *qc = q + ch * CPU_CHUNK;
+        float osc[CPU_CHUNK_BLOCKS];
+        __m256 op[CPU_CHUNK_BLOCKS / 2];
+        __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+
+        if (cnt < CPU_CHUNK_BLOCKS) {
+            memset(tail, 0, sizeof(tail));
+            memcpy(tail, xc, cnt * NVFP4_BLOCK * sizeof(float));
+            xc = tail;
+        }
+        for (size_t j = 0; j < CPU_CHUNK_BLOCKS; j++) {
+            float back;
+
+            (void)num_qdq_scale(amax16(xc + j * NVFP4_BLOCK), gs, &osc[j], &back);
+            xs[b0 + j] = back * 0.25f;
+        }
+        /* op[p]: block 2p's factor in lanes 0-3, 2p + 1's in 4-7 */
+        for (size_t p = 0; p < CPU_CHUNK_BLOCKS / 2; p++)
+            op[p] = _mm256_setr_m128(_mm_set1_ps(osc[2 * p]), _mm_set1_ps(osc[2 * p + 1]));
+        for (int st = 0; st < 4; st++)
+            for (int h = 0; h < 2; h++) {
+                __m256i c[4], step;
+
+                for (int p = 0; p < 4; p++) {
+                    const float *xp = xc + (size_t)(8 * h + 2 * p) * NVFP4_BLOCK + 4 * st;
+                    c[p] = qdq_codes8(_mm256_loadu2_m128(xp + NVFP4_BLOCK, xp), op[4 * h + p]);
+                }
+                step = _mm256_permutevar8x32_epi32(
+                    _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]),
+                                       _mm256_packs_epi32(c[2], c[3])),
+                    order);
+                _mm256_storeu_si256((__m256i *)(qc + 64 * st + 32 * h), step);
+                sum[h] = _mm256_add_epi32(
+                    sum[h], _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, step), ones16));
+            }
+        _mm256_storeu_si256((__m256i *)(corr + b0),
+                            _mm256_mullo_epi32(sum[0], _mm256_set1_epi32(-12)));
+        _mm256_storeu_si256((__m256i *)(corr + b0 + 8),
+                            _mm256_mullo_epi32(sum[1], _mm256_set1_epi32(-12)));
+    }
+}
+
+CPU_DISPATCH(I8_TARGET, row_i8avx2,
+             (const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
+              const krange *kr, size_t nt, float *y),
+             w, r, a, nch, t0, kr)
+CPU_DISPATCH(I8_TARGET, row2_i8avx2,
+             (const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
+              size_t t0, const krange *kr, size_t nt, float *y),
+             w, r, rs, a, nch, t0, kr)
+#else
+/* (ISO C wants a translation unit to hold a declaration) */
+typedef int nvfp4k_cpu_i8avx2_unused;
+#endif /* CPU_X86 */
