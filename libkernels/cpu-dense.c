@@ -69,18 +69,6 @@ dense_load16_avx2(const void *data, nvfp4_dtype dt, size_t i, __m256 *lo, __m256
     }
 }
 
-/* The sum of 16 lanes held as halves LO, HI in _mm512_reduce_add_ps's
- * order (GCC's: the 256-bit halves added, then the 128-bit halves, then
- * the 64-bit halves, then the two lanes left). */
-__attribute__((target("avx2,fma"))) static inline float reduce16_avx2(__m256 lo, __m256 hi)
-{
-    const __m256 t3 = _mm256_add_ps(hi, lo);
-    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
-    const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
-
-    return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, 1));
-}
-
 /* Up to DENSE_GEMV_ROWS rows RS apart of part P (local row LR), one token
  * X (unpacked), its outputs at Y + R: dense_gemv4_body's operations, and
  * with NR = 1 dense_row_avx512_body's for one token. */

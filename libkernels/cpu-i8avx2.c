@@ -19,7 +19,7 @@
  *    fmadd in chunk order); the E4M3 block scales are decoded by the same
  *    half-precision trick (F16C's vcvtph2ps) and the same two multiplies;
  *  - the 16 lanes are summed in the tree of GCC's _mm512_reduce_add_ps
- *    (reduce16): high half + low half, then quarters, pairs, neighbours;
+ *    (reduce16_avx2): high half + low half, then quarters, pairs, neighbours;
  *  - the quantizer gives numerics.h's num_qdq_block codes and scales (its
  *    num_qdq_scale per block; the codes by qdq_codes_avx512's arithmetic in
  *    8 lanes), as nvfp4k_cpu_quantize_row_q8 does, in the same act_q8
@@ -133,19 +133,6 @@ fma_half(__m256 acc, __m256i isum, __m256 ws, const float *xs)
                            acc);
 }
 
-/* The sum of the 16 lanes LO (0-7) and HI (8-15) in the order of GCC's
- * _mm512_reduce_add_ps: T3 = hi + lo, T6 = T3's upper four + lower four,
- * T8 = T6 + T6 with its 64-bit halves swapped, then T8[0] + T8[1]. */
-__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) float
-reduce16(__m256 lo, __m256 hi)
-{
-    const __m256 t3 = _mm256_add_ps(hi, lo);
-    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
-    const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
-
-    return _mm_cvtss_f32(_mm_add_ss(t8, _mm_movehdup_ps(t8)));
-}
-
 static inline void store_y(float *yo, float v, int acc)
 {
     *yo = acc ? *yo + v : v;
@@ -191,7 +178,7 @@ row_i8avx2_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, si
     }
 #pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++)
-        store_y(y + (t0 + t) * n + (size_t)r, reduce16(acc[t][0], acc[t][1]), kr->acc);
+        store_y(y + (t0 + t) * n + (size_t)r, reduce16_avx2(acc[t][0], acc[t][1]), kr->acc);
 }
 
 /* ---- one token, four rows RS apart (nvfp4k_cpu_gemv4_vnni) ------------------- */
@@ -235,7 +222,7 @@ nvfp4k_cpu_gemv4_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8
         }
     }
     for (int i = 0; i < GEMV_ROWS; i++)
-        store_y(y + (size_t)r + (size_t)i * rs, reduce16(acc[i][0], acc[i][1]), kr->acc);
+        store_y(y + (size_t)r + (size_t)i * rs, reduce16_avx2(acc[i][0], acc[i][1]), kr->acc);
 }
 
 /* ---- two rows RS apart, NT tokens (row2_vnni_body) ------------------------- */
@@ -286,8 +273,8 @@ row2_i8avx2_body(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, si
 #pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++) {
         float *yo = y + (t0 + t) * n + (size_t)r;
-        store_y(yo, reduce16(acc[0][t][0], acc[0][t][1]), kr->acc);
-        store_y(yo + rs, reduce16(acc[1][t][0], acc[1][t][1]), kr->acc);
+        store_y(yo, reduce16_avx2(acc[0][t][0], acc[0][t][1]), kr->acc);
+        store_y(yo + rs, reduce16_avx2(acc[1][t][0], acc[1][t][1]), kr->acc);
     }
 }
 

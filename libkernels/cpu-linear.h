@@ -267,6 +267,22 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
     }
 }
 
+/* The sum of 16 lanes held as two AVX2 halves LO (lanes 0-7) and HI (8-15)
+ * in the order of GCC's _mm512_reduce_add_ps: T3 = hi + lo, T6 = T3's upper
+ * four + lower four, T8 = T6 + T6 with its 64-bit halves swapped, then
+ * T8[0] + T8[1]; so the AVX2 twins of the AVX-512 kernels (cpu-dense.c,
+ * cpu-i8avx2.c) sum a row as those do.  (Clang orders that reduction its
+ * own way.) */
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) float
+reduce16_avx2(__m256 lo, __m256 hi)
+{
+    const __m256 t3 = _mm256_add_ps(hi, lo);
+    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+
+    return _mm_cvtss_f32(_mm_add_ss(t8, _mm_movehdup_ps(t8)));
+}
+
 /* One copy of each body per token count, so that the per-token accumulators
  * live in registers (a loop over a run-time count keeps them in memory). */
 #define CPU_DISPATCH(tgt, name, params, ...)                                           \
