@@ -140,6 +140,32 @@ typedef struct {
 static void fp8_rows(int wide, float *out, const uint8_t *pool, const int32_t *tab, size_t bs,
                      size_t kvw, size_t off, size_t first, size_t len, size_t n, float scale);
 
+/* The key rows of positions P0 .. P0+C-1 (of LEN) for a group's scores
+ * into KR, through the walk WK (F8: dequantized into f8->kbuf first); with
+ * PF, the key and value rows ATTN_PREFETCH positions on asked for through
+ * the walk WP.  Shared by the AVX-512 and AVX2 paths. */
+static inline __attribute__((always_inline)) void
+key_rows(const float **kr, const float *kpool, const float *vpool, const int32_t *tab, size_t bs,
+         size_t kvw, size_t off, size_t p0, size_t c, size_t len, size_t hd, int pf,
+         const attn_fp8 *f8, page_walk *wk, page_walk *wp)
+{
+    if (f8)
+        fp8_rows(f8->wide, f8->kbuf, f8->k, tab, bs, kvw, off, p0, p0 + c, hd, f8->ks);
+    for (size_t l = 0; l < c; l++) {
+        kr[l] = f8 ? f8->kbuf + l * hd : kpool + page_walk_next(wk) * kvw + off;
+        if (pf && p0 + l + ATTN_PREFETCH < len) {
+            const size_t rn = page_walk_next(wp) * kvw + off;
+            const size_t esz = f8 ? 1 : sizeof(float);
+            const char *kn = f8 ? (const char *)(f8->k + rn) : (const char *)(kpool + rn);
+            const char *vn = f8 ? (const char *)(f8->v + rn) : (const char *)(vpool + rn);
+            for (size_t b = 0; b < hd * esz; b += 64) {
+                _mm_prefetch(kn + b, _MM_HINT_T0);
+                _mm_prefetch(vn + b, _MM_HINT_T1);
+            }
+        }
+    }
+}
+
 /* Softmax weights below e^ATTN_EXP_FLOOR of the largest (1.6e-28) are 0:
  * they change no float32 sum of weighted values that is not itself that
  * small.  Below e^-87.3 they were subnormal, as were their products, and
@@ -269,21 +295,7 @@ attend_group_body(const float *q, float *o, const float *kpool, const float *vpo
         const __mmask16 mk = lanes16(c);
         const float *kr[16];
 
-        if (f8)
-            fp8_rows(f8->wide, f8->kbuf, f8->k, tab, bs, kvw, off, p0, p0 + c, hd, f8->ks);
-        for (size_t l = 0; l < c; l++) {
-            kr[l] = f8 ? f8->kbuf + l * hd : kpool + page_walk_next(&wk) * kvw + off;
-            if (pf && p0 + l + ATTN_PREFETCH < len) {
-                const size_t rn = page_walk_next(&wp) * kvw + off;
-                const size_t esz = f8 ? 1 : sizeof(float);
-                const char *kn = f8 ? (const char *)(f8->k + rn) : (const char *)(kpool + rn);
-                const char *vn = f8 ? (const char *)(f8->v + rn) : (const char *)(vpool + rn);
-                for (size_t b = 0; b < hd * esz; b += 64) {
-                    _mm_prefetch(kn + b, _MM_HINT_T0);
-                    _mm_prefetch(vn + b, _MM_HINT_T1);
-                }
-            }
-        }
+        key_rows(kr, kpool, vpool, tab, bs, kvw, off, p0, c, len, hd, pf, f8, &wk, &wp);
         for (int g = 0; g < G; g++) {
             const float *qi = q + (size_t)g * hd;
             __m512 u[16], s;
@@ -436,21 +448,7 @@ attend_group8_body(const float *q, float *o, const float *kpool, const float *vp
         const __m256 mk = _mm256_castsi256_ps(lanes8(c));
         const float *kr[8];
 
-        if (f8)
-            fp8_rows(f8->wide, f8->kbuf, f8->k, tab, bs, kvw, off, p0, p0 + c, hd, f8->ks);
-        for (size_t l = 0; l < c; l++) {
-            kr[l] = f8 ? f8->kbuf + l * hd : kpool + page_walk_next(&wk) * kvw + off;
-            if (pf && p0 + l + ATTN_PREFETCH < len) {
-                const size_t rn = page_walk_next(&wp) * kvw + off;
-                const size_t esz = f8 ? 1 : sizeof(float);
-                const char *kn = f8 ? (const char *)(f8->k + rn) : (const char *)(kpool + rn);
-                const char *vn = f8 ? (const char *)(f8->v + rn) : (const char *)(vpool + rn);
-                for (size_t b = 0; b < hd * esz; b += 64) {
-                    _mm_prefetch(kn + b, _MM_HINT_T0);
-                    _mm_prefetch(vn + b, _MM_HINT_T1);
-                }
-            }
-        }
+        key_rows(kr, kpool, vpool, tab, bs, kvw, off, p0, c, len, hd, pf, f8, &wk, &wp);
         /* position by position, the G heads' dot products together: the
          * key row is loaded once for them */
         __m256 u[ATTN_GROUP][8];

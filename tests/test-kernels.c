@@ -63,23 +63,6 @@ static double ref_f16(uint16_t h)
 
 
 
-/* Whether a CPU backend opened as open_cpu() does runs the AVX-512
- * kernels here (under valgrind, whose CPU has no AVX-512, off x86, or
- * with NVFP4_CPU_ISA below avx512 the scalar or AVX2 ones do: libm's expf
- * makes subnormals there, which the underflow checks are not about). */
-static int avx512_here(void)
-{
-#if defined(__GNUC__) && defined(__x86_64__)
-    const char *isa = getenv("NVFP4_CPU_ISA");
-
-    if (isa && (!strcmp(isa, "scalar") || !strcmp(isa, "avx2")))
-        return 0;
-    return __builtin_cpu_supports("avx512f");
-#else
-    return 0;
-#endif
-}
-
 /* Whether the CPU backend here runs its AVX2 or AVX-512 kernels (not the
  * scalar ones): the CPU has AVX2 and FMA, and $NVFP4_CPU_ISA is not scalar. */
 static int vector_here(void)
@@ -187,6 +170,22 @@ static void check_close(const float *y, const double *yref, const double *bound,
         ck_assert_msg(fabs((double)y[i] - yref[i]) <= bound[i],
                       "%s: element %zu = %.9g, reference %.9g, allowed error %.3g", what, i,
                       (double)y[i], yref[i], bound[i]);
+}
+
+/* The products of M tokens X by the weight LIN (N rows) at ISA levels A
+ * and B are the same bits (at 1..3 threads each); YA, YB hold m x n. */
+static void assert_isas_agree(const char *a, const char *b, const nvfp4_linear *lin,
+                              const float *x, size_t m, float *ya, float *yb)
+{
+    const size_t n = (size_t)lin->n, ny = m * n;
+
+    run_linear_all_threads(a, lin, 1, x, m, ya, ny);
+    run_linear_all_threads(b, lin, 1, x, m, yb, ny);
+    for (size_t i = 0; i < ny; i++)
+        ck_assert_msg(memcmp(&ya[i], &yb[i], sizeof(float)) == 0,
+                      "n=%lld k=%lld m=%zu: y[%zu][%zu] = %.9g at %s, %.9g at %s",
+                      (long long)lin->n, (long long)lin->k, m, i / n, i % n, (double)ya[i], a,
+                      (double)yb[i], b);
 }
 
 /* ---- registry ------------------------------------------------------------- */
@@ -762,7 +761,6 @@ START_TEST(test_amx_gemm)
         size_t m0, m1;
     } shapes[] = {{37, 1040, 1, 100}, {500, 4096, 72, 72}, {500, 4096, 64, 64},
                   {64, 14336, 64, 64}, {48, 1040, 62, 100}};
-    static const char *const lv[] = {"vnni", "amx"};
     nvfp4_error err;
     nvfp4_backend *be = nvfp4_backend_open_with("cpu", "isa=amx", &err);
 
@@ -785,16 +783,8 @@ START_TEST(test_amx_gemm)
         syn_make(&sl, "amx", NVFP4_SCHEME_W4A4, n, k, 0.013f, 0.017f);
         for (int l = 0; l < 2; l++)
             y[l] = malloc(mmax * (size_t)n * sizeof(float));
-        for (size_t m = shapes[si].m0; m <= mmax; m++) {
-            const size_t ny = m * (size_t)n;
-            for (int l = 0; l < 2; l++)
-                run_linear_all_threads(lv[l], &sl.lin, 1, x, m, y[l], ny);
-            for (size_t i = 0; i < ny; i++)
-                ck_assert_msg(memcmp(&y[1][i], &y[0][i], sizeof(float)) == 0,
-                              "amx n=%lld k=%lld m=%zu: y[%zu][%zu] = %.9g, vnni %.9g",
-                              (long long)n, (long long)k, m, i / (size_t)n, i % (size_t)n,
-                              (double)y[1][i], (double)y[0][i]);
-        }
+        for (size_t m = shapes[si].m0; m <= mmax; m++)
+            assert_isas_agree("amx", "vnni", &sl.lin, x, m, y[1], y[0]);
         for (int l = 0; l < 2; l++)
             free(y[l]);
         syn_free(&sl);
@@ -952,15 +942,7 @@ START_TEST(test_i8avx2_matches_vnni)
         for (int l = 0; l < 2; l++)
             y[l] = malloc(mmax * (size_t)n * sizeof(float));
         for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
-            const size_t m = ms[mi], ny = m * (size_t)n;
-
-            run_linear_all_threads("avx2", &sl.lin, 1, x, m, y[0], ny);
-            run_linear_all_threads("vnni", &sl.lin, 1, x, m, y[1], ny);
-            for (size_t i = 0; i < ny; i++)
-                ck_assert_msg(memcmp(&y[0][i], &y[1][i], sizeof(float)) == 0,
-                              "n=%lld k=%lld m=%zu: y[%zu][%zu] = %.9g at avx2, %.9g at vnni",
-                              (long long)n, (long long)k, m, i / (size_t)n, i % (size_t)n,
-                              (double)y[0][i], (double)y[1][i]);
+            assert_isas_agree("avx2", "vnni", &sl.lin, x, ms[mi], y[0], y[1]);
         }
         for (int l = 0; l < 2; l++)
             free(y[l]);
