@@ -1567,90 +1567,38 @@ __attribute__((target("avx512f"))) static void exp16_apply(const float *x, float
 }
 #endif
 
-/* exp16 (libkernels/cpu-exp16.h, the AVX-512 softmax's e^x) within 1 ulp
- * of float64 exp rounded to float32, on every 61st float32 from 89 down
- * to -105 (3.7e7 of them: normal, subnormal and zero results) and on
- * -0, +-inf, NaN and arguments past the clamps. */
-START_TEST(test_exp16)
-{
-#if defined(__GNUC__) && defined(__x86_64__)
-    const float special[] = {-0.0f, 0.0f, -INFINITY, INFINITY, NAN, -110.5f, -200.0f, 100.0f,
-                             88.72f, 89.0f, -87.5f, -103.9f, -104.0f, -1e-30f, 1e-30f, 0.5f};
-    float x[16], y[16];
-    /* under valgrind every 6101st */
-    const int step = getenv("NVFP4_TEST_QUICK") ? 6101 : 61;
-    int64_t worst = 0;
-    float at = 0;
-
-    if (!__builtin_cpu_supports("avx512f")) {
-        fprintf(stderr, "test_exp16: skipped, no AVX-512\n");
-        return;
-    }
-    for (float x0 = 89.0f; x0 > -105.0f;) {
-        for (int l = 0; l < 16; l++) {
-            x[l] = x0;
-            for (int s = 0; s < step; s++)
-                x0 = nextafterf(x0, -INFINITY);
-        }
-        exp16_apply(x, y);
-        for (int l = 0; l < 16; l++) {
-            const int64_t d = llabs(f32_order(y[l]) - f32_order((float)exp((double)x[l])));
-            if (d > worst)
-                worst = d, at = x[l];
-        }
-    }
-    ck_assert_msg(worst <= 1, "exp16 %lld ulp from float64 exp at %.9g", (long long)worst, at);
-    exp16_apply(special, y);
-    for (int l = 0; l < 16; l++) {
-        const float r = (float)exp((double)special[l]);
-        if (isnan(r))
-            ck_assert_msg(isnan(y[l]), "exp16(%g) = %g", special[l], y[l]);
-        else
-            ck_assert_msg(llabs(f32_order(y[l]) - f32_order(r)) <= 1, "exp16(%g) = %.9g, not %.9g",
-                          special[l], y[l], r);
-    }
-#endif
-}
-END_TEST
-
 #if defined(__GNUC__) && defined(__x86_64__)
 __attribute__((target("avx2,fma"))) static void exp8_apply(const float *x, float *y)
 {
     _mm256_storeu_ps(y, exp8(_mm256_loadu_ps(x)));
     _mm256_storeu_ps(y + 8, exp8(_mm256_loadu_ps(x + 8)));
 }
-#endif
 
-/* exp8 (libkernels/cpu-exp8.h, the AVX2 softmax's e^x) as test_exp16
- * holds exp16: within 1 ulp of float64 exp rounded to float32 on every
- * 61st float32 from 89 down to -105 (normal, subnormal and zero results)
- * and on the same special arguments; where the CPU has AVX-512 too, the
- * very bits of exp16 on all of them (its comment's claim). */
-START_TEST(test_exp8)
+/* NAME's APPLY (16 lanes of e^x) within 1 ulp of float64 exp rounded to
+ * float32 on every 61st float32 from 89 down to -105 (3.7e7 of them:
+ * normal, subnormal and zero results) and on -0, +-inf, NaN and arguments
+ * past the clamps; with SAME, the very bits of SAME on all of them. */
+static void check_vexp(const char *name, void (*apply)(const float *, float *),
+                       void (*same)(const float *, float *))
 {
-#if defined(__GNUC__) && defined(__x86_64__)
     const float special[] = {-0.0f, 0.0f, -INFINITY, INFINITY, NAN, -110.5f, -200.0f, 100.0f,
                              88.72f, 89.0f, -87.5f, -103.9f, -104.0f, -1e-30f, 1e-30f, 0.5f};
     float x[16], y[16], z[16];
+    /* under valgrind every 6101st */
     const int step = getenv("NVFP4_TEST_QUICK") ? 6101 : 61;
-    const int with16 = __builtin_cpu_supports("avx512f");
     int64_t worst = 0;
     float at = 0;
 
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
-        fprintf(stderr, "test_exp8: skipped, no AVX2 and FMA\n");
-        return;
-    }
     for (float x0 = 89.0f; x0 > -105.0f;) {
         for (int l = 0; l < 16; l++) {
             x[l] = x0;
             for (int s = 0; s < step; s++)
                 x0 = nextafterf(x0, -INFINITY);
         }
-        exp8_apply(x, y);
-        if (with16) {
-            exp16_apply(x, z);
-            ck_assert_msg(memcmp(y, z, sizeof(y)) == 0, "exp8 and exp16 differ near %.9g", x[0]);
+        apply(x, y);
+        if (same) {
+            same(x, z);
+            ck_assert_msg(memcmp(y, z, sizeof(y)) == 0, "%s differs near %.9g", name, x[0]);
         }
         for (int l = 0; l < 16; l++) {
             const int64_t d = llabs(f32_order(y[l]) - f32_order((float)exp((double)x[l])));
@@ -1658,22 +1606,50 @@ START_TEST(test_exp8)
                 worst = d, at = x[l];
         }
     }
-    ck_assert_msg(worst <= 1, "exp8 %lld ulp from float64 exp at %.9g", (long long)worst, at);
-    exp8_apply(special, y);
-    if (with16) {
-        exp16_apply(special, z);
+    ck_assert_msg(worst <= 1, "%s %lld ulp from float64 exp at %.9g", name, (long long)worst,
+                  at);
+    apply(special, y);
+    if (same) {
+        same(special, z);
         for (int l = 0; l < 16; l++)
             ck_assert_msg(memcmp(&y[l], &z[l], sizeof(float)) == 0 || (isnan(y[l]) && isnan(z[l])),
-                          "exp8(%g) = %.9g, exp16 %.9g", special[l], y[l], z[l]);
+                          "%s(%g) = %.9g, the other %.9g", name, special[l], y[l], z[l]);
     }
     for (int l = 0; l < 16; l++) {
         const float r = (float)exp((double)special[l]);
         if (isnan(r))
-            ck_assert_msg(isnan(y[l]), "exp8(%g) = %g", special[l], y[l]);
+            ck_assert_msg(isnan(y[l]), "%s(%g) = %g", name, special[l], y[l]);
         else
-            ck_assert_msg(llabs(f32_order(y[l]) - f32_order(r)) <= 1, "exp8(%g) = %.9g, not %.9g",
-                          special[l], y[l], r);
+            ck_assert_msg(llabs(f32_order(y[l]) - f32_order(r)) <= 1, "%s(%g) = %.9g, not %.9g",
+                          name, special[l], y[l], r);
     }
+}
+#endif
+
+/* exp16 (libkernels/cpu-exp16.h, the AVX-512 softmax's e^x) by check_vexp. */
+START_TEST(test_exp16)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (!__builtin_cpu_supports("avx512f")) {
+        fprintf(stderr, "test_exp16: skipped, no AVX-512\n");
+        return;
+    }
+    check_vexp("exp16", exp16_apply, NULL);
+#endif
+}
+END_TEST
+
+/* exp8 (libkernels/cpu-exp8.h, the AVX2 softmax's and SiLU's e^x) by
+ * check_vexp, and where the CPU has AVX-512 too with the very bits of
+ * exp16 (its comment's claim). */
+START_TEST(test_exp8)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+        fprintf(stderr, "test_exp8: skipped, no AVX2 and FMA\n");
+        return;
+    }
+    check_vexp("exp8", exp8_apply, __builtin_cpu_supports("avx512f") ? exp16_apply : NULL);
 #endif
 }
 END_TEST
