@@ -536,16 +536,24 @@ attend_group8_body(const float *q, float *o, const float *kpool, const float *vp
             for (size_t l = 0; l < c; l++) {
                 const float *vp =
                     f8 ? f8->vbuf + l * nd : vpool + page_walk_next(&wval) * kvw + off + d0;
-                __m256 vv[4];
+                __m256 wv[ATTN_GROUP];
 
-                for (int v = 0; v < NV; v++)
-                    vv[v] = nd == 8 * (size_t)NV ? _mm256_loadu_ps(vp + 8 * v)
-                                                 : _mm256_maskload_ps(vp + 8 * v, mv[v]);
+                /* the G weights, then a value register at a time: G x NV
+                 * accumulators, G weights and one value in the 16
+                 * registers (for 3 heads by 32 dimensions, 16: with the 4
+                 * value registers held, one accumulator had lived in
+                 * memory, a store and a load in its chain each position) */
 #pragma GCC unroll 4
-                for (int g = 0; g < G; g++) {
-                    const __m256 wv = _mm256_broadcast_ss(sc + (size_t)g * maxlen + p0 + l);
-                    for (int v = 0; v < NV; v++)
-                        a[g][v] = _mm256_fmadd_ps(wv, vv[v], a[g][v]);
+                for (int g = 0; g < G; g++)
+                    wv[g] = _mm256_broadcast_ss(sc + (size_t)g * maxlen + p0 + l);
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; v++) {
+                    const __m256 vv = nd == 8 * (size_t)NV
+                                          ? _mm256_loadu_ps(vp + 8 * v)
+                                          : _mm256_maskload_ps(vp + 8 * v, mv[v]);
+#pragma GCC unroll 4
+                    for (int g = 0; g < G; g++)
+                        a[g][v] = _mm256_fmadd_ps(wv[g], vv, a[g][v]);
                 }
             }
         }
