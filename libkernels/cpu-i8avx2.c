@@ -70,11 +70,9 @@ scales16_avx2(const uint8_t *sc, size_t c, __m256 s2, __m256 ws[2])
             sb[i] = sc[i];
         bytes = _mm_load_si128((const __m128i *)sb);
     }
-    /* sign-extended, the byte's bits 6..0 land in bits 13..7 and its sign
-     * in bits 15 and 14 (bit 14 cleared): ((b & 0x7F) << 7) | ((b & 0x80)
-     * << 8) in three operations where that took six */
-    b = _mm256_cvtepi8_epi16(bytes);
-    h = _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16((short)0xBF80));
+    b = _mm256_cvtepu8_epi16(bytes);
+    h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)), 7),
+                        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
     ws[0] = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), k256), s2);
     ws[1] = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k256),
                           s2);
