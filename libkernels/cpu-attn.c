@@ -539,10 +539,12 @@ attend_group8_body(const float *q, float *o, const float *kpool, const float *vp
                 __m256 wv[ATTN_GROUP];
 
                 /* the G weights, then a value register at a time: G x NV
-                 * accumulators, G weights and one value in the 16
-                 * registers (for 3 heads by 32 dimensions, 16: with the 4
-                 * value registers held, one accumulator had lived in
-                 * memory, a store and a load in its chain each position) */
+                 * accumulators, G weights and one value (3 heads by 32
+                 * dimensions: 12 + 3 + 1, AVX2's 16 registers; holding
+                 * the 4 value registers instead, one accumulator had
+                 * lived in memory, a store and a load in its chain every
+                 * position).  Each accumulator's FMAs in position order
+                 * as before: the same bits. */
 #pragma GCC unroll 4
                 for (int g = 0; g < G; g++)
                     wv[g] = _mm256_broadcast_ss(sc + (size_t)g * maxlen + p0 + l);

@@ -54,7 +54,8 @@ chunk_at(const uint8_t *row, size_t nb, size_t ch, size_t pf, const uint8_t **cb
  * 0-7, 8-15), zero past C as chunk_load_pf's masked loads give (no byte
  * past the row's scales is read): scalesn_avx512's bits placed in a
  * half's fields (value * 2^-8 exactly), converted by F16C, times 256
- * (exact), times s2 (one rounding). */
+ * (exact), times s2 (one rounding).  SHORT_FORM (a constant) picks one of
+ * two ways to the same half-precision bits. */
 __attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
 scales16_avx2(const uint8_t *sc, size_t c, __m256 s2, __m256 ws[2], int short_form)
 {
