@@ -687,7 +687,9 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
 #ifdef CPU_X86
             /* dense, up to DENSE_SPREAD_MAX_M tokens: rows r, r + q,
              * r + 2q, r + 3q of a tile of 4q rows together, four sequential
-             * streams (dense_gemv4_body, dense_spread_body); neighbouring
+             * streams (dense_gemv4_body, dense_spread_body; on AVX2 rows r,
+             * r + q and r + 2q, r + 3q by two dense_row2_avx2 calls, which
+             * convert a weight once for 4 tokens); neighbouring
              * rows, one stream jumping 2k-4k bytes between them, read at
              * 0.64-0.75 of the probe on Zen 4, and the 16-row tiles of
              * small batches at 2.1 (B = 2) and 2.7 (B = 4) times the
@@ -703,10 +705,13 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                             krange kr = {u0, u0 + ku < units ? u0 + ku : units, u0 > 0, packed};
                             if (m == 1)
                                 dense_gemv4(path, w, dp, (int64_t)r, dl, sp, x, &kr, y);
-                            else if (path == PATH_DENSE_AVX2)
-                                nvfp4k_cpu_dense_spread_avx2(w, dp, (int64_t)r, dl, sp, x, 0,
-                                                             &kr, m, y);
-                            else
+                            else if (path == PATH_DENSE_AVX2) {
+                                nvfp4k_cpu_dense_row2_avx2(w, dp, (int64_t)r, dl, sp, x, 0,
+                                                           &kr, m, y);
+                                nvfp4k_cpu_dense_row2_avx2(w, dp, (int64_t)(r + 2 * sp),
+                                                           dl + (int64_t)(2 * sp), sp, x, 0,
+                                                           &kr, m, y);
+                            } else
                                 for (size_t t0 = 0; t0 < m; t0 += 4)
                                     nvfp4k_cpu_dense_spread_avx512(
                                         w, dp, (int64_t)r, dl, sp, x, t0, &kr,
@@ -816,7 +821,7 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                                 prefetch_ahead(w, path, r, 2, r1, &kr);
                             row2_i8(path, w, (int64_t)r, 1, a, nch, t0, &kr, nt, y);
                         }
-                    if (path == PATH_DENSE_AVX512 && packed)
+                    if ((path == PATH_DENSE_AVX512 && packed) || path == PATH_DENSE_AVX2)
                         while (r + 1 < r1) {
                             int64_t l0, l1;
                             const cpu_dense_part *p0 = dense_row(w, (int64_t)r, &l0);
@@ -824,7 +829,11 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                                 break; /* a pair across fused parts: one by one */
                             if (pf)
                                 prefetch_ahead(w, path, r, 2, r1, &kr);
-                            nvfp4k_cpu_dense_row2(w, p0, (int64_t)r, l0, x, t0, &kr, nt, y);
+                            if (path == PATH_DENSE_AVX2)
+                                nvfp4k_cpu_dense_row2_avx2(w, p0, (int64_t)r, l0, 1, x, t0, &kr,
+                                                           nt, y);
+                            else
+                                nvfp4k_cpu_dense_row2(w, p0, (int64_t)r, l0, x, t0, &kr, nt, y);
                             r += 2;
                         }
 #endif

@@ -417,15 +417,15 @@ void nvfp4k_cpu_dense_row_scalar(const cpu_kweight *w, int64_t r, const float *x
                                  const krange *kr, size_t nt, float *y);
 #ifdef CPU_X86
 /* cpu-dense.c: the AVX2 dense kernels (the AVX-512 ones' bits, x unpacked):
- * one row; the GEMV's four rows; a small batch's four rows. */
+ * one row; the GEMV's four rows; rows r and r + rs by up to TOK_TILE tokens. */
 void nvfp4k_cpu_dense_row_avx2(const cpu_kweight *w, int64_t r, const float *x, size_t t0,
                                const krange *kr, size_t nt, float *y);
 void nvfp4k_cpu_dense_gemv4_avx2(const cpu_kweight *w, const cpu_dense_part *p, int64_t r,
                                  int64_t lr, size_t rs, const float *x, const krange *kr,
                                  float *y);
-void nvfp4k_cpu_dense_spread_avx2(const cpu_kweight *w, const cpu_dense_part *p, int64_t r,
-                                  int64_t lr, size_t rs, const float *x, size_t t0,
-                                  const krange *kr, size_t nt, float *y);
+void nvfp4k_cpu_dense_row2_avx2(const cpu_kweight *w, const cpu_dense_part *p, int64_t r,
+                                int64_t lr, size_t rs, const float *x, size_t t0,
+                                const krange *kr, size_t nt, float *y);
 /* cpu-dense.c: the AVX-512 dense kernel, one row. */
 void nvfp4k_cpu_dense_row_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0,
                                  const krange *kr, size_t nt, float *y);

@@ -544,37 +544,40 @@ START_TEST(test_row_grouping)
 END_TEST
 
 /* Batch invariance: a token's outputs are the same bits computed alone
- * (GEMV), among the 19 tokens of one call (GEMM tiles of 8 and a tail), or
- * in a 9-token call starting elsewhere; k long enough that every kernel
+ * (GEMV), among the 19 tokens of one call (GEMM tiles of 8 and a tail), in
+ * a 9-token call starting elsewhere, or in a 4-token one (small batches:
+ * the dense rows as four streams); k long enough that every kernel
  * walks it in several stretches (4144 = 259 blocks: 64-block stretches and
  * 6-chunk VNNI stretches, with tails), at every ISA level and 1..3 threads. */
 START_TEST(test_batch_invariance)
 {
     enum { N = 21, K = 4144, M = 19 };
-    static const char *const names[] = {"w4a16", "w4a4", "bf16"};
+    static const char *const names[] = {"w4a16", "w4a4", "bf16", "f16"};
     static uint16_t dense[N * K];
-    static float x[M * K], y[M * N], y1[N], y9[9 * N];
-    nvfp4_tensor td;
+    static float x[M * K], y[M * N], y1[N], y9[9 * N], y4[4 * N];
+    nvfp4_tensor td, th;
 
     for (size_t i = 0; i < sizeof(dense) / sizeof(dense[0]); i++)
         dense[i] = (uint16_t)(0x3C00 + rnd() % 0x0400 + (rnd() & 0x8000));
     make_tensor(&td, "dense.inv", NVFP4_DTYPE_BF16, N, K, dense);
+    make_tensor(&th, "dense.inv16", NVFP4_DTYPE_F16, N, K, dense); /* f16 1..2, signed */
     for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
         x[i] = frand(-2, 2);
-    for (int scheme = 0; scheme < 3; scheme++) {
+    for (int scheme = 0; scheme < 4; scheme++) {
         syn_linear sl;
         nvfp4_linear lin;
 
         syn_make(&sl, "invariance", scheme == 1 ? NVFP4_SCHEME_W4A4 : NVFP4_SCHEME_W4A16, N, K,
                  0.01f, scheme == 1 ? 0.02f : 0.0f);
         lin = sl.lin;
-        if (scheme == 2) {
+        if (scheme >= 2) {
             lin.scheme = NVFP4_SCHEME_NONE;
-            lin.dense = &td;
+            lin.dense = scheme == 2 ? &td : &th;
         }
         for (size_t l = 0; l < 4; l++) {
             run_linear_all_threads(isa_levels[l], &lin, 1, x, M, y, M * N);
             run_linear_all_threads(isa_levels[l], &lin, 1, x + 5 * K, 9, y9, 9 * N);
+            run_linear_all_threads(isa_levels[l], &lin, 1, x + 2 * K, 4, y4, 4 * N);
             for (size_t t = 0; t < M; t++) {
                 run_linear_all_threads(isa_levels[l], &lin, 1, x + t * K, 1, y1, N);
                 ck_assert_msg(memcmp(y1, y + t * N, sizeof(y1)) == 0,
@@ -583,6 +586,10 @@ START_TEST(test_batch_invariance)
                 if (t >= 5 && t < 14)
                     ck_assert_msg(memcmp(y9 + (t - 5) * N, y + t * N, sizeof(y1)) == 0,
                                   "%s %s token %zu: a batch of 9 differs from one of %d",
+                                  isa_levels[l], names[scheme], t, M);
+                if (t >= 2 && t < 6)
+                    ck_assert_msg(memcmp(y4 + (t - 2) * N, y + t * N, sizeof(y1)) == 0,
+                                  "%s %s token %zu: a batch of 4 differs from one of %d",
                                   isa_levels[l], names[scheme], t, M);
             }
         }
