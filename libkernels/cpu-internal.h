@@ -109,7 +109,9 @@ typedef struct {
     uint8_t *scales;    /* [n, k/16] E4M3, row-major as in the file */
     float *wlut;        /* BLOCK layout: [256][16], wlut[s][c] = E2M1(c) *
                          * (E4M3(s) * weight_scale_2), §2's float32 weight
-                         * of code c in a block of scale byte s */
+                         * of code c in a block of scale byte s (at
+                         * isa=avx2, entries 8-15 hold lut_half_avx2's
+                         * form of 0-7: cpu-linear.c) */
     /* unquantized: the parts' data, or copies of it (NVFP4_KWEIGHT_COPY) */
     cpu_dense_part *dense;
     size_t ndense;

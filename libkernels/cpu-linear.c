@@ -358,10 +358,20 @@ void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t npa
         /* §2 in this order: block scale times global scale, then the code */
         if (!(w->wlut = nvfp4k_cpu_aligned_alloc(256 * 16 * sizeof(float))))
             goto nomem;
+        const int avx2 = ((cpu_ctx *)ctx)->isa == CPU_ISA_AVX2;
+
         for (int sb = 0; sb < 256; sb++) {
             const float bs = nvfp4k_cpu_e4m3_table[sb] * desc->weight_scale_2;
             for (int c = 0; c < 16; c++)
                 w->wlut[16 * sb + c] = e2m1_f[c] * bs;
+            /* at isa=avx2 (nvfp4k_cpu_gemv4_avx2: lut_half_avx2) entries
+             * 8-15 are entries 0-7 with the code c xored into bits 28-30 */
+            for (int c = 0; avx2 && c < 8; c++) {
+                uint32_t u;
+                memcpy(&u, &w->wlut[16 * sb + c], 4);
+                u ^= (uint32_t)c << 28;
+                memcpy(&w->wlut[16 * sb + 8 + c], &u, 4);
+            }
         }
     }
     return w;

@@ -131,13 +131,14 @@ _Static_assert(GEMV_ROWS == 4, "nvfp4k_cpu_gemv4_avx2 names its four rows");
 __attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) __m256
 lut_half_avx2(const float *lrow, __m256i nib)
 {
-    /* the magnitude's product from the table's first 8 entries (codes
-     * 0-7), the sign (bit 3) moved to bit 31 and xored in: -(m * s) is
-     * (-m) * s exactly, one vpermps where a blend of both halves took two */
-    return _mm256_xor_ps(
-        _mm256_permutevar8x32_ps(_mm256_load_ps(lrow), nib),
-        _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(nib, 28),
-                                             _mm256_set1_epi32((int)0x80000000u))));
+    /* the magnitude's product for code c = nib & 7 from the table's
+     * entries 8-15 (at isa=avx2: entry c's bits with c xored into bits
+     * 28-30), then the nibble moved to bits 28-31 xored in: c's bits
+     * cancel and the sign (bit 3) lands in bit 31, -(m * s) being (-m) * s
+     * exactly; one vpermps where a blend of both halves took two, and no
+     * mask of the shifted nibble */
+    return _mm256_xor_ps(_mm256_permutevar8x32_ps(_mm256_load_ps(lrow + 8), nib),
+                         _mm256_castsi256_ps(_mm256_slli_epi32(nib, 28)));
 }
 
 __attribute__((target("avx2,fma"))) void
