@@ -42,6 +42,29 @@ void nvfp4k_cpu_dense_row_scalar(const cpu_kweight *w, int64_t r, const float *x
  * (AVX2 has no masked 16-bit loads): zero weights by zero activations, as
  * the AVX-512 kernels' zero-masked loads give. */
 
+/* STMT once per dtype of a part, DT naming it as a constant there (each
+ * always-inline body below compiled for one dtype). */
+#define DENSE_BY_DTYPE(dtype, DT, STMT)                                                 \
+    do {                                                                               \
+        switch (dtype) {                                                               \
+        case NVFP4_DTYPE_F32: {                                                        \
+            const nvfp4_dtype DT = NVFP4_DTYPE_F32;                                    \
+            STMT;                                                                      \
+            break;                                                                     \
+        }                                                                              \
+        case NVFP4_DTYPE_BF16: {                                                       \
+            const nvfp4_dtype DT = NVFP4_DTYPE_BF16;                                   \
+            STMT;                                                                      \
+            break;                                                                     \
+        }                                                                              \
+        default: {                                                                     \
+            const nvfp4_dtype DT = NVFP4_DTYPE_F16;                                    \
+            STMT;                                                                      \
+            break;                                                                     \
+        }                                                                              \
+        }                                                                              \
+    } while (0)
+
 /* 16 weights of part P from element I as float32 halves. */
 __attribute__((target("avx2,fma,f16c"))) static inline __attribute__((always_inline)) void
 dense_load16_avx2(const void *data, nvfp4_dtype dt, size_t i, __m256 *lo, __m256 *hi)
@@ -140,19 +163,9 @@ nvfp4k_cpu_dense_row_avx2(const cpu_kweight *w, int64_t r, const float *x, size_
     int64_t lr;
     const cpu_dense_part *p = dense_row(w, r, &lr);
 
-    for (size_t t = t0; t < t0 + nt; t++) {
-        switch (p->dtype) {
-        case NVFP4_DTYPE_F32:
-            dense_rows_avx2_body(w, p, r, lr, 1, x + t * k, kr, y + t * n, NVFP4_DTYPE_F32, 1, 0);
-            break;
-        case NVFP4_DTYPE_BF16:
-            dense_rows_avx2_body(w, p, r, lr, 1, x + t * k, kr, y + t * n, NVFP4_DTYPE_BF16, 1, 0);
-            break;
-        default:
-            dense_rows_avx2_body(w, p, r, lr, 1, x + t * k, kr, y + t * n, NVFP4_DTYPE_F16, 1, 0);
-            break;
-        }
-    }
+    for (size_t t = t0; t < t0 + nt; t++)
+        DENSE_BY_DTYPE(p->dtype, dt,
+                       dense_rows_avx2_body(w, p, r, lr, 1, x + t * k, kr, y + t * n, dt, 1, 0));
 }
 
 /* The dense GEMV on AVX2: nvfp4k_cpu_dense_gemv4_avx512's rows, prefetched
@@ -164,17 +177,8 @@ nvfp4k_cpu_dense_gemv4_avx2(const cpu_kweight *w, const cpu_dense_part *p, int64
 {
     const int pf = rs == 1;
 
-    switch (p->dtype) {
-    case NVFP4_DTYPE_F32:
-        dense_rows_avx2_body(w, p, r, lr, rs, x, kr, y, NVFP4_DTYPE_F32, DENSE_GEMV_ROWS, pf);
-        break;
-    case NVFP4_DTYPE_BF16:
-        dense_rows_avx2_body(w, p, r, lr, rs, x, kr, y, NVFP4_DTYPE_BF16, DENSE_GEMV_ROWS, pf);
-        break;
-    default:
-        dense_rows_avx2_body(w, p, r, lr, rs, x, kr, y, NVFP4_DTYPE_F16, DENSE_GEMV_ROWS, pf);
-        break;
-    }
+    DENSE_BY_DTYPE(p->dtype, dt,
+                   dense_rows_avx2_body(w, p, r, lr, rs, x, kr, y, dt, DENSE_GEMV_ROWS, pf));
 }
 
 /* 8 weights of part P from element I as float32 (one half of
@@ -279,17 +283,7 @@ nvfp4k_cpu_dense_row2_avx2(const cpu_kweight *w, const cpu_dense_part *p, int64_
                                      x + t * k, kr, y + t * n, p->dtype, 1, 0);
         return;
     }
-    switch (p->dtype) {
-    case NVFP4_DTYPE_F32:
-        dense_row2_avx2_body(w, p, r, lr, rs, x, t0, kr, nt, y, NVFP4_DTYPE_F32);
-        break;
-    case NVFP4_DTYPE_BF16:
-        dense_row2_avx2_body(w, p, r, lr, rs, x, t0, kr, nt, y, NVFP4_DTYPE_BF16);
-        break;
-    default:
-        dense_row2_avx2_body(w, p, r, lr, rs, x, t0, kr, nt, y, NVFP4_DTYPE_F16);
-        break;
-    }
+    DENSE_BY_DTYPE(p->dtype, dt, dense_row2_avx2_body(w, p, r, lr, rs, x, t0, kr, nt, y, dt));
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __m512
