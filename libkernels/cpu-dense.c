@@ -267,20 +267,16 @@ dense_row2_avx2_body(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, i
 /* Tokens T0 .. T0 + NT - 1 on rows R and R + RS of part P: a batch's
  * weights converted once per 4 tokens instead of once per token (the
  * 128256 x 2048 f16 head by 16 tokens had taken 1.14 times 16 GEMVs).  A
- * stretch ending in a partial 16 (k % 16 != 0) goes a row and a token at a
- * time through the GEMV's body.  The GEMV's bits per output. */
+ * stretch ending in a partial 16 (k % 16 != 0) goes a row at a time
+ * through nvfp4k_cpu_dense_row_avx2.  The GEMV's bits per output. */
 __attribute__((target("avx2,fma,f16c"))) void
 nvfp4k_cpu_dense_row2_avx2(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
                            size_t rs, const float *x, size_t t0, const krange *kr, size_t nt,
                            float *y)
 {
-    const size_t k = (size_t)w->d.k, n = (size_t)w->d.n;
-
-    if (16 * kr->b1 > k) {
-        for (size_t t = t0; t < t0 + nt; t++)
-            for (size_t j = 0; j < 2; j++)
-                dense_rows_avx2_body(w, p, r + (int64_t)(j * rs), lr + (int64_t)(j * rs), 1,
-                                     x + t * k, kr, y + t * n, p->dtype, 1, 0);
+    if (16 * kr->b1 > (size_t)w->d.k) {
+        nvfp4k_cpu_dense_row_avx2(w, r, x, t0, kr, nt, y);
+        nvfp4k_cpu_dense_row_avx2(w, r + (int64_t)rs, x, t0, kr, nt, y);
         return;
     }
     DENSE_BY_DTYPE(p->dtype, dt, dense_row2_avx2_body(w, p, r, lr, rs, x, t0, kr, nt, y, dt));

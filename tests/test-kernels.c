@@ -544,7 +544,8 @@ START_TEST(test_row_grouping)
 END_TEST
 
 /* Batch invariance: a token's outputs are the same bits computed alone
- * (GEMV), among the 19 tokens of one call (GEMM tiles of 8 and a tail), in
+ * (GEMV), among the 19 tokens of one call (GEMM token tiles, of 8, or 4 for
+ * AVX2 dense weights, and a tail), in
  * a 9-token call starting elsewhere, or in a 4-token one (small batches:
  * the dense rows as four streams); k long enough that every kernel
  * walks it in several stretches (4144 = 259 blocks: 64-block stretches and
