@@ -91,6 +91,10 @@ int nvfp4k_cpu_pool_busy(cpu_ctx *c);
 #define CPU_CHUNK 256
 #define CPU_CHUNK_BLOCKS 16
 #define CPU_CHUNK_BYTES 128
+/* Zeroed bytes after a weight's block scales (the NVFP4 upload): the AVX2
+ * int8 kernels read a tail chunk's scales with one 16-byte load, masked
+ * after it, and the last row's reaches past the end. */
+#define CPU_TAIL_PAD 16
 
 typedef struct {
     const void *data;   /* [rows, k] */
@@ -106,7 +110,7 @@ typedef struct {
     int layout;         /* CPU_LAYOUT_*, NVFP4 only */
     /* NVFP4 */
     uint8_t *packed;    /* [n, k/2], repacked row by row */
-    uint8_t *scales;    /* [n, k/16] E4M3, row-major as in the file */
+    uint8_t *scales;    /* [n, k/16] E4M3, row-major as in the file, CPU_TAIL_PAD zeros after */
     float *wlut;        /* BLOCK layout: [256][16], wlut[s][c] = E2M1(c) *
                          * (E4M3(s) * weight_scale_2), §2's float32 weight
                          * of code c in a block of scale byte s (at

@@ -336,9 +336,10 @@ void *nvfp4k_cpu_kweight_upload(void *ctx, const nvfp4_linear *parts, size_t npa
 
     /* NVFP4: repack the nibbles, gather the scales of all parts */
     w->packed = nvfp4k_cpu_lasting_alloc((size_t)desc->n * (k / 2));
-    w->scales = nvfp4k_cpu_lasting_alloc((size_t)desc->n * (k / NVFP4_BLOCK));
+    w->scales = nvfp4k_cpu_lasting_alloc((size_t)desc->n * (k / NVFP4_BLOCK) + CPU_TAIL_PAD);
     if (!w->packed || !w->scales)
         goto nomem;
+    memset(w->scales + (size_t)desc->n * (k / NVFP4_BLOCK), 0, CPU_TAIL_PAD);
     {
         size_t r0 = 0;
         for (size_t i = 0; i < nparts; i++) {
