@@ -28,12 +28,16 @@
  *     column says "-".
  *
  * Usage: bench/bench-kernels [-t THREADS,..] [-s SHAPE,..] [-m TOKENS,..]
- *                            [-b BATCH,..] [-r SECONDS] [-q] [-g] [-P MIB]
- *                            [-i ISA,..]
+ *                            [-b BATCH,..] [-r SECONDS] [-c] [-q] [-g]
+ *                            [-P MIB] [-i ISA,..]
  * defaults: -t 1,2  -s the decode shapes of SmolLM2, Llama-3.2-1B,
  * Llama-3-8B, Qwen3-30B-A3B's experts and a BF16 vocabulary head (GEMM on
  * the 8B ones and 576x576)  -m 16,64,128,512  -b 4,16,64 (-b 0: none)
  * -r 0.15
+ * -c: the GEMV (and batched decode) on one copy of the weight, which
+ * stays in the cache where it fits, and the ooc probe on one buffer too:
+ * the kernel's own speed (a kernel as fast in cache as out of it is
+ * bound by its operations, not by memory).
  * -q: GEMV only; -g: GEMM only; -P MIB: only the read probe, a sum over MIB
  * MiB (1024 for scripts/bench-llama.sh), best of 5 at each thread count, one
  * line "probe MIB MiB th=T GB/s" each.  -i ISA,..: only the W4A4 GEMM of
@@ -526,7 +530,7 @@ int main(int argc, char **argv)
     };
     shape shapes[32];
     double budget = 0.15;
-    int gemv_only = 0, gemm_only = 0;
+    int gemv_only = 0, gemm_only = 0, in_cache = 0;
     long probe_mib = 0;
     char *isas = NULL;
     nvfp4_error err;
@@ -549,6 +553,8 @@ int main(int argc, char **argv)
             budget = atof(argv[++i]);
         else if (!strcmp(argv[i], "-q"))
             gemv_only = 1;
+        else if (!strcmp(argv[i], "-c"))
+            in_cache = 1;
         else if (!strcmp(argv[i], "-g"))
             gemm_only = 1;
         else if (!strcmp(argv[i], "-i") && i + 1 < argc)
@@ -571,7 +577,7 @@ int main(int argc, char **argv)
             }
         } else {
             fprintf(stderr, "usage: bench-kernels [-t T,..] [-s NxK[b|h],..] [-m M,..] [-b B,..] [-r SEC] "
-                            "[-q] [-g] [-P MIB] [-i ISA,..]\n");
+                            "[-c] [-q] [-g] [-P MIB] [-i ISA,..]\n");
             return 2;
         }
     }
@@ -587,13 +593,18 @@ int main(int argc, char **argv)
     blas_load();
     printf("# NVFP4 Linear, CPU backend (NVFP4_CPU_ISA=%s); weight bytes = 4.5 bits/weight\n",
            getenv("NVFP4_CPU_ISA") ? getenv("NVFP4_CPU_ISA") : "auto");
-    printf("# GEMV: GB/s of weight bytes, the kernel cycling over copies of the weight whose\n"
-           "# total exceeds %zu MiB; probe same = a same-size buffer read again and again (in\n"
-           "# cache when it fits), ooc = same-size slices of as many copies cycled like the\n"
-           "# kernel (out of cache); ratio = kernel GB/s / ooc probe GB/s; cpu = the same\n"
-           "# with process CPU times (a call longer than a time slice of a loaded machine\n"
-           "# is preempted in nearly every repetition: its wall time grows, not its CPU time)\n",
-           ooc_bytes() >> 20);
+    if (in_cache)
+        printf("# -c: GEMV and batches on ONE copy of the weight, in the cache where it fits, and\n"
+               "# the 'ooc' probe on one buffer too (so no longer out of cache): the kernels'\n"
+               "# own speed\n");
+    else
+        printf("# GEMV: GB/s of weight bytes, the kernel cycling over copies of the weight whose\n"
+               "# total exceeds %zu MiB; probe same = a same-size buffer read again and again (in\n"
+               "# cache when it fits), ooc = same-size slices of as many copies cycled like the\n"
+               "# kernel (out of cache); ratio = kernel GB/s / ooc probe GB/s; cpu = the same\n"
+               "# with process CPU times (a call longer than a time slice of a loaded machine\n"
+               "# is preempted in nearly every repetition: its wall time grows, not its CPU time)\n",
+               ooc_bytes() >> 20);
     printf("# GEMM: GFLOPS = 2*m*n*k/s; blas = OpenBLAS sgemm on the dequantized f32 weight%s\n",
            blas_sgemm ? "" : " (OpenBLAS not found)");
     big = big_alloc(big_bytes);
@@ -620,7 +631,7 @@ int main(int argc, char **argv)
         size_t mmax = do_gemm && toks[ntoks - 1] > 1 ? (size_t)toks[ntoks - 1] : 1;
         const size_t wbytes = sh->dense ? n * k * 2 : n * k / 2 + n * k / 16;
         const size_t copies =
-            !do_gemv ? 1
+            !do_gemv || in_cache ? 1
             : (ooc_bytes() + wbytes - 1) / wbytes > OOC_MAX_COPIES
                 ? OOC_MAX_COPIES
                 : (ooc_bytes() + wbytes - 1) / wbytes;
