@@ -17,7 +17,9 @@
  *    of a chunk) is two 8-lane halves, blocks 0-7 and 8-15, and every lane
  *    sees the same IEEE operations in the same order (cvtepi32_ps, ws * xs,
  *    fmadd in chunk order); the E4M3 block scales are decoded by the same
- *    half-precision trick (F16C's vcvtph2ps) and the same two multiplies;
+ *    half-precision trick (F16C's vcvtph2ps) and the same product,
+ *    rounded once (value * 2^-8 times 256 * s2 here, times 256 and then
+ *    s2 there: both factors of 256 exact);
  *  - the 16 lanes are summed in the tree of GCC's _mm512_reduce_add_ps
  *    (reduce16_avx2): high half + low half, then quarters, pairs, neighbours;
  *  - the quantizer gives numerics.h's num_qdq_block codes and scales (its
@@ -56,19 +58,28 @@ static const uint8_t tail_mask[32] = {
     0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
 };
 
+/* weight_scale_2 * 256 in 8 lanes: exact, as validation keeps
+ * weight_scale_2 at or below FLT_MAX / 2688 (scales16_avx2). */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) __m256
+s2x256_avx2(const cpu_kweight *w)
+{
+    return _mm256_set1_ps(w->d.weight_scale_2 * 256.0f);
+}
+
 /* The C (<= 16) E4M3 bytes SC -> E4M3 value * s2 in two halves (blocks
  * 0-7, 8-15), zero past C as chunk_load_pf's masked loads give (a tail
  * chunk's 16-byte load reaches into the next row's scales or the
  * weight's CPU_TAIL_PAD, and is masked): scalesn_avx512's bits placed in a
- * half's fields (value * 2^-8 exactly), converted by F16C, times 256
- * (exact), times s2 (one rounding).  SHORT_FORM (a constant) picks one of
- * two ways to the same half-precision bits. */
+ * half's fields (value * 2^-8 exactly), converted by F16C, times
+ * S2X256 = 256 * s2 (s2x256_avx2): one rounding of the same product as
+ * scalesn_avx512's times 256 (exact) then times s2, so the same bits with
+ * one multiply fewer.  SHORT_FORM (a constant) picks one of two ways to the
+ * same half-precision bits. */
 __attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
-scales16_avx2(const uint8_t *sc, size_t c, __m256 s2, __m256 ws[2], int short_form)
+scales16_avx2(const uint8_t *sc, size_t c, __m256 s2x256, __m256 ws[2], int short_form)
 {
     __m128i bytes;
     __m256i b, h;
-    const __m256 k256 = _mm256_set1_ps(256.0f);
 
     if (c >= CPU_CHUNK_BLOCKS)
         bytes = _mm_loadu_si128((const __m128i *)sc);
@@ -94,9 +105,8 @@ scales16_avx2(const uint8_t *sc, size_t c, __m256 s2, __m256 ws[2], int short_fo
             _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)), 7),
             _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
     }
-    ws[0] = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), k256), s2);
-    ws[1] = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k256),
-                          s2);
+    ws[0] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), s2x256);
+    ws[1] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), s2x256);
 }
 
 /* Half H (blocks 8h .. 8h+7) of a chunk's four steps as vpdpbusd's
@@ -171,7 +181,7 @@ row_i8avx2_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, si
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
     const uint8_t *row = w->packed + (size_t)r * k / 2;
     const uint8_t *srow = w->scales + (size_t)r * nb;
-    const __m256 s2 = _mm256_set1_ps(w->d.weight_scale_2);
+    const __m256 s2 = s2x256_avx2(w);
     __m256 acc[8][2];
 
 #pragma GCC unroll 8
@@ -223,7 +233,7 @@ nvfp4k_cpu_gemv4_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8
                         size_t nch, const krange *kr, float *y)
 {
     const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;
-    const __m256 s2 = _mm256_set1_ps(w->d.weight_scale_2);
+    const __m256 s2 = s2x256_avx2(w);
     const size_t pfd = rs > 1 ? CPU_PREFETCH : CPU_PREFETCH4;
     const uint8_t *row = w->packed + (size_t)r * (k / 2), *srow = w->scales + (size_t)r * nb;
     const size_t rb = rs * (k / 2), sbs = rs * nb;
@@ -272,7 +282,7 @@ row2_i8avx2_body(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, si
     const uint8_t *row[2] = {w->packed + (size_t)r * (k / 2),
                              w->packed + ((size_t)r + rs) * (k / 2)};
     const uint8_t *srow[2] = {w->scales + (size_t)r * nb, w->scales + ((size_t)r + rs) * nb};
-    const __m256 s2 = _mm256_set1_ps(w->d.weight_scale_2);
+    const __m256 s2 = s2x256_avx2(w);
     __m256 acc[2][8][2];
 
 #pragma GCC unroll 8
