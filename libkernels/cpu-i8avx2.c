@@ -181,7 +181,7 @@ row_i8avx2_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, si
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
     const uint8_t *row = w->packed + (size_t)r * k / 2;
     const uint8_t *srow = w->scales + (size_t)r * nb;
-    const __m256 s2 = s2x256_avx2(w);
+    const __m256 s2x256 = s2x256_avx2(w);
     __m256 acc[8][2];
 
 #pragma GCC unroll 8
@@ -192,7 +192,7 @@ row_i8avx2_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, si
         const size_t c = chunk_at(row, nb, ch, CPU_PREFETCH, &cb);
         __m256 ws[2];
 
-        scales16_avx2(srow + ch * CPU_CHUNK_BLOCKS, c, s2, ws, 0);
+        scales16_avx2(srow + ch * CPU_CHUNK_BLOCKS, c, s2x256, ws, 0);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i wv[4];
@@ -233,7 +233,7 @@ nvfp4k_cpu_gemv4_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8
                         size_t nch, const krange *kr, float *y)
 {
     const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;
-    const __m256 s2 = s2x256_avx2(w);
+    const __m256 s2x256 = s2x256_avx2(w);
     const size_t pfd = rs > 1 ? CPU_PREFETCH : CPU_PREFETCH4;
     const uint8_t *row = w->packed + (size_t)r * (k / 2), *srow = w->scales + (size_t)r * nb;
     const size_t rb = rs * (k / 2), sbs = rs * nb;
@@ -253,7 +253,7 @@ nvfp4k_cpu_gemv4_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8
             const size_t c = chunk_at(row + (size_t)i * rb, nb, ch, pfd, &cb);
             __m256 ws[2];
 
-            scales16_avx2(srow + (size_t)i * sbs + ch * CPU_CHUNK_BLOCKS, c, s2, ws, 1);
+            scales16_avx2(srow + (size_t)i * sbs + ch * CPU_CHUNK_BLOCKS, c, s2x256, ws, 1);
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 __m256i wv[4];
@@ -282,7 +282,7 @@ row2_i8avx2_body(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, si
     const uint8_t *row[2] = {w->packed + (size_t)r * (k / 2),
                              w->packed + ((size_t)r + rs) * (k / 2)};
     const uint8_t *srow[2] = {w->scales + (size_t)r * nb, w->scales + ((size_t)r + rs) * nb};
-    const __m256 s2 = s2x256_avx2(w);
+    const __m256 s2x256 = s2x256_avx2(w);
     __m256 acc[2][8][2];
 
 #pragma GCC unroll 8
@@ -295,7 +295,7 @@ row2_i8avx2_body(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, si
 
         for (int i = 0; i < 2; i++) {
             c = chunk_at(row[i], nb, ch, CPU_PREFETCH, &cb[i]);
-            scales16_avx2(srow[i] + ch * CPU_CHUNK_BLOCKS, c, s2, ws[i], 0);
+            scales16_avx2(srow[i] + ch * CPU_CHUNK_BLOCKS, c, s2x256, ws[i], 0);
         }
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
