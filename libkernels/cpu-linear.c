@@ -527,7 +527,7 @@ static size_t plan_tiles(int path, const cpu_kweight *w, const float *x, int pac
                          tiles_job *jo)
 {
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n;
-    const size_t units = path >= PATH_VNNI ? nch : (k + 15) / 16;
+    const size_t units = path >= PATH_VNNI ? chunks_of((int64_t)k) : (k + 15) / 16;
     const int spread = nvfp4_spread(path, w, m, packed);
     size_t ku, rt;
 
@@ -1084,8 +1084,20 @@ static nvfp4_status linear_run_n(cpu_ctx *ctx, cpu_kweight *const *ws,
 {
     cpu_kweight *const w = ws[0];
     const nvfp4_kweight_desc *const desc = descs[0];
+    /* The int8 activations hold NCHS chunks a token: NCH, or one more where
+     * NCH is a multiple of 16 (k a multiple of 4096).  With such a stride
+     * (16 KB and up) the 8 tokens of a GEMM tile (act_q8: a stretch of 6
+     * chunks is 18 KB) fell on the same 24 sets of Zen 3's 8-way 32 KB L1,
+     * and every one of them was evicted before the next rows reused it:
+     * W4A4 GEMM by 512 tokens, one Zen 3 thread, best of 3 interleaved
+     * rounds, [14336, 4096] 98 -> 115 GFLOPS, [2048, 8192] 98 -> 109.
+     * Other strides spread a tile over 48 sets or more already; padding
+     * them too left k = 2048 as it was and took [4096, 14336] from 114 to
+     * 111.  Every kernel takes NCHS as the stride only (tiles_job.nch);
+     * the chunks of a row come from k. */
     const size_t k = (size_t)desc->k, nch = chunks_of(desc->k);
-    const size_t kp = nch * CPU_CHUNK;
+    const size_t nchs = nch % 16 == 0 ? nch + 1 : nch;
+    const size_t kp = nchs * CPU_CHUNK;
     const int nth = nthreads; /* nvfp4k_cpu_linear's choice */
     const cpu_isa isa = ctx->isa;
     const size_t s_x = m * k * sizeof(float),
@@ -1110,8 +1122,8 @@ static nvfp4_status linear_run_n(cpu_ctx *ctx, cpu_kweight *const *ws,
         /* (uploaded so at isa=avx2 or from vnni up) */
         path = isa >= CPU_ISA_VNNI ? PATH_VNNI : PATH_I8AVX2;
         s_q = m * kp;
-        s_xs = m * nch * CPU_CHUNK_BLOCKS * sizeof(float);
-        s_corr = m * nch * CPU_CHUNK_BLOCKS * sizeof(int32_t);
+        s_xs = m * nchs * CPU_CHUNK_BLOCKS * sizeof(float);
+        s_corr = m * nchs * CPU_CHUNK_BLOCKS * sizeof(int32_t);
 #ifdef CPU_AMX
         if (isa >= CPU_ISA_AMX && m >= AMX_MIN_TOKENS) {
             path = PATH_AMX;
@@ -1171,7 +1183,7 @@ static nvfp4_status linear_run_n(cpu_ctx *ctx, cpu_kweight *const *ws,
     if (a.q) {
         /* (with a.aq the AMX A tiles too) */
         prep_job j = {path == PATH_I8AVX2 ? PREP_Q8_AVX2 : PREP_Q8, x, k, desc->input_gs, NULL,
-                      &a, kp, nch, NULL, 0, m};
+                      &a, kp, nchs, NULL, 0, m};
         nvfp4k_cpu_par(ctx, m, nth, prep_range, &j);
     }
     if (xp) {
@@ -1180,7 +1192,7 @@ static nvfp4_status linear_run_n(cpu_ctx *ctx, cpu_kweight *const *ws,
     }
     run_tiles_n(ctx, path, ws, count, xin, xp != NULL,
                 desc->scheme == NVFP4_SCHEME_NONE ? NULL : &a,
-                desc->scheme == NVFP4_SCHEME_NONE ? 0 : nch, m, nth, ys);
+                desc->scheme == NVFP4_SCHEME_NONE ? 0 : nchs, m, nth, ys);
     if (buf)
         nvfp4k_cpu_scratch_put(&ctx->act_scratch, buf, locked);
     if ((amx_failed = __atomic_load_n(&amx_failed, __ATOMIC_RELAXED)) != 0)

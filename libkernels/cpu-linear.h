@@ -175,9 +175,10 @@ static inline unsigned code_at(const cpu_kweight *w, const uint8_t *row, size_t 
  * subtracting it at the end: the sum is exact in int32, so the order of its
  * terms changes no bit). */
 typedef struct {
-    int8_t *q;          /* [m, nch * 256] */
-    float *xs;          /* [m, nch * 16] */
-    int32_t *corr;      /* [m, nch * 16]: -12 * sum of codes */
+    int8_t *q;          /* [m, nchs * 256]: nchs >= the row's chunks, the
+                         * stride chosen by linear_run_n */
+    float *xs;          /* [m, nchs * 16] */
+    int32_t *corr;      /* [m, nchs * 16]: -12 * sum of codes */
     int8_t *aq;         /* AMX: the codes of each group of 16 tokens as
                          * [block][token][16], natural element order (the
                          * A tiles); NULL for the other paths */
@@ -358,7 +359,8 @@ typedef struct {
     const cpu_kweight *w;
     const float *x;
     const act_q8 *a;
-    size_t nch, m, units, ku, rt;
+    size_t nch;         /* a's chunks per token (its stride: linear_run_n) */
+    size_t m, units, ku, rt;
     float *y;
 } tiles_job;
 
