@@ -1090,7 +1090,7 @@ static nvfp4_status linear_run_n(cpu_ctx *ctx, cpu_kweight *const *ws,
      * chunks is 18 KB) fell on the same 24 sets of Zen 3's 8-way 32 KB L1,
      * and every one of them was evicted before the next rows reused it:
      * W4A4 GEMM by 512 tokens, one Zen 3 thread, best of 3 interleaved
-     * rounds, [14336, 4096] 98 -> 115 GFLOPS, [2048, 8192] 98 -> 109.
+     * rounds, [14336, 4096] 99 -> 119 GFLOPS, [2048, 8192] 97 -> 107.
      * Other strides spread a tile over 48 sets or more already; padding
      * them too left k = 2048 as it was and took [4096, 14336] from 114 to
      * 111.  Every kernel takes NCHS as the stride only (tiles_job.nch);
