@@ -486,6 +486,10 @@ START_TEST(test_linear_w4a4)
     linear_case(NVFP4_SCHEME_W4A4, 21, 448, 1, 0);
     linear_case(NVFP4_SCHEME_W4A4, 21, 448, 5, 0);
     linear_case(NVFP4_SCHEME_W4A4, 21, 448, 17, 0);
+    /* k = 4096 (16 chunks): the int8 activations one chunk longer a token
+     * than the row (linear_run_n's nchs); 9 tokens, a token tile of 8 and
+     * one more */
+    linear_case(NVFP4_SCHEME_W4A4, 11, 4096, 9, 0);
 }
 END_TEST
 
