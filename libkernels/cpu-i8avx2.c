@@ -290,8 +290,9 @@ row2_i8avx2_body(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, si
      * GCC cannot see into, it no longer tries to keep them in the 16 ymm
      * registers, which had spilled the weights instead and reloaded them
      * for every token.  W4A4 GEMM by 512 tokens, one Zen 3 thread, best of
-     * 3 interleaved rounds: [2048, 2048] 109 -> 129 GFLOPS, [1536, 576]
-     * 94 -> 100, [576, 576] 90 -> 94, [2048, 8192] 94 -> 97. */
+     * 3 interleaved rounds: [2048, 2048] 109 -> 129 GFLOPS (112 -> 119 in
+     * two later rounds), [1536, 576] 94 -> 100, [576, 576] 90 -> 94,
+     * [2048, 8192] 94 -> 97. */
     __asm__("" : "+r"(acc));
 #pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++)
