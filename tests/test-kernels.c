@@ -490,6 +490,10 @@ START_TEST(test_linear_w4a4)
      * than the row (linear_run_n's nchs); 9 tokens, a token tile of 8 and
      * one more */
     linear_case(NVFP4_SCHEME_W4A4, 11, 4096, 9, 0);
+    /* 100 blocks: 6 whole chunks, then a stretch that is only the tail
+     * chunk of 4 blocks (the AVX2 GEMV's loop over whole chunks is empty
+     * there, its tail loop alone runs) */
+    linear_case(NVFP4_SCHEME_W4A4, 24, 1600, 1, 0);
 }
 END_TEST
 
