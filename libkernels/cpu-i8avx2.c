@@ -236,8 +236,7 @@ row_i8avx2_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, si
  * rows (ROW, scales SROW; RB and SBS apart) into ACC; C is the chunk's
  * block count, a constant where the caller knows the chunk is whole, so
  * that the tail's tests and masked loads leave the loop, and PF_L2
- * CPU_PF's choice of hint, a constant there too (CPU_PF reads its flag
- * for every prefetch: a store through a vector type may alias it). */
+ * CPU_PF's choice of hint, a constant there too (CPU_PF_AS). */
 __attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
 gemv4_chunk(const uint8_t *row, const uint8_t *srow, size_t rb, size_t sbs, size_t ch,
             size_t c, size_t pfd, int pf_l2, __m256 s2x256, const act_q8 *a,
@@ -252,13 +251,8 @@ gemv4_chunk(const uint8_t *row, const uint8_t *srow, size_t rb, size_t sbs, size
         const uint8_t *cb = row + (size_t)i * rb + ch * CPU_CHUNK_BYTES;
         __m256 ws[2];
 
-        if (pf_l2) { /* CPU_PF's two hints */
-            _mm_prefetch((const char *)(cb + pfd), _MM_HINT_T1);
-            _mm_prefetch((const char *)(cb + pfd + 64), _MM_HINT_T1);
-        } else {
-            _mm_prefetch((const char *)(cb + pfd), _MM_HINT_T0);
-            _mm_prefetch((const char *)(cb + pfd + 64), _MM_HINT_T0);
-        }
+        CPU_PF_AS(pf_l2, cb + pfd);
+        CPU_PF_AS(pf_l2, cb + pfd + 64);
         scales16_avx2(srow + (size_t)i * sbs + ch * CPU_CHUNK_BLOCKS, c, s2x256, ws, 1);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {

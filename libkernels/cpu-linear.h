@@ -65,13 +65,17 @@ extern __attribute__((visibility("hidden"))) size_t nvfp4k_cpu_pf1, nvfp4k_cpu_p
 #define CPU_PREFETCH nvfp4k_cpu_pf1
 #define CPU_PREFETCH4 nvfp4k_cpu_pf4
 extern __attribute__((visibility("hidden"))) int nvfp4k_cpu_pf_l2; /* PREFETCHT1 instead of T0 */
-#define CPU_PF(p)                                                     \
+/* CPU_PF_AS(L2, p): CPU_PF with the flag given, so that a kernel can make
+ * it a constant of a loop (CPU_PF reads the global again at every
+ * prefetch, as a store through a vector type may alias it). */
+#define CPU_PF_AS(l2, p)                                              \
     do {                                                              \
-        if (nvfp4k_cpu_pf_l2)                                         \
+        if (l2)                                                       \
             _mm_prefetch((const char *)(p), _MM_HINT_T1);             \
         else                                                          \
             _mm_prefetch((const char *)(p), _MM_HINT_T0);             \
     } while (0)
+#define CPU_PF(p) CPU_PF_AS(nvfp4k_cpu_pf_l2, p)
 #define CPU_PF_LINE(p) CPU_PF(p)
 #else
 #define CPU_PF_LINE(p) __builtin_prefetch((p), 0, 3)
