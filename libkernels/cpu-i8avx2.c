@@ -66,29 +66,17 @@ s2x256_avx2(const cpu_kweight *w)
     return _mm256_set1_ps(w->d.weight_scale_2 * 256.0f);
 }
 
-/* The C (<= 16) E4M3 bytes SC -> E4M3 value * s2 in two halves (blocks
- * 0-7, 8-15), zero past C as chunk_load_pf's masked loads give (a tail
- * chunk's 16-byte load reaches into the next row's scales or the
- * weight's CPU_TAIL_PAD, and is masked): scalesn_avx512's bits placed in a
- * half's fields (value * 2^-8 exactly), converted by F16C, times
- * S2X256 = 256 * s2 (s2x256_avx2): one rounding of the same product as
- * scalesn_avx512's times 256 (exact) then times s2, so the same bits with
- * one multiply fewer.  SHORT_FORM (a constant) picks one of two ways to the
- * same half-precision bits. */
+/* The 16 E4M3 bytes BYTES -> E4M3 value * s2 in two halves (blocks 0-7,
+ * 8-15): scalesn_avx512's bits placed in a half's fields (value * 2^-8
+ * exactly), converted by F16C, times S2X256 = 256 * s2 (s2x256_avx2): one
+ * rounding of the same product as scalesn_avx512's times 256 (exact) then
+ * times s2, so the same bits with one multiply fewer.  SHORT_FORM (a
+ * constant) picks one of two ways to the same half-precision bits. */
 __attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
-scales16_avx2(const uint8_t *sc, size_t c, __m256 s2x256, __m256 ws[2], int short_form)
+scales16_bytes(__m128i bytes, __m256 s2x256, __m256 ws[2], int short_form)
 {
-    __m128i bytes;
     __m256i b, h;
 
-    if (c >= CPU_CHUNK_BLOCKS)
-        bytes = _mm_loadu_si128((const __m128i *)sc);
-    else /* a copy of the C bytes to the stack read back as one 16-byte
-          * load stalled on store forwarding: SmolLM2's k = 576 (a tail of
-          * 4 blocks), [576, 576] GEMV 9.5 -> 12.9 GB/s in L3, one Zen 3
-          * thread */
-        bytes = _mm_and_si128(_mm_loadu_si128((const __m128i *)sc),
-                              _mm_loadu_si128((const __m128i *)(tail_mask + 16 - c)));
     if (short_form) {
         /* sign-extended, the byte's bits 6..0 land in bits 13..7 and its
          * sign in bits 15 and 14 (bit 14 cleared): the same halves for
@@ -109,19 +97,50 @@ scales16_avx2(const uint8_t *sc, size_t c, __m256 s2x256, __m256 ws[2], int shor
     ws[1] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), s2x256);
 }
 
-/* Half H (blocks 8h .. 8h+7) of a chunk's four steps as vpdpbusd's
- * unsigned weights 2*code + 12 (the VNNI kernels' table), from the chunk's
- * bytes CB of C blocks: steps 0 and 1 from the low and high nibbles of
- * plane 0, 2 and 3 from plane 1.  A tail chunk's planes (4c bytes: a
+/* scales16_bytes of the C (<= 16) bytes SC, zero past C as
+ * chunk_load_pf's masked loads give (a tail chunk's 16-byte load reaches
+ * into the next row's scales or the weight's CPU_TAIL_PAD, and is
+ * masked). */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
+scales16_avx2(const uint8_t *sc, size_t c, __m256 s2x256, __m256 ws[2], int short_form)
+{
+    __m128i bytes;
+
+    if (c >= CPU_CHUNK_BLOCKS)
+        bytes = _mm_loadu_si128((const __m128i *)sc);
+    else /* a copy of the C bytes to the stack read back as one 16-byte
+          * load stalled on store forwarding: SmolLM2's k = 576 (a tail of
+          * 4 blocks), [576, 576] GEMV 9.5 -> 12.9 GB/s in L3, one Zen 3
+          * thread */
+        bytes = _mm_and_si128(_mm_loadu_si128((const __m128i *)sc),
+                              _mm_loadu_si128((const __m128i *)(tail_mask + 16 - c)));
+    scales16_bytes(bytes, s2x256, ws, short_form);
+}
+
+/* A half chunk's four steps as vpdpbusd's unsigned weights 2*code + 12
+ * (the VNNI kernels' table) from its two planes' bytes: steps 0 and 1
+ * from the low and high nibbles of P0, 2 and 3 from P1. */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
+weights_planes(__m256i p0, __m256i p1, __m256i wv[4])
+{
+    const __m256i lut = _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m256i lo4 = _mm256_set1_epi8(0x0F);
+
+    wv[0] = _mm256_shuffle_epi8(lut, _mm256_and_si256(p0, lo4));
+    wv[1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(p0, 4), lo4));
+    wv[2] = _mm256_shuffle_epi8(lut, _mm256_and_si256(p1, lo4));
+    wv[3] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(p1, 4), lo4));
+}
+
+/* weights_planes of half H (blocks 8h .. 8h+7) of the chunk's bytes CB of
+ * C blocks (plane 0, then plane 1).  A tail chunk's planes (4c bytes: a
  * dword a block) by masked dword loads, zero past them, as the VNNI
  * kernels read them (byte 0: the weight 12, whose products the offset
  * takes away again). */
 __attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
 weights_half(const uint8_t *cb, size_t c, int h, __m256i wv[4])
 {
-    const __m256i lut = _mm256_broadcastsi128_si256(
-        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-    const __m256i lo4 = _mm256_set1_epi8(0x0F);
     __m256i p0, p1;
 
     if (c >= CPU_CHUNK_BLOCKS) {
@@ -133,14 +152,26 @@ weights_half(const uint8_t *cb, size_t c, int h, __m256i wv[4])
         p0 = _mm256_maskload_epi32((const int *)(const void *)(cb + 32 * h), mk);
         p1 = _mm256_maskload_epi32((const int *)(const void *)(cb + 4 * c + 32 * h), mk);
     }
-    wv[0] = _mm256_shuffle_epi8(lut, _mm256_and_si256(p0, lo4));
-    wv[1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(p0, 4), lo4));
-    wv[2] = _mm256_shuffle_epi8(lut, _mm256_and_si256(p1, lo4));
-    wv[3] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(p1, 4), lo4));
+    weights_planes(p0, p1, wv);
 }
 
-/* Blocks 8h .. 8h+7 of one token's chunk: CORR plus the 16 products of each
- * block (XQ: the token's chunk of codes), exact (see the top). */
+/* Eight blocks of one token: CORR plus the 16 products of each block, the
+ * four steps' weights WV times the token's codes X0 .. X3, exact (see the
+ * top). */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) __m256i
+dot_steps(const __m256i wv[4], __m256i x0, __m256i x1, __m256i x2, __m256i x3, __m256i corr)
+{
+    const __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[0], x0),
+                                         _mm256_maddubs_epi16(wv[1], x1));
+    const __m256i s23 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2], x2),
+                                         _mm256_maddubs_epi16(wv[3], x3));
+
+    return _mm256_add_epi32(corr,
+                            _mm256_madd_epi16(_mm256_add_epi16(s01, s23), _mm256_set1_epi16(1)));
+}
+
+/* dot_steps for blocks 8h .. 8h+7 of one token's chunk (XQ: its codes,
+ * CORR: its offsets). */
 __attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) __m256i
 dot_half(const __m256i wv[4], const int8_t *xq, const int32_t *corr, int h)
 {
@@ -267,10 +298,81 @@ gemv4_chunk(const uint8_t *row, const uint8_t *srow, size_t rb, size_t sbs, size
     }
 }
 
-_Static_assert(GEMV_ROWS == 4, "nvfp4k_cpu_gemv4_i8avx2 runs four rows");
-__attribute__((target(I8_TARGET))) void
-nvfp4k_cpu_gemv4_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
-                        size_t nch, const krange *kr, float *y)
+/* A tail chunk of exactly 4 blocks (SmolLM2's k = 576 has 36) of the four
+ * rows, two rows to a vector: lanes 0-3 row i, 4-7 row i + 1, where
+ * gemv4_chunk fills lanes 0-3 of a vector a row and adds zeros to lanes
+ * 4-7 (fma(0, 0, acc) = acc, see row_i8avx2_body).  Each lane sees the
+ * same operations as there (the codes, offsets and factors of blocks 0-3
+ * in both halves of their vectors), in half the vector operations and
+ * without masked loads (a plane is exactly 16 bytes).  No accumulator
+ * here: for the row pair I/2 it leaves SUM[I/2], the float of the exact
+ * sums, and F[I/2], the factors ws * xs, for tail4_add's fma after the
+ * whole chunks, and runs before them (see gemv4_rows). */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
+gemv4_tail4(const uint8_t *row, const uint8_t *srow, size_t rb, size_t sbs, size_t ch,
+            size_t pfd, int pf_l2, __m256 s2x256, const act_q8 *a, __m256 sum[2], __m256 f[2])
+{
+    const __m128i *xq = (const __m128i *)(const void *)(a->q + ch * CPU_CHUNK);
+    const __m256i x0 = _mm256_broadcastsi128_si256(_mm_loadu_si128(xq));
+    const __m256i x1 = _mm256_broadcastsi128_si256(_mm_loadu_si128(xq + 4));
+    const __m256i x2 = _mm256_broadcastsi128_si256(_mm_loadu_si128(xq + 8));
+    const __m256i x3 = _mm256_broadcastsi128_si256(_mm_loadu_si128(xq + 12));
+    const __m256i corr = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(const void *)(a->corr + ch * 16)));
+    const __m256 xv = _mm256_broadcast_ps((const __m128 *)(const void *)(a->xs + ch * 16));
+
+#pragma GCC unroll 2
+    for (int i = 0; i < GEMV_ROWS; i += 2) {
+        const uint8_t *c0 = row + (size_t)i * rb + ch * CPU_CHUNK_BYTES, *c1 = c0 + rb;
+        const uint8_t *sc = srow + (size_t)i * sbs + ch * CPU_CHUNK_BLOCKS;
+        uint32_t s0, s1;
+        __m256 ws[2];
+        __m256i wv[4];
+
+        CPU_PF_AS(pf_l2, c0 + pfd);
+        CPU_PF_AS(pf_l2, c0 + pfd + 64);
+        CPU_PF_AS(pf_l2, c1 + pfd);
+        CPU_PF_AS(pf_l2, c1 + pfd + 64);
+        memcpy(&s0, sc, 4);
+        memcpy(&s1, sc + sbs, 4);
+        /* ws[0]: row i's 4 scales, then row i + 1's */
+        scales16_bytes(_mm_unpacklo_epi32(_mm_cvtsi32_si128((int)s0), _mm_cvtsi32_si128((int)s1)),
+                       s2x256, ws, 1);
+        weights_planes(_mm256_loadu2_m128i((const __m128i *)(const void *)c1,
+                                           (const __m128i *)(const void *)c0),
+                       _mm256_loadu2_m128i((const __m128i *)(const void *)(c1 + 16),
+                                           (const __m128i *)(const void *)(c0 + 16)),
+                       wv);
+        sum[i / 2] = _mm256_cvtepi32_ps(dot_steps(wv, x0, x1, x2, x3, corr));
+        f[i / 2] = _mm256_mul_ps(ws[0], xv);
+    }
+}
+
+/* acc[i][0] of rows I and I + 1 plus their tail (gemv4_tail4's SUM and F
+ * of the pair I/2): their lanes 0-3 side by side through one fma, lanes
+ * 4-7 kept. */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
+tail4_add(const __m256 sum[2], const __m256 f[2], __m256 acc[GEMV_ROWS][2])
+{
+    for (int i = 0; i < GEMV_ROWS; i += 2) {
+        __m256 both = _mm256_permute2f128_ps(acc[i][0], acc[i + 1][0], 0x20);
+
+        both = _mm256_fmadd_ps(sum[i / 2], f[i / 2], both);
+        acc[i][0] = _mm256_permute2f128_ps(both, acc[i][0], 0x30);
+        acc[i + 1][0] = _mm256_permute2f128_ps(both, acc[i + 1][0], 0x31);
+    }
+}
+
+/* The four rows' chunks of KR, and where TAIL4 (a constant) the range's
+ * last chunk holds 4 blocks: gemv4_tail4's products first, its fma last.
+ * Run after the whole chunks, its operations had waited on their last
+ * and the reduction on it, and halving them made no difference; run first,
+ * beside the whole chunks' work, W4A4 [3072, 576] (SmolLM2's gate/up) in
+ * the cache 14.7 -> 16.3 GB/s, one Zen 3 thread (17.5 with the function
+ * split below). */
+__attribute__((target(I8_TARGET))) static inline __attribute__((always_inline)) void
+gemv4_rows(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, const krange *kr,
+           float *y, int tail4)
 {
     const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;
     const __m256 s2x256 = s2x256_avx2(w);
@@ -279,12 +381,13 @@ nvfp4k_cpu_gemv4_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8
     const size_t rb = rs * (k / 2), sbs = rs * nb;
     /* the chunks before b1 that hold CPU_CHUNK_BLOCKS blocks */
     const size_t full = nb / CPU_CHUNK_BLOCKS < kr->b1 ? nb / CPU_CHUNK_BLOCKS : kr->b1;
-    __m256 acc[GEMV_ROWS][2];
+    __m256 acc[GEMV_ROWS][2], t4s[2], t4f[2];
     size_t ch;
 
-    (void)nch;
     for (int i = 0; i < GEMV_ROWS; i++)
         acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    if (tail4)
+        gemv4_tail4(row, srow, rb, sbs, kr->b1 - 1, pfd, nvfp4k_cpu_pf_l2, s2x256, a, t4s, t4f);
     /* The GEMV reads at about its operations' rate (bench-kernels -c: as
      * fast out of the cache as in it, one Zen 3 thread); the loop over
      * whole chunks had carried the tail's tests and CPU_PF's flag, 365
@@ -297,11 +400,34 @@ nvfp4k_cpu_gemv4_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8
     else
         for (ch = kr->b0; ch < full; ch++)
             gemv4_chunk(row, srow, rb, sbs, ch, CPU_CHUNK_BLOCKS, pfd, 0, s2x256, a, acc);
-    for (ch = full > kr->b0 ? full : kr->b0; ch < kr->b1; ch++) /* the tail chunk */
-        gemv4_chunk(row, srow, rb, sbs, ch, nb - ch * CPU_CHUNK_BLOCKS, pfd, nvfp4k_cpu_pf_l2,
-                    s2x256, a, acc);
+    if (tail4)
+        tail4_add(t4s, t4f, acc);
+    else
+        for (ch = full > kr->b0 ? full : kr->b0; ch < kr->b1; ch++) /* the tail chunk */
+            gemv4_chunk(row, srow, rb, sbs, ch, nb - ch * CPU_CHUNK_BLOCKS, pfd,
+                        nvfp4k_cpu_pf_l2, s2x256, a, acc);
     for (int i = 0; i < GEMV_ROWS; i++)
         store_y(y + (size_t)r + (size_t)i * rs, reduce16_avx2(acc[i][0], acc[i][1]), kr->acc);
+}
+
+_Static_assert(GEMV_ROWS == 4, "nvfp4k_cpu_gemv4_i8avx2 runs four rows");
+__attribute__((target(I8_TARGET))) void
+nvfp4k_cpu_gemv4_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
+                        size_t nch, const krange *kr, float *y)
+{
+    (void)nch;
+    gemv4_rows(w, r, rs, a, kr, y, 0);
+}
+
+/* A function of its own, picked by the driver (range_ends_in4): in one
+ * with the other, the tail's registers had moved the whole chunks' loop to
+ * more stack traffic ([2048, 2048] in the cache 19.9 -> 19.0 GB/s). */
+__attribute__((target(I8_TARGET))) void
+nvfp4k_cpu_gemv4t4_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
+                          size_t nch, const krange *kr, float *y)
+{
+    (void)nch;
+    gemv4_rows(w, r, rs, a, kr, y, 1);
 }
 
 /* ---- two rows RS apart, NT tokens (row2_vnni_body) ------------------------- */

@@ -96,6 +96,14 @@ typedef struct {
     int packed;     /* float kernels: x is packed per token tile (pack_x) */
 } krange;
 
+/* Whether the chunks [b0, b1) of KR end in the tail chunk of a row of k =
+ * 256 j + 64 (4 blocks: SmolLM2's k = 576), which the AVX2 int8 GEMV
+ * runs apart (nvfp4k_cpu_gemv4t4_i8avx2). */
+static inline int range_ends_in4(size_t k, const krange *kr)
+{
+    return kr->b1 > kr->b0 && kr->b1 * CPU_CHUNK_BLOCKS == k / NVFP4_BLOCK + 12;
+}
+
 /* Address of token t0+t's block b for the float kernels. */
 static inline const float *xblock(const float *x, size_t k, size_t t0, size_t t, size_t b,
                                   int packed)
@@ -411,6 +419,10 @@ void nvfp4k_cpu_row2_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const ac
                             size_t nch, size_t t0, const krange *kr, size_t nt, float *y);
 void nvfp4k_cpu_gemv4_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
                              size_t nch, const krange *kr, float *y);
+/* nvfp4k_cpu_gemv4_i8avx2 where KR ends in a tail chunk of exactly 4
+ * blocks (range_ends_in4), and only there. */
+void nvfp4k_cpu_gemv4t4_i8avx2(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
+                               size_t nch, const krange *kr, float *y);
 /* cpu-i8avx2.c: nvfp4k_cpu_quantize_row_q8 in AVX2, without the AMX tiles. */
 void nvfp4k_cpu_quantize_row_q8_avx2(const float *x, size_t k, float gs, int8_t *q, float *xs,
                                      int32_t *corr);

@@ -492,8 +492,10 @@ START_TEST(test_linear_w4a4)
     linear_case(NVFP4_SCHEME_W4A4, 11, 4096, 9, 0);
     /* 100 blocks: 6 whole chunks, then a stretch that is only the tail
      * chunk of 4 blocks (the AVX2 GEMV's loop over whole chunks is empty
-     * there, its tail loop alone runs) */
+     * there, its tail alone runs: nvfp4k_cpu_gemv4t4_i8avx2); the GEMV
+     * at SmolLM2's 576, two whole chunks and that tail in one stretch */
     linear_case(NVFP4_SCHEME_W4A4, 24, 1600, 1, 0);
+    linear_case(NVFP4_SCHEME_W4A4, 24, 576, 1, 0);
 }
 END_TEST
 
