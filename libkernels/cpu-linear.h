@@ -101,7 +101,8 @@ typedef struct {
  * runs apart (nvfp4k_cpu_gemv4t4_i8avx2). */
 static inline int range_ends_in4(size_t k, const krange *kr)
 {
-    return kr->b1 > kr->b0 && kr->b1 * CPU_CHUNK_BLOCKS == k / NVFP4_BLOCK + 12;
+    return kr->b1 > kr->b0 &&
+           kr->b1 * CPU_CHUNK_BLOCKS == k / NVFP4_BLOCK + (CPU_CHUNK_BLOCKS - 4);
 }
 
 /* Address of token t0+t's block b for the float kernels. */
