@@ -455,9 +455,12 @@ static inline void dense_gemv4(int path, const cpu_kweight *w, const cpu_dense_p
 static inline void gemv4_i8(int path, const cpu_kweight *w, int64_t r, size_t rs,
                             const act_q8 *a, size_t nch, const krange *kr, float *y)
 {
-    if (path != PATH_I8AVX2)
-        nvfp4k_cpu_gemv4_vnni(w, r, rs, a, nch, kr, y);
-    else if (range_ends_in4((size_t)w->d.k, kr))
+    if (path != PATH_I8AVX2) {
+        if (range_ends_in4((size_t)w->d.k, kr))
+            nvfp4k_cpu_gemv4t4_vnni(w, r, rs, a, nch, kr, y);
+        else
+            nvfp4k_cpu_gemv4_vnni(w, r, rs, a, nch, kr, y);
+    } else if (range_ends_in4((size_t)w->d.k, kr))
         nvfp4k_cpu_gemv4t4_i8avx2(w, r, rs, a, nch, kr, y);
     else
         nvfp4k_cpu_gemv4_i8avx2(w, r, rs, a, nch, kr, y);

@@ -213,16 +213,22 @@ typedef struct {
  * denormals), so one exact multiply by 256 recovers the E4M3 value before
  * the §2 product with the global scale. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __m512
-scalesn_avx512(const uint8_t *sc, size_t cnt, __m512 s2)
+scales_bytes_avx512(__m128i sc, __m512 s2)
 {
-    /* a masked load: the tail of a row reads no byte past its scales */
-    __mmask16 mk = cnt >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cnt) - 1);
-    __m256i b = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(mk, sc));
+    __m256i b = _mm256_cvtepu8_epi16(sc);
     __m256i h = _mm256_or_si256(
         _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)), 7),
         _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
     __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
     return _mm512_mul_ps(v, s2);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __m512
+scalesn_avx512(const uint8_t *sc, size_t cnt, __m512 s2)
+{
+    /* a masked load: the tail of a row reads no byte past its scales */
+    __mmask16 mk = cnt >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cnt) - 1);
+    return scales_bytes_avx512(_mm_maskz_loadu_epi8(mk, sc), s2);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline __m512
@@ -410,6 +416,10 @@ void nvfp4k_cpu_row2_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_
 /* cpu-nvfp4.c: the VNNI GEMV, one token, rows r + i * rs, i < 4. */
 void nvfp4k_cpu_gemv4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
                            size_t nch, const krange *kr, float *y);
+/* nvfp4k_cpu_gemv4_vnni where KR ends in a tail chunk of exactly 4 blocks
+ * (range_ends_in4), and only there. */
+void nvfp4k_cpu_gemv4t4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
+                             size_t nch, const krange *kr, float *y);
 /* cpu-nvfp4.c: §5 of one token for the VNNI and AMX kernels (act_q8). */
 void nvfp4k_cpu_quantize_row_q8(const float *x, size_t k, float gs, int8_t *q, float *xs,
                                 int32_t *corr, int8_t *aq);

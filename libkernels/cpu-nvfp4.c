@@ -491,15 +491,84 @@ row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size
     }
 }
 
+/* The tail chunk TCH (exactly 4 blocks) of four rows RS apart at once:
+ * lanes 4i..4i+3 hold row i's blocks 0-3 (its two 16-byte planes and 4
+ * scales in 128-bit lane i; the activations' 16 bytes of each plane, 4
+ * offsets and 4 factors in every 128-bit lane).  Each lane sees the
+ * operations lane j of row i sees in nvfp4k_cpu_gemv4_vnni's chunk (the
+ * integer sum exact in any order, then the same convert and product),
+ * *tp the converted sums and *tf the factors; tail4_fma adds them.  A
+ * tail chunk there costs four whole chunks' operations for a quarter of
+ * one's data (k = 576: 3 chunks of operations for 2.25 of data). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline
+    __attribute__((always_inline)) void
+    gemv4_tail4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t tch,
+                     size_t pfd, __m512i lut, __m512i lo4, __m512 s2, __m512 *tp, __m512 *tf)
+{
+    const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;
+    const int8_t *xq = a->q + tch * CPU_CHUNK;
+    __m512i p0 = _mm512_setzero_si512(), p1 = p0;
+    __m128i sc = _mm_setzero_si128();
+    __m512i sa, sb;
+
+#pragma GCC unroll 4
+    for (int i = 0; i < GEMV_ROWS; i++) {
+        const size_t ri = (size_t)r + (size_t)i * rs;
+        const uint8_t *cb = w->packed + ri * k / 2 + tch * CPU_CHUNK_BYTES;
+        uint32_t s4;
+
+        p0 = _mm512_inserti32x4(p0, _mm_loadu_si128((const __m128i *)cb), i);
+        p1 = _mm512_inserti32x4(p1, _mm_loadu_si128((const __m128i *)(cb + 16)), i);
+        memcpy(&s4, w->scales + ri * nb + tch * CPU_CHUNK_BLOCKS, 4);
+        sc = _mm_insert_epi32(sc, (int)s4, i);
+        CPU_PF(cb + pfd);
+        CPU_PF(cb + pfd + 64);
+    }
+    sa = _mm512_dpbusd_epi32(
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(a->corr + tch * 16))),
+        _mm512_shuffle_epi8(lut, _mm512_and_si512(p0, lo4)),
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xq)));
+    sb = _mm512_dpbusd_epi32(
+        _mm512_setzero_si512(),
+        _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p0, 4), lo4)),
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xq + 64))));
+    sa = _mm512_dpbusd_epi32(sa, _mm512_shuffle_epi8(lut, _mm512_and_si512(p1, lo4)),
+                             _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xq + 128))));
+    sb = _mm512_dpbusd_epi32(
+        sb, _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p1, 4), lo4)),
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xq + 192))));
+    *tp = _mm512_cvtepi32_ps(_mm512_add_epi32(sa, sb));
+    *tf = _mm512_mul_ps(scales_bytes_avx512(sc, s2),
+                        _mm512_broadcast_f32x4(_mm_loadu_ps(a->xs + tch * 16)));
+}
+
+/* Row I's share of gemv4_tail4_vnni's lanes added to its accumulator ACC:
+ * lanes 0-3 by the fma nvfp4k_cpu_gemv4_vnni's tail chunk made (lanes 4-15,
+ * to which that chunk added exact zeros, are kept). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
+    __attribute__((always_inline)) __m512
+    tail4_fma(__m512 acc, __m512 tp, __m512 tf, int i)
+{
+    if (i) {
+        tp = _mm512_castps128_ps512(_mm512_extractf32x4_ps(tp, i));
+        tf = _mm512_castps128_ps512(_mm512_extractf32x4_ps(tf, i));
+    }
+    return _mm512_mask3_fmadd_ps(tp, tf, acc, (__mmask16)0x000F);
+}
+
 /* One token, four rows of the VNNI kernel, RS apart: the activation codes
  * loaded once per chunk feed four rows.  Per row exactly the operations of
  * row_vnni_body with nt = 1, so grouping rows changes no bit.  With RS = 1
  * (neighbours: one stream jumping between four rows) each row is
  * prefetched at the 4-row distance, with RS a quarter of a tile (four
- * sequential streams) at the single stream's. */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) void
-nvfp4k_cpu_gemv4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
-                      const krange *kr, float *y)
+ * sequential streams) at the single stream's.  TAIL4: KR ends in a tail
+ * chunk of 4 blocks (range_ends_in4), taken by gemv4_tail4_vnni before the
+ * whole chunks (its products off the chain at the end of the rows) and
+ * added after them. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline
+    __attribute__((always_inline)) void
+    gemv4_vnni_rows(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
+                    const krange *kr, float *y, int tail4)
 {
     const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;
     const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
@@ -507,12 +576,14 @@ nvfp4k_cpu_gemv4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *
         _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
     const size_t pfd = rs > 1 ? CPU_PREFETCH : CPU_PREFETCH4;
-    __m512 acc[GEMV_ROWS];
+    const size_t b1 = tail4 ? kr->b1 - 1 : kr->b1;
+    __m512 acc[GEMV_ROWS], tp = _mm512_setzero_ps(), tf = tp;
 
-    (void)nch;
     for (int i = 0; i < GEMV_ROWS; i++)
         acc[i] = _mm512_setzero_ps();
-    for (size_t ch = kr->b0; ch < kr->b1; ch++) {
+    if (tail4)
+        gemv4_tail4_vnni(w, r, rs, a, b1, pfd, lut, lo4, s2, &tp, &tf);
+    for (size_t ch = kr->b0; ch < b1; ch++) {
         const int8_t *xq = a->q + ch * CPU_CHUNK;
         const __m512i x0 = _mm512_loadu_si512((const void *)xq);
         const __m512i x1 = _mm512_loadu_si512((const void *)(xq + 64));
@@ -544,10 +615,31 @@ nvfp4k_cpu_gemv4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_mul_ps(ws, xs), acc[i]);
         }
     }
+    if (tail4) {
+#pragma GCC unroll 4
+        for (int i = 0; i < GEMV_ROWS; i++)
+            acc[i] = tail4_fma(acc[i], tp, tf, i);
+    }
     for (int i = 0; i < GEMV_ROWS; i++) {
         float *yo = y + (size_t)r + (size_t)i * rs;
         *yo = kr->acc ? *yo + _mm512_reduce_add_ps(acc[i]) : _mm512_reduce_add_ps(acc[i]);
     }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) void
+nvfp4k_cpu_gemv4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
+                      const krange *kr, float *y)
+{
+    (void)nch;
+    gemv4_vnni_rows(w, r, rs, a, kr, y, 0);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) void
+nvfp4k_cpu_gemv4t4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
+                        const krange *kr, float *y)
+{
+    (void)nch;
+    gemv4_vnni_rows(w, r, rs, a, kr, y, 1);
 }
 
 /* Two rows RS apart by NT tokens: the activation codes, offsets and
