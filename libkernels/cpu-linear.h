@@ -97,8 +97,8 @@ typedef struct {
 } krange;
 
 /* Whether the chunks [b0, b1) of KR end in the tail chunk of a row of k =
- * 256 j + 64 (4 blocks: SmolLM2's k = 576), which the AVX2 int8 GEMV
- * runs apart (nvfp4k_cpu_gemv4t4_i8avx2). */
+ * 256 j + 64 (4 blocks: SmolLM2's k = 576), which the int8 GEMVs run
+ * apart (nvfp4k_cpu_gemv4t4_i8avx2, nvfp4k_cpu_gemv4t4_vnni). */
 static inline int range_ends_in4(size_t k, const krange *kr)
 {
     return kr->b1 > kr->b0 &&
@@ -208,7 +208,7 @@ typedef struct {
 #define AMX_A_BLOCK (AMX_A_TOKENS * NVFP4_BLOCK)
 
 #ifdef CPU_X86
-/* 16 E4M3 bytes -> float32 * s2.  The E4M3 bits placed in a half's fields
+/* 16 E4M3 bytes (in SC) -> float32 * s2.  The E4M3 bits placed in a half's fields
  * give value * 2^-8 exactly (subnormals included, and no float32
  * denormals), so one exact multiply by 256 recovers the E4M3 value before
  * the §2 product with the global scale. */
