@@ -511,19 +511,26 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static 
     __m128i sc = _mm_setzero_si128();
     __m512i sa, sb;
 
-#pragma GCC unroll 4
-    for (int i = 0; i < GEMV_ROWS; i++) {
-        const size_t ri = (size_t)r + (size_t)i * rs;
-        const uint8_t *cb = w->packed + ri * k / 2 + tch * CPU_CHUNK_BYTES;
-        uint32_t s4;
-
-        p0 = _mm512_inserti32x4(p0, _mm_loadu_si128((const __m128i *)cb), i);
-        p1 = _mm512_inserti32x4(p1, _mm_loadu_si128((const __m128i *)(cb + 16)), i);
-        memcpy(&s4, w->scales + ri * nb + tch * CPU_CHUNK_BLOCKS, 4);
-        sc = _mm_insert_epi32(sc, (int)s4, i);
-        CPU_PF(cb + pfd);
-        CPU_PF(cb + pfd + 64);
-    }
+/* Row I's planes and scales into 128-bit lane I (I a literal: the
+ * intrinsics take immediates, which a loop index is not at -O0 or for
+ * clang) */
+#define TAIL4_ROW(I)                                                                               \
+    do {                                                                                           \
+        const size_t ri_ = (size_t)r + (size_t)(I) * rs;                                           \
+        const uint8_t *cb_ = w->packed + ri_ * k / 2 + tch * CPU_CHUNK_BYTES;                      \
+        uint32_t s4_;                                                                              \
+        p0 = _mm512_inserti32x4(p0, _mm_loadu_si128((const __m128i *)cb_), I);                     \
+        p1 = _mm512_inserti32x4(p1, _mm_loadu_si128((const __m128i *)(cb_ + 16)), I);              \
+        memcpy(&s4_, w->scales + ri_ * nb + tch * CPU_CHUNK_BLOCKS, 4);                            \
+        sc = _mm_insert_epi32(sc, (int)s4_, I);                                                    \
+        CPU_PF(cb_ + pfd);                                                                         \
+        CPU_PF(cb_ + pfd + 64);                                                                    \
+    } while (0)
+    TAIL4_ROW(0);
+    TAIL4_ROW(1);
+    TAIL4_ROW(2);
+    TAIL4_ROW(3);
+#undef TAIL4_ROW
     sa = _mm512_dpbusd_epi32(
         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(a->corr + tch * 16))),
         _mm512_shuffle_epi8(lut, _mm512_and_si512(p0, lo4)),
@@ -542,18 +549,16 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static 
                         _mm512_broadcast_f32x4(_mm_loadu_ps(a->xs + tch * 16)));
 }
 
-/* Row I's share of gemv4_tail4_vnni's lanes added to its accumulator ACC:
- * lanes 0-3 by the fma nvfp4k_cpu_gemv4_vnni's tail chunk made (lanes 4-15,
- * to which that chunk added exact zeros, are kept). */
+/* A row's share of gemv4_tail4_vnni's lanes (its 128-bit lane of the sums
+ * TP and factors TF) added to its accumulator ACC: lanes 0-3 by the fma
+ * nvfp4k_cpu_gemv4_vnni's tail chunk made (lanes 4-15, to which that chunk
+ * added exact zeros, are kept). */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
     __attribute__((always_inline)) __m512
-    tail4_fma(__m512 acc, __m512 tp, __m512 tf, int i)
+    tail4_fma(__m512 acc, __m128 tp, __m128 tf)
 {
-    if (i) {
-        tp = _mm512_castps128_ps512(_mm512_extractf32x4_ps(tp, i));
-        tf = _mm512_castps128_ps512(_mm512_extractf32x4_ps(tf, i));
-    }
-    return _mm512_mask3_fmadd_ps(tp, tf, acc, (__mmask16)0x000F);
+    return _mm512_mask3_fmadd_ps(_mm512_castps128_ps512(tp), _mm512_castps128_ps512(tf), acc,
+                                 (__mmask16)0x000F);
 }
 
 /* One token, four rows of the VNNI kernel, RS apart: the activation codes
@@ -616,9 +621,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static 
         }
     }
     if (tail4) {
-#pragma GCC unroll 4
-        for (int i = 0; i < GEMV_ROWS; i++)
-            acc[i] = tail4_fma(acc[i], tp, tf, i);
+        acc[0] = tail4_fma(acc[0], _mm512_castps512_ps128(tp), _mm512_castps512_ps128(tf));
+        acc[1] = tail4_fma(acc[1], _mm512_extractf32x4_ps(tp, 1), _mm512_extractf32x4_ps(tf, 1));
+        acc[2] = tail4_fma(acc[2], _mm512_extractf32x4_ps(tp, 2), _mm512_extractf32x4_ps(tf, 2));
+        acc[3] = tail4_fma(acc[3], _mm512_extractf32x4_ps(tp, 3), _mm512_extractf32x4_ps(tf, 3));
     }
     for (int i = 0; i < GEMV_ROWS; i++) {
         float *yo = y + (size_t)r + (size_t)i * rs;
