@@ -2,7 +2,6 @@
 /* Hugging Face config.json: typed getters over dotted key paths. */
 #include "config.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,11 +115,17 @@ nvfp4_status nvfp4_config_get_int(const nvfp4_config *cfg, const char *key,
         *out = json_integer_value(v);
         return NVFP4_OK;
     }
-    /* 4096.0 is written by some exporters; accept integral reals. */
-    if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
-        fabs(json_real_value(v)) < 9.0e15) {
-        *out = (int64_t)json_real_value(v);
-        return NVFP4_OK;
+    /* 4096.0 is written by some exporters; accept integral reals (the range
+     * tested first: converting a double past int64_t's is undefined).  No
+     * floor(): the format layer does not link libm, and at -O0 gcc and
+     * clang call it instead of expanding it inline. */
+    if (json_is_real(v)) {
+        const double d = json_real_value(v);
+
+        if (d > -9.0e15 && d < 9.0e15 && d == (double)(int64_t)d) {
+            *out = (int64_t)d;
+            return NVFP4_OK;
+        }
     }
     return type_error(cfg, key, "an integer", err);
 }

@@ -287,6 +287,50 @@ START_TEST(test_config_getters)
 }
 END_TEST
 
+/* Integral reals (4096.0, written by some exporters) read as integers;
+ * fractions, values past 2^53's neighbourhood (9e15) and out-of-range
+ * magnitudes are type errors naming the key.  Without libm: the format
+ * layer does not link it (an -O0 build calls floor() instead of expanding
+ * it, and failed to link). */
+START_TEST(test_config_integral_reals)
+{
+    static const char text[] = "{\"a\": 4096.0, \"b\": -3.0, \"c\": -0.0, \"d\": 4096.5,"
+                               " \"e\": 1e300, \"f\": -9.5e15, \"g\": 8.9e15}";
+    static const struct {
+        const char *key;
+        int ok;
+        int64_t want;
+    } cases[] = {{"a", 1, 4096}, {"b", 1, -3}, {"c", 1, 0}, {"d", 0, 0},
+                 {"e", 0, 0},    {"f", 0, 0},  {"g", 1, 8900000000000000LL}};
+    char path[] = "/tmp/nvfp4-config-XXXXXX";
+    nvfp4_config *cfg;
+    nvfp4_error err;
+    int fd;
+
+    ck_assert_int_ge(fd = mkstemp(path), 0);
+    ck_assert_int_eq(write(fd, text, sizeof(text) - 1), (ssize_t)(sizeof(text) - 1));
+    close(fd);
+    cfg = nvfp4_config_load(path, &err);
+    ck_assert_msg(cfg != NULL, "%s", err.text);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int64_t iv = -1;
+        nvfp4_status st = nvfp4_config_get_int(cfg, cases[i].key, 7, &iv, &err);
+
+        if (cases[i].ok) {
+            ck_assert_msg(st == NVFP4_OK, "%s: %s", cases[i].key, err.text);
+            ck_assert_msg(iv == cases[i].want, "%s: %lld, want %lld", cases[i].key,
+                          (long long)iv, (long long)cases[i].want);
+        } else {
+            ck_assert_msg(st == NVFP4_ERR_TYPE, "%s: status %d", cases[i].key, (int)st);
+            ck_assert_msg(strstr(err.text, cases[i].key) && strstr(err.text, "an integer"),
+                          "%s", err.text);
+        }
+    }
+    nvfp4_config_free(cfg);
+    unlink(path);
+}
+END_TEST
+
 START_TEST(test_tool_inspect_json)
 {
     json_t *want = tload_json_real("format/all_dtypes.json");
@@ -521,6 +565,7 @@ int main(void)
     tcase_add_test(tc, test_malformed_corpus);
     tcase_add_test(tc, test_malformed_dirs);
     tcase_add_test(tc, test_config_getters);
+    tcase_add_test(tc, test_config_integral_reals);
     tcase_add_test(tc, test_release_pages);
     tcase_add_test(tc, test_tool_inspect_json);
     tcase_add_test(tc, test_tool_exit_codes);
