@@ -4,7 +4,7 @@
 # install dependencies, build, run `make check`, the suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer and under valgrind (memcheck),
 # and `make distcheck`; ThreadSanitizer on test-context's two threads sharing
-# one model.
+# one model; the tree built (not run) at -O0 with gcc and with clang.
 #
 #   scripts/test.sh            everything above (about 15 minutes on 2 cores)
 #   scripts/test.sh --quick    one plain build and make check
@@ -84,6 +84,20 @@ if [ "${NVFP4_GPU_COMPILE:-1}" = 1 ]; then
     fi
     gpu_compile gpu-hip --enable-hip
 fi
+
+# Unoptimized builds (a debugging user's CFLAGS="-O0 -g"), gcc and clang,
+# compile and link only: at -O0 a libm function the optimizer had expanded
+# is a call (libformat, which does not link libm, once failed to link), and
+# an intrinsic's immediate must be a literal, not an unrolled loop's index.
+for cc in gcc clang; do
+    echo "== o0-$cc: configure CC=$cc CFLAGS=-O0 && make (compile and link only)"
+    rm -rf "build/o0-$cc"
+    mkdir -p "build/o0-$cc"
+    (cd "build/o0-$cc" && ../../configure -q CC="$cc" CFLAGS="-O0 -g" >/dev/null &&
+        make -j"$JOBS" >/dev/null) ||
+        { echo "tests: $PASSED passed, 1 failed, $SKIPPED skipped"; exit 1; }
+    rm -rf "build/o0-$cc"
+done
 
 run_suite sanitize CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
     LDFLAGS="-fsanitize=address,undefined"
