@@ -33,7 +33,7 @@ libkernels_libnvfp4_kernels_la_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS) $(JANSSON_
 	$(MPI_CFLAGS) -ffp-contract=off
 libkernels_libnvfp4_kernels_la_LIBADD = libquant/libnvfp4-quant.la \
 	libformat/libnvfp4-format.la $(LIBM) $(DL_LIBS) $(PTHREAD_LIBS) $(MPI_LIBS)
-libkernels_libnvfp4_kernels_la_LDFLAGS = $(OPENMP_CFLAGS) \
+libkernels_libnvfp4_kernels_la_LDFLAGS = $(OPENMP_CFLAGS) $(OPENMP_LDFLAGS) \
 	-version-info $(NVFP4_KERNELS_LT_VERSION) -no-undefined \
 	-Wl,--no-undefined \
 	-Wl,--version-script=$(srcdir)/%reldir%/libnvfp4-kernels.sym

@@ -18,7 +18,7 @@ libquant_libnvfp4_quant_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(PCRE2_CFLAG
 libquant_libnvfp4_quant_la_LIBADD = libformat/libnvfp4-format.la $(JANSSON_LIBS) $(PCRE2_LIBS) $(LIBM)
 libquant_libnvfp4_quant_la_LDFLAGS = \
 	-version-info $(NVFP4_QUANT_LT_VERSION) -no-undefined \
-	-Wl,--no-undefined $(OPENMP_CFLAGS) \
+	-Wl,--no-undefined $(OPENMP_CFLAGS) $(OPENMP_LDFLAGS) \
 	-Wl,--version-script=$(srcdir)/%reldir%/libnvfp4-quant.sym
 EXTRA_libquant_libnvfp4_quant_la_DEPENDENCIES = %reldir%/libnvfp4-quant.sym
 EXTRA_DIST += %reldir%/libnvfp4-quant.sym

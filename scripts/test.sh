@@ -4,7 +4,8 @@
 # install dependencies, build, run `make check`, the suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer and under valgrind (memcheck),
 # and `make distcheck`; ThreadSanitizer on test-context's two threads sharing
-# one model; the tree built (not run) at -O0 with gcc and with clang.
+# one model; the tree built at -O0 with gcc and with clang (its libraries'
+# NEEDED entries and RUNPATHs checked, nothing run).
 #
 #   scripts/test.sh            everything above (about 15 minutes on 2 cores)
 #   scripts/test.sh --quick    one plain build and make check
@@ -86,16 +87,24 @@ if [ "${NVFP4_GPU_COMPILE:-1}" = 1 ]; then
 fi
 
 # Unoptimized builds (a debugging user's CFLAGS="-O0 -g"), gcc and clang,
-# compile and link only: at -O0 a libm function the optimizer had expanded
-# is a call (libformat, which does not link libm, once failed to link), and
-# an intrinsic's immediate must be a literal, not an unrolled loop's index.
+# compiled and linked, and their libraries' NEEDED entries and RUNPATHs
+# checked (tests/needed.test): at -O0 a libm function the optimizer had
+# expanded is a call (libformat, which does not link libm, once failed to
+# link), an intrinsic's immediate must be a literal, not an unrolled loop's
+# index, and clang links its OpenMP runtime's directory in as a RUNPATH
+# unless told not to (configure's OPENMP_LDFLAGS).
 for cc in gcc clang; do
-    echo "== o0-$cc: configure CC=$cc CFLAGS=-O0 && make (compile and link only)"
+    echo "== o0-$cc: configure CC=$cc CFLAGS=-O0 && make && tests/needed.test"
     rm -rf "build/o0-$cc"
     mkdir -p "build/o0-$cc"
+    rc=0
     (cd "build/o0-$cc" && ../../configure -q CC="$cc" CFLAGS="-O0 -g" >/dev/null &&
-        make -j"$JOBS" >/dev/null) ||
-        { echo "tests: $PASSED passed, 1 failed, $SKIPPED skipped"; exit 1; }
+        make -j"$JOBS" >/dev/null && sh ../../tests/needed.test >needed.log 2>&1) || rc=$?
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
+        cat "build/o0-$cc/needed.log" 2>/dev/null || true
+        echo "tests: $PASSED passed, 1 failed, $SKIPPED skipped"
+        exit 1
+    fi
     rm -rf "build/o0-$cc"
 done
 
