@@ -475,6 +475,25 @@ static inline void row2_i8(int path, const cpu_kweight *w, int64_t r, size_t rs,
     else
         nvfp4k_cpu_row2_vnni(w, r, rs, a, nch, t0, kr, nt, y);
 }
+
+/* Rows r + i * rs, i < 4, by NT tokens: two row2_i8 calls, or on VNNI,
+ * where KR ends in a tail chunk of 4 blocks (k = 576), the four rows'
+ * tails in one vector per token (nvfp4k_cpu_tail4_vnni) and the whole
+ * chunks by two 2-row calls that add them: the same bits. */
+static inline void row4_i8(int path, const cpu_kweight *w, int64_t r, size_t rs,
+                           const act_q8 *a, size_t nch, size_t t0, const krange *kr, size_t nt,
+                           float *y)
+{
+    if (path != PATH_I8AVX2 && range_ends_in4((size_t)w->d.k, kr)) {
+        cpu_tail4 tl[TOK_TILE];
+        nvfp4k_cpu_tail4_vnni(w, r, rs, a, nch, t0, kr->b1 - 1, nt, tl);
+        nvfp4k_cpu_row2t4_vnni(w, r, rs, a, nch, t0, kr, tl, 0, nt, y);
+        nvfp4k_cpu_row2t4_vnni(w, r + 2 * (int64_t)rs, rs, a, nch, t0, kr, tl, 2, nt, y);
+    } else {
+        row2_i8(path, w, r, rs, a, nch, t0, kr, nt, y);
+        row2_i8(path, w, r + 2 * (int64_t)rs, rs, a, nch, t0, kr, nt, y);
+    }
+}
 #endif
 
 /* The loop nest (cache blocking): threads take tiles of rows (outputs, so
@@ -760,10 +779,9 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                             nvfp4k_cpu_gemv4_avx2(w, (int64_t)r, sp, x, &kr, y);
                         else if (m == 1)
                             nvfp4k_cpu_gemv_lut_avx512(w, (int64_t)r, sp, x, &kr, y);
-                        else if (i8_path(path)) {
-                            row2_i8(path, w, (int64_t)r, sp, a, nch, 0, &kr, m, y);
-                            row2_i8(path, w, r2, sp, a, nch, 0, &kr, m, y);
-                        } else {
+                        else if (i8_path(path))
+                            row4_i8(path, w, (int64_t)r, sp, a, nch, 0, &kr, m, y);
+                        else {
                             nvfp4k_cpu_row2_avx512(w, (int64_t)r, sp, x, 0, &kr, m, y);
                             nvfp4k_cpu_row2_avx512(w, r2, sp, x, 0, &kr, m, y);
                         }
@@ -835,6 +853,12 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                             if (pf)
                                 prefetch_ahead(w, path, r, 2, r1, &kr);
                             nvfp4k_cpu_row2_avx512(w, (int64_t)r, 1, x, t0, &kr, nt, y);
+                        }
+                    if (i8_path(path) && path != PATH_I8AVX2 && range_ends_in4(k, &kr))
+                        for (; r + 3 < r1; r += 4) {
+                            if (pf)
+                                prefetch_ahead(w, path, r, 4, r1, &kr);
+                            row4_i8(path, w, (int64_t)r, 1, a, nch, t0, &kr, nt, y);
                         }
                     if (i8_path(path))
                         for (; r + 1 < r1; r += 2) {

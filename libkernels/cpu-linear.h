@@ -413,6 +413,22 @@ void nvfp4k_cpu_row_vnni(const cpu_kweight *w, int64_t r, const act_q8 *a, size_
 /* cpu-nvfp4.c: the VNNI int8 kernel, rows r and r + rs. */
 void nvfp4k_cpu_row2_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
                           size_t nch, size_t t0, const krange *kr, size_t nt, float *y);
+/* The products of a tail chunk of 4 blocks with one token for four rows
+ * (nvfp4k_cpu_tail4_vnni): row i's converted sums and factors in lanes
+ * 4i .. 4i+3. */
+typedef struct {
+    _Alignas(64) float tp[16];
+    _Alignas(64) float tf[16];
+} cpu_tail4;
+/* cpu-nvfp4.c: the tail chunk tch (range_ends_in4) of rows r + i * rs,
+ * i < 4, by tokens t0 .. t0+nt-1 into tl[0 .. nt-1]. */
+void nvfp4k_cpu_tail4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
+                           size_t nch, size_t t0, size_t tch, size_t nt, cpu_tail4 *tl);
+/* nvfp4k_cpu_row2_vnni where KR ends in a tail chunk of 4 blocks whose
+ * products tl holds, the two rows in its lanes lane and lane + 1. */
+void nvfp4k_cpu_row2t4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
+                            size_t nch, size_t t0, const krange *kr, const cpu_tail4 *tl,
+                            unsigned lane, size_t nt, float *y);
 /* cpu-nvfp4.c: the VNNI GEMV, one token, rows r + i * rs, i < 4. */
 void nvfp4k_cpu_gemv4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
                            size_t nch, const krange *kr, float *y);

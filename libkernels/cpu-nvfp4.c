@@ -493,23 +493,18 @@ row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size
 
 /* The tail chunk TCH (exactly 4 blocks) of four rows RS apart at once:
  * lanes 4i..4i+3 hold row i's blocks 0-3 (its two 16-byte planes and 4
- * scales in 128-bit lane i; the activations' 16 bytes of each plane, 4
- * offsets and 4 factors in every 128-bit lane).  Each lane sees the
- * operations lane j of row i sees in nvfp4k_cpu_gemv4_vnni's chunk (the
- * integer sum exact in any order, then the same convert and product),
- * *tp the converted sums and *tf the factors; tail4_fma adds them.  A
- * tail chunk there costs four whole chunks' operations for a quarter of
- * one's data (k = 576: 3 chunks of operations for 2.25 of data). */
+ * scales in 128-bit lane i), decoded into the four weight vectors WV of
+ * the chunk code and the scales WS.  A tail chunk there costs a whole
+ * chunk's operations for each row (k = 576: 3 chunks of operations for
+ * 2.25 of data); here one chunk's for four rows. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline
     __attribute__((always_inline)) void
-    gemv4_tail4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t tch,
-                     size_t pfd, __m512i lut, __m512i lo4, __m512 s2, __m512 *tp, __m512 *tf)
+    tail4_rows_vnni(const cpu_kweight *w, int64_t r, size_t rs, size_t tch, size_t pfd,
+                    __m512i lut, __m512i lo4, __m512 s2, __m512i wv[4], __m512 *ws)
 {
     const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;
-    const int8_t *xq = a->q + tch * CPU_CHUNK;
     __m512i p0 = _mm512_setzero_si512(), p1 = p0;
     __m128i sc = _mm_setzero_si128();
-    __m512i sa, sb;
 
 /* Row I's planes and scales into 128-bit lane I (I a literal: the
  * intrinsics take immediates, which a loop index is not at -O0 or for
@@ -531,25 +526,40 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static 
     TAIL4_ROW(2);
     TAIL4_ROW(3);
 #undef TAIL4_ROW
-    sa = _mm512_dpbusd_epi32(
-        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(a->corr + tch * 16))),
-        _mm512_shuffle_epi8(lut, _mm512_and_si512(p0, lo4)),
-        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xq)));
-    sb = _mm512_dpbusd_epi32(
-        _mm512_setzero_si512(),
-        _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p0, 4), lo4)),
-        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xq + 64))));
-    sa = _mm512_dpbusd_epi32(sa, _mm512_shuffle_epi8(lut, _mm512_and_si512(p1, lo4)),
-                             _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xq + 128))));
-    sb = _mm512_dpbusd_epi32(
-        sb, _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p1, 4), lo4)),
-        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xq + 192))));
-    *tp = _mm512_cvtepi32_ps(_mm512_add_epi32(sa, sb));
-    *tf = _mm512_mul_ps(scales_bytes_avx512(sc, s2),
-                        _mm512_broadcast_f32x4(_mm_loadu_ps(a->xs + tch * 16)));
+    wv[0] = _mm512_shuffle_epi8(lut, _mm512_and_si512(p0, lo4));
+    wv[1] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p0, 4), lo4));
+    wv[2] = _mm512_shuffle_epi8(lut, _mm512_and_si512(p1, lo4));
+    wv[3] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(p1, 4), lo4));
+    *ws = scales_bytes_avx512(sc, s2);
 }
 
-/* A row's share of gemv4_tail4_vnni's lanes (its 128-bit lane of the sums
+/* One token's products with tail4_rows_vnni's four rows, its chunk TC of
+ * the activations (16 bytes of each plane, 4 offsets and 4 factors) in
+ * every 128-bit lane: each lane sees the operations lane j of row i sees
+ * in the chunk code (the integer sum exact in any order, then the same
+ * convert and product), *TP the converted sums and *TF the factors;
+ * tail4_fma adds them. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline
+    __attribute__((always_inline)) void
+    tail4_token_vnni(const act_q8 *a, size_t tc, const __m512i wv[4], __m512 ws, __m512 *tp,
+                     __m512 *tf)
+{
+    const int8_t *xq = a->q + tc * CPU_CHUNK;
+    __m512i sa = _mm512_dpbusd_epi32(
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(a->corr + tc * 16))), wv[0],
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xq)));
+    __m512i sb = _mm512_dpbusd_epi32(
+        _mm512_setzero_si512(), wv[1],
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xq + 64))));
+    sa = _mm512_dpbusd_epi32(sa, wv[2],
+                             _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xq + 128))));
+    sb = _mm512_dpbusd_epi32(sb, wv[3],
+                             _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xq + 192))));
+    *tp = _mm512_cvtepi32_ps(_mm512_add_epi32(sa, sb));
+    *tf = _mm512_mul_ps(ws, _mm512_broadcast_f32x4(_mm_loadu_ps(a->xs + tc * 16)));
+}
+
+/* A row's share of tail4_token_vnni's lanes (its 128-bit lane of the sums
  * TP and factors TF) added to its accumulator ACC: lanes 0-3 by the fma
  * nvfp4k_cpu_gemv4_vnni's tail chunk made (lanes 4-15, to which that chunk
  * added exact zeros, are kept). */
@@ -567,7 +577,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
  * (neighbours: one stream jumping between four rows) each row is
  * prefetched at the 4-row distance, with RS a quarter of a tile (four
  * sequential streams) at the single stream's.  TAIL4: KR ends in a tail
- * chunk of 4 blocks (range_ends_in4), taken by gemv4_tail4_vnni before the
+ * chunk of 4 blocks (range_ends_in4), taken by tail4_rows_vnni before the
  * whole chunks (its products off the chain at the end of the rows) and
  * added after them. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline
@@ -586,8 +596,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static 
 
     for (int i = 0; i < GEMV_ROWS; i++)
         acc[i] = _mm512_setzero_ps();
-    if (tail4)
-        gemv4_tail4_vnni(w, r, rs, a, b1, pfd, lut, lo4, s2, &tp, &tf);
+    if (tail4) {
+        __m512i wv[4];
+        __m512 ws;
+        tail4_rows_vnni(w, r, rs, b1, pfd, lut, lo4, s2, wv, &ws);
+        tail4_token_vnni(a, b1, wv, ws, &tp, &tf);
+    }
     for (size_t ch = kr->b0; ch < b1; ch++) {
         const int8_t *xq = a->q + ch * CPU_CHUNK;
         const __m512i x0 = _mm512_loadu_si512((const void *)xq);
@@ -651,11 +665,15 @@ nvfp4k_cpu_gemv4t4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8
 /* Two rows RS apart by NT tokens: the activation codes, offsets and
  * scales loaded once feed both rows, and below 8 tokens the two rows
  * double the chains in flight.  Per output exactly the operations of
- * row_vnni_body (same order), so pairing rows changes no bit. */
+ * row_vnni_body (same order), so pairing rows changes no bit.  TL: KR
+ * ends in a tail chunk of 4 blocks whose products nvfp4k_cpu_tail4_vnni
+ * formed (the two rows in its 128-bit lanes LANE and LANE + 1), added
+ * by tail4_fma after the whole chunks. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline
     __attribute__((always_inline)) void
-    row2_vnni_body(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
-                   size_t t0, const krange *kr, size_t nt, float *y)
+    row2_vnni_rows(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
+                   size_t t0, const krange *kr, const cpu_tail4 *tl, unsigned lane, size_t nt,
+                   float *y)
 {
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n, nb = k / NVFP4_BLOCK;
     const size_t r1 = (size_t)r + rs;
@@ -670,7 +688,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static 
 #pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++)
         acc[0][t] = acc[1][t] = _mm512_setzero_ps();
-    for (size_t ch = kr->b0; ch < kr->b1; ch++) {
+    for (size_t ch = kr->b0; ch < (tl ? kr->b1 - 1 : kr->b1); ch++) {
         __m512i wv[2][4];
         __m512 ws[2];
 
@@ -709,12 +727,60 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static 
             }
         }
     }
+    if (tl)
+#pragma GCC unroll 8
+        for (size_t t = 0; t < nt; t++) {
+            acc[0][t] = tail4_fma(acc[0][t], _mm_load_ps(tl[t].tp + 4 * lane),
+                                  _mm_load_ps(tl[t].tf + 4 * lane));
+            acc[1][t] = tail4_fma(acc[1][t], _mm_load_ps(tl[t].tp + 4 * lane + 4),
+                                  _mm_load_ps(tl[t].tf + 4 * lane + 4));
+        }
 #pragma GCC unroll 8
     for (size_t t = 0; t < nt; t++) {
         float *yo = y + (t0 + t) * n + (size_t)r;
         float v0 = _mm512_reduce_add_ps(acc[0][t]), v1 = _mm512_reduce_add_ps(acc[1][t]);
         yo[0] = kr->acc ? yo[0] + v0 : v0;
         yo[rs] = kr->acc ? yo[rs] + v1 : v1;
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline
+    __attribute__((always_inline)) void
+    row2_vnni_body(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
+                   size_t t0, const krange *kr, size_t nt, float *y)
+{
+    row2_vnni_rows(w, r, rs, a, nch, t0, kr, NULL, 0, nt, y);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline
+    __attribute__((always_inline)) void
+    row2t4_vnni_body(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
+                     size_t t0, const krange *kr, const cpu_tail4 *tl, unsigned lane, size_t nt,
+                     float *y)
+{
+    row2_vnni_rows(w, r, rs, a, nch, t0, kr, tl, lane, nt, y);
+}
+
+/* The tail chunk TCH of four rows RS apart by tokens T0 .. T0+NT-1 into
+ * TL (see tail4_rows_vnni): one chunk's decoding and one chunk's products
+ * per token for all four rows, where the 2-row kernel spends a whole
+ * chunk's on each row and token. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) void
+nvfp4k_cpu_tail4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
+                      size_t t0, size_t tch, size_t nt, cpu_tail4 *tl)
+{
+    const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
+    const __m512i lut = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    __m512i wv[4];
+    __m512 ws;
+
+    tail4_rows_vnni(w, r, rs, tch, CPU_PREFETCH, lut, _mm512_set1_epi8(0x0F), s2, wv, &ws);
+    for (size_t t = 0; t < nt; t++) {
+        __m512 tp, tf;
+        tail4_token_vnni(a, (t0 + t) * nch + tch, wv, ws, &tp, &tf);
+        _mm512_store_ps(tl[t].tp, tp);
+        _mm512_store_ps(tl[t].tf, tf);
     }
 }
 
@@ -898,4 +964,9 @@ CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni", row2_vnni,
              (const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
               size_t t0, const krange *kr, size_t nt, float *y),
              w, r, rs, a, nch, t0, kr)
+CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni", row2t4_vnni,
+             (const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a, size_t nch,
+              size_t t0, const krange *kr, const cpu_tail4 *tl, unsigned lane, size_t nt,
+              float *y),
+             w, r, rs, a, nch, t0, kr, tl, lane)
 #endif /* CPU_X86 */
