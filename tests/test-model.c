@@ -159,7 +159,7 @@ START_TEST(test_perplexity_one_window)
     fixture f;
     nvfp4_model *m;
     nvfp4_ppl_result r;
-    double want = 0;
+    double want = 0, nll0 = 0;
 
     fixture_load("llama", &f);
     ck_assert_int_eq(f.tokens[0], 1);  /* the fixture starts with BOS = 1 */
@@ -175,12 +175,27 @@ START_TEST(test_perplexity_one_window)
             s += exp(row[j] - mx);
         want -= row[f.tokens[i + 1]] - mx - log(s);
     }
-    ck_assert_int_eq(nvfp4_model_perplexity(m, f.tokens + 1, f.T - 1, f.T - 1, -1, NULL, NULL,
-                                            &r, &err),
-                     NVFP4_OK);
-    ck_assert_uint_eq(r.tokens, f.T - 1);
-    ck_assert_msg(fabs(r.nll - want) < 1e-3, "nll %g, reference %g", r.nll, want);
-    ck_assert(fabs(r.token_ppl - exp(want / (double)(f.T - 1))) < 1e-3 * r.token_ppl);
+    /* the rows are scored on the backend's threads: every count (one, a
+     * share of several rows each, more threads than cores) gives the
+     * reference, and the same double (the forward pass and each row's sum
+     * do not depend on the count, and the rows are added in order) */
+    for (int ti = 0; ti < 4; ti++) {
+        static const int counts[] = {1, 2, 3, 40};
+
+        nvfp4_backend_set_threads(nvfp4_model_backend(m), counts[ti]);
+        ck_assert_int_eq(nvfp4_model_perplexity(m, f.tokens + 1, f.T - 1, f.T - 1, -1, NULL,
+                                                NULL, &r, &err),
+                         NVFP4_OK);
+        ck_assert_uint_eq(r.tokens, f.T - 1);
+        ck_assert_msg(fabs(r.nll - want) < 1e-3, "%d threads: nll %g, reference %g",
+                      counts[ti], r.nll, want);
+        ck_assert(fabs(r.token_ppl - exp(want / (double)(f.T - 1))) < 1e-3 * r.token_ppl);
+        if (ti == 0)
+            nll0 = r.nll;
+        else
+            ck_assert_msg(memcmp(&r.nll, &nll0, sizeof nll0) == 0,
+                          "%d threads: nll %.17g, 1 thread %.17g", counts[ti], r.nll, nll0);
+    }
     /* a context above the cache is refused, not silently clipped */
     ck_assert_int_eq(nvfp4_model_perplexity(m, f.tokens, f.T, 1000, -1, NULL, NULL, &r, &err),
                      NVFP4_ERR_INVALID);
