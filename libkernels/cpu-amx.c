@@ -256,9 +256,10 @@ static void vnni_rows(const tiles_job *j, size_t m0, size_t m1, size_t r0, size_
         for (size_t u0 = 0; u0 < j->units; u0 += j->ku) {
             krange kr = {u0, u0 + j->ku < j->units ? u0 + j->ku : j->units, u0 > 0, 0};
             size_t r = r0;
-            if (nt == TOK_TILE)
-                for (; r + 1 < r1; r += 2)
-                    nvfp4k_cpu_row2_vnni(j->w, (int64_t)r, 1, j->a, j->nch, t0, &kr, nt, j->y);
+            for (; r + 3 < r1; r += 4)
+                row4_vnni(j->w, (int64_t)r, 1, j->a, j->nch, t0, &kr, nt, j->y);
+            for (; r + 1 < r1; r += 2)
+                nvfp4k_cpu_row2_vnni(j->w, (int64_t)r, 1, j->a, j->nch, t0, &kr, nt, j->y);
             for (; r < r1; r++)
                 nvfp4k_cpu_row_vnni(j->w, (int64_t)r, j->a, j->nch, t0, &kr, nt, j->y);
         }

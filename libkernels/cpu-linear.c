@@ -476,22 +476,16 @@ static inline void row2_i8(int path, const cpu_kweight *w, int64_t r, size_t rs,
         nvfp4k_cpu_row2_vnni(w, r, rs, a, nch, t0, kr, nt, y);
 }
 
-/* Rows r + i * rs, i < 4, by NT tokens: two row2_i8 calls, or on VNNI,
- * where KR ends in a tail chunk of 4 blocks (k = 576), the four rows'
- * tails in one vector per token (nvfp4k_cpu_tail4_vnni) and the whole
- * chunks by two 2-row calls that add them: the same bits. */
+/* Rows r + i * rs, i < 4, by NT tokens (row4_vnni on VNNI). */
 static inline void row4_i8(int path, const cpu_kweight *w, int64_t r, size_t rs,
                            const act_q8 *a, size_t nch, size_t t0, const krange *kr, size_t nt,
                            float *y)
 {
-    if (path != PATH_I8AVX2 && range_ends_in4((size_t)w->d.k, kr)) {
-        cpu_tail4 tl[TOK_TILE];
-        nvfp4k_cpu_tail4_vnni(w, r, rs, a, nch, t0, kr->b1 - 1, nt, tl);
-        nvfp4k_cpu_row2t4_vnni(w, r, rs, a, nch, t0, kr, tl, 0, nt, y);
-        nvfp4k_cpu_row2t4_vnni(w, r + 2 * (int64_t)rs, rs, a, nch, t0, kr, tl, 2, nt, y);
-    } else {
-        row2_i8(path, w, r, rs, a, nch, t0, kr, nt, y);
-        row2_i8(path, w, r + 2 * (int64_t)rs, rs, a, nch, t0, kr, nt, y);
+    if (path != PATH_I8AVX2)
+        row4_vnni(w, r, rs, a, nch, t0, kr, nt, y);
+    else {
+        nvfp4k_cpu_row2_i8avx2(w, r, rs, a, nch, t0, kr, nt, y);
+        nvfp4k_cpu_row2_i8avx2(w, r + 2 * (int64_t)rs, rs, a, nch, t0, kr, nt, y);
     }
 }
 #endif

@@ -429,6 +429,25 @@ void nvfp4k_cpu_tail4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act
 void nvfp4k_cpu_row2t4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
                             size_t nch, size_t t0, const krange *kr, const cpu_tail4 *tl,
                             unsigned lane, size_t nt, float *y);
+/* Rows r + i * rs, i < 4, of the VNNI kernel by NT tokens: where KR ends
+ * in a tail chunk of 4 blocks (k = 576), the four rows' tails in one
+ * vector per token (nvfp4k_cpu_tail4_vnni) and the whole chunks by two
+ * 2-row calls that add them, else two 2-row calls: the same bits. */
+static inline void row4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
+                             size_t nch, size_t t0, const krange *kr, size_t nt, float *y)
+{
+    const int64_t r2 = r + 2 * (int64_t)rs;
+
+    if (range_ends_in4((size_t)w->d.k, kr)) {
+        cpu_tail4 tl[TOK_TILE];
+        nvfp4k_cpu_tail4_vnni(w, r, rs, a, nch, t0, kr->b1 - 1, nt, tl);
+        nvfp4k_cpu_row2t4_vnni(w, r, rs, a, nch, t0, kr, tl, 0, nt, y);
+        nvfp4k_cpu_row2t4_vnni(w, r2, rs, a, nch, t0, kr, tl, 2, nt, y);
+    } else {
+        nvfp4k_cpu_row2_vnni(w, r, rs, a, nch, t0, kr, nt, y);
+        nvfp4k_cpu_row2_vnni(w, r2, rs, a, nch, t0, kr, nt, y);
+    }
+}
 /* cpu-nvfp4.c: the VNNI GEMV, one token, rows r + i * rs, i < 4. */
 void nvfp4k_cpu_gemv4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *a,
                            size_t nch, const krange *kr, float *y);

@@ -783,7 +783,10 @@ START_TEST(test_amx_gemm)
         int64_t n, k;
         size_t m0, m1;
     } shapes[] = {{37, 1040, 1, 100}, {500, 4096, 72, 72}, {500, 4096, 64, 64},
-                  {64, 14336, 64, 64}, {48, 1040, 62, 100}};
+                  {64, 14336, 64, 64}, {48, 1040, 62, 100},
+                  /* k = 576 (a 4-block tail chunk) with 8 rows past the
+                   * groups of 16 and 0-15 tokens past them: row4_vnni */
+                  {40, 576, 64, 80}};
     nvfp4_error err;
     nvfp4_backend *be = nvfp4_backend_open_with("cpu", "isa=amx", &err);
 
