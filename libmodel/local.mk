@@ -37,7 +37,7 @@ libmodel_libnvfp4_model_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(PCRE2_CFLAG
 # driver appends: libgomp for the -fopenmp libnvfp4-kernels.la passes on.
 libmodel_libnvfp4_model_la_LIBADD = libkernels/libnvfp4-kernels.la \
 	libquant/libnvfp4-quant.la libformat/libnvfp4-format.la \
-	$(JANSSON_LIBS) $(PCRE2_LIBS) $(ICU_UC_LIBS) $(LIBM)
+	$(JANSSON_LIBS) $(PCRE2_LIBS) $(ICU_UC_LIBS) $(LIBM) $(PTHREAD_LIBS)
 libmodel_libnvfp4_model_la_LDFLAGS = $(AM_LDFLAGS) \
 	-version-info $(NVFP4_MODEL_LT_VERSION) -no-undefined \
 	-Wl,--no-undefined \
