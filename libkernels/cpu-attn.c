@@ -219,15 +219,19 @@ attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t 
                                   _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, scg + p0), inv));
         }
     }
+    _Static_assert(ATTN_GROUP == 4, "attend_tail names four heads' accumulators");
     for (size_t d0 = 0; d0 < hd; d0 += 64) {
         const size_t nd = hd - d0 < 64 ? hd - d0 : 64;
         const __mmask16 m0 = lanes16(nd), m1 = lanes16(nd > 16 ? nd - 16 : 0),
                         m2 = lanes16(nd > 32 ? nd - 32 : 0), m3 = lanes16(nd > 48 ? nd - 48 : 0);
-        __m512 a[ATTN_GROUP][4];
+        /* head g's 64 dimensions in a<g>0 .. a<g>3: as an array (1 KB) GCC kept
+         * them in registers but stored all sixteen to the stack at every
+         * position, twice the FMAs' cycles on the one store port */
+        __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
+        __m512 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+        __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00;
+        __m512 a30 = a00, a31 = a00, a32 = a00, a33 = a00;
 
-        for (int g = 0; g < G; g++)
-            for (int l = 0; l < 4; l++)
-                a[g][l] = _mm512_setzero_ps();
         wval = page_walk_at(tab, bs, first);
         for (size_t p0 = first; p0 < len; p0 += 16) {
             const size_t c = len - p0 < 16 ? len - p0 : 16;
@@ -242,26 +246,42 @@ attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t 
                 const __m512 v1 = nd > 16 ? _mm512_maskz_loadu_ps(m1, vp + 16) : v0;
                 const __m512 v2 = nd > 32 ? _mm512_maskz_loadu_ps(m2, vp + 32) : v0;
                 const __m512 v3 = nd > 48 ? _mm512_maskz_loadu_ps(m3, vp + 48) : v0;
-#pragma GCC unroll 4
-                for (int g = 0; g < G; g++) {
-                    const __m512 wv = _mm512_set1_ps(sc[(size_t)g * maxlen + p0 + l]);
-                    a[g][0] = _mm512_fmadd_ps(wv, v0, a[g][0]);
-                    if (nd > 16)
-                        a[g][1] = _mm512_fmadd_ps(wv, v1, a[g][1]);
-                    if (nd > 32)
-                        a[g][2] = _mm512_fmadd_ps(wv, v2, a[g][2]);
-                    if (nd > 48)
-                        a[g][3] = _mm512_fmadd_ps(wv, v3, a[g][3]);
-                }
+/* head G_'s weight of this position times its values */
+#define PV_HEAD(G_, A0, A1, A2, A3)                                                                \
+    do {                                                                                           \
+        if ((G_) < G) {                                                                            \
+            const __m512 wv = _mm512_set1_ps(sc[(size_t)(G_) * maxlen + p0 + l]);                 \
+            A0 = _mm512_fmadd_ps(wv, v0, A0);                                                      \
+            if (nd > 16)                                                                           \
+                A1 = _mm512_fmadd_ps(wv, v1, A1);                                                  \
+            if (nd > 32)                                                                           \
+                A2 = _mm512_fmadd_ps(wv, v2, A2);                                                  \
+            if (nd > 48)                                                                           \
+                A3 = _mm512_fmadd_ps(wv, v3, A3);                                                  \
+        }                                                                                          \
+    } while (0)
+                PV_HEAD(0, a00, a01, a02, a03);
+                PV_HEAD(1, a10, a11, a12, a13);
+                PV_HEAD(2, a20, a21, a22, a23);
+                PV_HEAD(3, a30, a31, a32, a33);
+#undef PV_HEAD
             }
         }
-        for (int g = 0; g < G; g++) {
-            float *og = o + (size_t)g * hd + d0;
-            _mm512_mask_storeu_ps(og, m0, a[g][0]);
-            _mm512_mask_storeu_ps(og + 16, m1, a[g][1]);
-            _mm512_mask_storeu_ps(og + 32, m2, a[g][2]);
-            _mm512_mask_storeu_ps(og + 48, m3, a[g][3]);
-        }
+#define PV_STORE(G_, A0, A1, A2, A3)                                                               \
+    do {                                                                                           \
+        if ((G_) < G) {                                                                            \
+            float *og = o + (size_t)(G_) * hd + d0;                                                \
+            _mm512_mask_storeu_ps(og, m0, A0);                                                     \
+            _mm512_mask_storeu_ps(og + 16, m1, A1);                                                \
+            _mm512_mask_storeu_ps(og + 32, m2, A2);                                                \
+            _mm512_mask_storeu_ps(og + 48, m3, A3);                                                \
+        }                                                                                          \
+    } while (0)
+        PV_STORE(0, a00, a01, a02, a03);
+        PV_STORE(1, a10, a11, a12, a13);
+        PV_STORE(2, a20, a21, a22, a23);
+        PV_STORE(3, a30, a31, a32, a33);
+#undef PV_STORE
     }
 }
 
