@@ -1074,16 +1074,19 @@ qk_tile(const float *const *q, const float *kt, const size_t hd, const int NQ, _
         const size_t jj = (size_t)ord[t];
         __m512 s0[4], s1[4];
 
+#pragma GCC unroll 4
         for (int n = 0; n < NQ; n++)
             s0[n] = s1[n] = _mm512_setzero_ps();
         for (size_t i = 0; i + 32 <= hd; i += 32) {
             const __m512 k0 = _mm512_loadu_ps(kt + (i + jj) * 16),
                          k1 = _mm512_loadu_ps(kt + (i + 16 + jj) * 16);
+#pragma GCC unroll 4
             for (int n = 0; n < NQ; n++) {
                 s0[n] = _mm512_fmadd_ps(_mm512_set1_ps(q[n][i + jj]), k0, s0[n]);
                 s1[n] = _mm512_fmadd_ps(_mm512_set1_ps(q[n][i + 16 + jj]), k1, s1[n]);
             }
         }
+#pragma GCC unroll 4
         for (int n = 0; n < NQ; n++) {
             const __m512 u = _mm512_add_ps(s0[n], s1[n]);
             __m512 v;
