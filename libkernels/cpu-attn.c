@@ -231,6 +231,14 @@ attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t 
         __m512 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
         __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00;
         __m512 a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+/* OP for each head with its accumulators */
+#define PV_HEADS(OP)                                                                               \
+    do {                                                                                           \
+        OP(0, a00, a01, a02, a03);                                                                 \
+        OP(1, a10, a11, a12, a13);                                                                 \
+        OP(2, a20, a21, a22, a23);                                                                 \
+        OP(3, a30, a31, a32, a33);                                                                 \
+    } while (0)
 
         wval = page_walk_at(tab, bs, first);
         for (size_t p0 = first; p0 < len; p0 += 16) {
@@ -260,10 +268,7 @@ attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t 
                 A3 = _mm512_fmadd_ps(wv, v3, A3);                                                  \
         }                                                                                          \
     } while (0)
-                PV_HEAD(0, a00, a01, a02, a03);
-                PV_HEAD(1, a10, a11, a12, a13);
-                PV_HEAD(2, a20, a21, a22, a23);
-                PV_HEAD(3, a30, a31, a32, a33);
+                PV_HEADS(PV_HEAD);
 #undef PV_HEAD
             }
         }
@@ -277,12 +282,10 @@ attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t 
             _mm512_mask_storeu_ps(og + 48, m3, A3);                                                \
         }                                                                                          \
     } while (0)
-        PV_STORE(0, a00, a01, a02, a03);
-        PV_STORE(1, a10, a11, a12, a13);
-        PV_STORE(2, a20, a21, a22, a23);
-        PV_STORE(3, a30, a31, a32, a33);
+        PV_HEADS(PV_STORE);
 #undef PV_STORE
     }
+#undef PV_HEADS
 }
 
 /* Attention of G query heads of one KV head (AVX-512; every wide path,
