@@ -848,7 +848,7 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                                 prefetch_ahead(w, path, r, 2, r1, &kr);
                             nvfp4k_cpu_row2_avx512(w, (int64_t)r, 1, x, t0, &kr, nt, y);
                         }
-                    if (i8_path(path) && path != PATH_I8AVX2 && range_ends_in4(k, &kr))
+                    if (i8_path(path))
                         for (; r + 3 < r1; r += 4) {
                             if (pf)
                                 prefetch_ahead(w, path, r, 4, r1, &kr);

@@ -439,6 +439,14 @@ row2_avx512_body(const cpu_kweight *w, int64_t r, size_t rs, const float *x, siz
 /* ---- AVX-512 VNNI int8 kernel (CHUNK layout, W4A4) ---------------------------- */
 
 
+/* The VNNI kernels' vpshufb table: unsigned 2*E2M1 + 12 per nibble, in
+ * every 128-bit lane. */
+__attribute__((target("avx512f"))) static inline __m512i vnni_code_lut(void)
+{
+    return _mm512_broadcast_i32x4(
+        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static inline __attribute__((always_inline)) void
 row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size_t t0,
               const krange *kr, size_t nt, float *y)
@@ -448,9 +456,7 @@ row_vnni_body(const cpu_kweight *w, int64_t r, const act_q8 *a, size_t nch, size
     const uint8_t *row = w->packed + (size_t)r * (size_t)k / 2;
     const uint8_t *srow = w->scales + (size_t)r * nb;
     const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
-    /* unsigned 2*E2M1 + 12 per nibble, in every 128-bit lane */
-    const __m512i lut = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i lut = vnni_code_lut();
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
     __m512 acc[8];
 
@@ -587,8 +593,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static 
 {
     const size_t k = (size_t)w->d.k, nb = k / NVFP4_BLOCK;
     const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
-    const __m512i lut = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i lut = vnni_code_lut();
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
     const size_t pfd = rs > 1 ? CPU_PREFETCH : CPU_PREFETCH4;
     const size_t b1 = tail4 ? kr->b1 - 1 : kr->b1;
@@ -680,8 +685,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) static 
     const uint8_t *row[2] = {w->packed + (size_t)r * k / 2, w->packed + r1 * k / 2};
     const uint8_t *srow[2] = {w->scales + (size_t)r * nb, w->scales + r1 * nb};
     const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
-    const __m512i lut = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i lut = vnni_code_lut();
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
     __m512 acc[2][8];
 
@@ -770,8 +774,7 @@ nvfp4k_cpu_tail4_vnni(const cpu_kweight *w, int64_t r, size_t rs, const act_q8 *
                       size_t t0, size_t tch, size_t nt, cpu_tail4 *tl)
 {
     const __m512 s2 = _mm512_set1_ps(w->d.weight_scale_2);
-    const __m512i lut = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i lut = vnni_code_lut();
     __m512i wv[4];
     __m512 ws;
 
