@@ -56,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -98,6 +99,7 @@ float nvfp4k_cpu_e4m3_table[256];
 size_t nvfp4k_cpu_pf1 = 4096, nvfp4k_cpu_pf4 = 8192;
 int nvfp4k_cpu_pf_l2; /* PREFETCHT1 instead of T0 */
 #endif
+static size_t nvfp4k_cpu_l2_bytes; /* a core's L2, 0 where unknown */
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 static void cpu_tables_fill(void)
@@ -113,6 +115,12 @@ static void cpu_tables_fill(void)
     } else if (__builtin_cpu_is("intel")) {
         nvfp4k_cpu_pf1 = 2048;
         nvfp4k_cpu_pf4 = 8192;
+    }
+#endif
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    {
+        const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        nvfp4k_cpu_l2_bytes = l2 > 0 ? (size_t)l2 : 0;
     }
 #endif
 }
@@ -488,6 +496,26 @@ static inline void row4_i8(int path, const cpu_kweight *w, int64_t r, size_t rs,
         nvfp4k_cpu_row2_i8avx2(w, r + 2 * (int64_t)rs, rs, a, nch, t0, kr, nt, y);
     }
 }
+
+/* row4_i8, and for one token t0 the GEMV on that token (the row kernels by
+ * one token run a 2-token kernel's operations: [2048, 2048] by 9 tokens
+ * took 1.7 times as long as by 8).  The GEMV's bits are the row kernels'
+ * (batch invariance). */
+static inline void row4_tok_i8(int path, const cpu_kweight *w, int64_t r, size_t rs,
+                               const act_q8 *a, size_t nch, size_t t0, const krange *kr,
+                               size_t nt, float *y)
+{
+    if (nt == 1) {
+        const size_t cb = t0 * nch * CPU_CHUNK_BLOCKS;
+        act_q8 a1 = *a;
+
+        a1.q += cb * NVFP4_BLOCK;
+        a1.xs += cb;
+        a1.corr += cb;
+        gemv4_i8(path, w, r, rs, &a1, nch, kr, y + t0 * (size_t)w->d.n);
+    } else
+        row4_i8(path, w, r, rs, a, nch, t0, kr, nt, y);
+}
 #endif
 
 /* The loop nest (cache blocking): threads take tiles of rows (outputs, so
@@ -519,18 +547,36 @@ static inline int gemv_spread(int path, const cpu_kweight *w)
            (size_t)w->d.n * (k / 2 + k / 16) >= GEMV_TILE_MIN;
 }
 
+/* An int8 batch's codes for one stretch (bytes) up to which tiles_range
+ * runs every token tile of a group of rows before the next group: about
+ * half of an L1 data cache, the rest for the weights and their scales. */
+#define TOKENS_INNER_BYTES (24 * 1024)
+
+/* the int8 stretch in chunks (plan_tiles) */
+#define I8_STRETCH 6
+
+static inline int tokens_inner(int path, const cpu_kweight *w, size_t m)
+{
+    const size_t units = chunks_of(w->d.k);
+
+    return i8_path(path) &&
+           m * (units < I8_STRETCH ? units : I8_STRETCH) * CPU_CHUNK_BLOCKS * NVFP4_BLOCK <=
+               TOKENS_INNER_BYTES;
+}
+
 /* Batches of 2 .. TOK_TILE tokens on the 2-row NVFP4 kernels (the int8 row2,
  * nvfp4k_cpu_row2_avx512 on packed activations): the same four streams, two rows
  * RS apart per call (see tiles_range). */
-static inline int batch_spread(int path, size_t m, int packed)
+static inline int batch_spread(int path, const cpu_kweight *w, size_t m, int packed)
 {
-    return m > 1 && m <= TOK_TILE && (i8_path(path) || (path == PATH_AVX512 && packed));
+    return m > 1 && ((m <= TOK_TILE && (i8_path(path) || (path == PATH_AVX512 && packed))) ||
+                     tokens_inner(path, w, m));
 }
 
 /* Whether a call's NVFP4 tiles are read as four streams (tiles_range). */
 static inline int nvfp4_spread(int path, const cpu_kweight *w, size_t m, int packed)
 {
-    return m == 1 ? gemv_spread(path, w) : batch_spread(path, m, packed);
+    return m == 1 ? gemv_spread(path, w) : batch_spread(path, w, m, packed);
 }
 
 /* the fewest row tiles of a multi-token product per thread (run_tiles) */
@@ -554,7 +600,7 @@ static size_t plan_tiles(int path, const cpu_kweight *w, const float *x, int pac
      * as in any GEMM (batch invariance; every kernel below keeps one
      * accumulator per output and token). */
     if (path >= PATH_VNNI)
-        ku = 6;                               /* 8 tokens x 6 x 256 int8 = 12 KB */
+        ku = I8_STRETCH;                      /* 8 tokens x 6 x 256 int8 = 12 KB */
     else
         ku = 64;                              /* 8 tokens x 1024 floats = 32 KB */
     if ((m == 1 && nth > 1) || (m <= DENSE_SPREAD_MAX_M && dense_vec(path)) || spread) {
@@ -690,6 +736,79 @@ static inline void prefetch_ahead(const cpu_kweight *w, int path, size_t r, size
         prefetch_stretch(w, path, q, kr);
 }
 
+/* The next row tile's weights, asked into L2 a share at a time while this
+ * tile's token tiles run: the GEMM loop's first pass over a tile had waited
+ * on memory (8 tokens of a bf16 row consume it faster than the probe reads)
+ * and the later passes, from L2, left memory idle.  Up to two contiguous
+ * byte ranges: NVFP4 codes and scales, or the dense part holding the tile's
+ * first row. */
+typedef struct {
+    const char *p[2];
+    size_t len[2], i, off, quota;
+} pf_next;
+
+/* L2 sizes in tiles below which pf_next stays off */
+#define PF_NEXT_L2_TILES 3
+
+static size_t pf_tile_bytes(const tiles_job *j)
+{
+    const size_t k = (size_t)j->w->d.k;
+
+    /* as plan_tiles sizes them */
+    return j->rt * (j->w->d.scheme == NVFP4_SCHEME_NONE ? 2 * k : k / 2 + k / NVFP4_BLOCK);
+}
+
+/* CALLS: the row-calls of this tile (passes x stretches x rows); each
+ * pf_next_step for CNT rows asks for CNT shares. */
+static void pf_next_init(pf_next *pn, const tiles_job *j, size_t r1, size_t calls)
+{
+    const cpu_kweight *w = j->w;
+    const size_t n = (size_t)w->d.n, k = (size_t)w->d.k;
+    const size_t q1 = r1 + j->rt < n ? r1 + j->rt : n;
+
+    memset(pn, 0, sizeof(*pn));
+    if (r1 >= n || calls == 0)
+        return;
+    /* this tile stays in L2 for its later token tiles: only where the L2
+     * holds it, the next one and the activations (a Xeon's 2 MB, not Zen
+     * 3's 512 KB) */
+    if (nvfp4k_cpu_l2_bytes < PF_NEXT_L2_TILES * pf_tile_bytes(j))
+        return;
+    if (j->path <= PATH_DENSE_AVX512) {
+        int64_t l0;
+        const cpu_dense_part *d = dense_row(w, (int64_t)r1, &l0);
+        const size_t esz = d->dtype == NVFP4_DTYPE_F32 ? 4 : 2;
+        const size_t rows = (size_t)(d->rows - l0) < q1 - r1 ? (size_t)(d->rows - l0) : q1 - r1;
+
+        pn->p[0] = (const char *)d->data + (size_t)l0 * k * esz;
+        pn->len[0] = rows * k * esz;
+    } else {
+        pn->p[0] = (const char *)w->packed + r1 * (k / 2);
+        pn->len[0] = (q1 - r1) * (k / 2);
+        pn->p[1] = (const char *)w->scales + r1 * (k / NVFP4_BLOCK);
+        pn->len[1] = (q1 - r1) * (k / NVFP4_BLOCK);
+    }
+    pn->quota = ((pn->len[0] + pn->len[1]) / calls + 64) & ~(size_t)63;
+}
+
+static inline void pf_next_step(pf_next *pn, size_t cnt)
+{
+    for (size_t left = cnt * pn->quota; left > 0 && pn->i < 2;) {
+        if (pn->off >= pn->len[pn->i]) {
+            pn->i++;
+            pn->off = 0;
+            continue;
+        }
+#ifdef CPU_X86
+        _mm_prefetch(pn->p[pn->i] + pn->off, _MM_HINT_T1);
+#else
+        __builtin_prefetch(pn->p[pn->i] + pn->off, 0, 2);
+#endif
+        pn->off += 64;
+        left = left > 64 ? left - 64 : 0;
+    }
+}
+
 /* Tiles TILE0 .. TILE1-1 of a tiles_job (any thread: nvfp4k_cpu_par()). */
 static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
 {
@@ -774,7 +893,9 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                         else if (m == 1)
                             nvfp4k_cpu_gemv_lut_avx512(w, (int64_t)r, sp, x, &kr, y);
                         else if (i8_path(path))
-                            row4_i8(path, w, (int64_t)r, sp, a, nch, 0, &kr, m, y);
+                            for (size_t t0 = 0; t0 < m; t0 += TOK_TILE)
+                                row4_tok_i8(path, w, (int64_t)r, sp, a, nch, t0, &kr,
+                                            m - t0 < TOK_TILE ? m - t0 : TOK_TILE, y);
                         else {
                             nvfp4k_cpu_row2_avx512(w, (int64_t)r, sp, x, 0, &kr, m, y);
                             nvfp4k_cpu_row2_avx512(w, r2, sp, x, 0, &kr, m, y);
@@ -830,6 +951,10 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
              * dense_row2_avx2's two passes (tiles of 8: 32 KiB, refetched
              * from L2; [2048, 2048] bf16 by 64 tokens 10.2 -> 9.1 ms) */
             const size_t tt = path == PATH_DENSE_AVX2 ? 4 : TOK_TILE;
+            pf_next pn;
+
+            pf_next_init(&pn, j, tile + 1 < tile1 ? r1 : n,
+                         (m + tt - 1) / tt * ((units + ku - 1) / ku) * (r1 - r0));
             for (size_t t0 = 0; t0 < m; t0 += tt) {
                 const size_t nt = m - t0 < tt ? m - t0 : tt;
                 for (size_t u0 = 0; u0 < units; u0 += ku) {
@@ -847,18 +972,21 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                             if (pf)
                                 prefetch_ahead(w, path, r, 2, r1, &kr);
                             nvfp4k_cpu_row2_avx512(w, (int64_t)r, 1, x, t0, &kr, nt, y);
+                            pf_next_step(&pn, 2);
                         }
                     if (i8_path(path))
                         for (; r + 3 < r1; r += 4) {
                             if (pf)
                                 prefetch_ahead(w, path, r, 4, r1, &kr);
-                            row4_i8(path, w, (int64_t)r, 1, a, nch, t0, &kr, nt, y);
+                            row4_tok_i8(path, w, (int64_t)r, 1, a, nch, t0, &kr, nt, y);
+                            pf_next_step(&pn, 4);
                         }
                     if (i8_path(path))
                         for (; r + 1 < r1; r += 2) {
                             if (pf)
                                 prefetch_ahead(w, path, r, 2, r1, &kr);
                             row2_i8(path, w, (int64_t)r, 1, a, nch, t0, &kr, nt, y);
+                            pf_next_step(&pn, 2);
                         }
                     if ((path == PATH_DENSE_AVX512 && packed) || path == PATH_DENSE_AVX2)
                         while (r + 1 < r1) {
@@ -873,6 +1001,7 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                                                            nt, y);
                             else
                                 nvfp4k_cpu_dense_row2(w, p0, (int64_t)r, l0, x, t0, &kr, nt, y);
+                            pf_next_step(&pn, 2);
                             r += 2;
                         }
 #endif
@@ -880,6 +1009,7 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                         if (pf)
                             prefetch_ahead(w, path, r, 1, r1, &kr);
                         row_call(path, w, (int64_t)r, x, a, nch, t0, &kr, nt, y);
+                        pf_next_step(&pn, 1);
                     }
                 }
             }

@@ -897,12 +897,13 @@ static const struct {
 
 /* Batch invariance on the int8 path (isa=avx2 everywhere, and isa=vnni
  * where the CPU has it): a token's outputs in a batch of B = 1..8 (the
- * GEMV, the 2-row kernels' NT), 64 and 67 (GEMM tiles of 8, with a tail)
- * are its outputs alone, bit for bit, at 1..3 threads. */
+ * GEMV, the 2-row kernels' NT), 9..17 (four row streams, token tiles of 8
+ * with a lone last token on the GEMV), 33, 64 and 67 (GEMM tiles of 8, with
+ * a tail) are its outputs alone, bit for bit, at 1..3 threads. */
 START_TEST(test_i8_batch_invariance)
 {
     enum { M = 67 };
-    static const size_t batches[] = {1, 2, 3, 4, 5, 6, 7, 8, 64, 67};
+    static const size_t batches[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 33, 64, 67};
     const char *const lv[] = {"avx2", "vnni"};
 
     for (size_t si = 0; si < sizeof(i8_shapes) / sizeof(i8_shapes[0]); si++) {
