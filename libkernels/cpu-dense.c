@@ -389,17 +389,17 @@ nvfp4k_cpu_dense_spread_avx512(const cpu_kweight *w, const cpu_dense_part *p, in
     }
 }
 
-/* Two rows of one dense part by a tile of NT packed tokens (k % 16 == 0):
- * each activation load feeds two FMAs, and the 2 x NT chains hide the
- * FMA latency one row's NT alone would not (NT < 8).  Per output the
- * operations of dense_row_avx512_body, in the same order. */
+/* Two rows RS apart of one dense part by a tile of NT packed tokens (k %
+ * 16 == 0): each activation load feeds two FMAs, and the 2 x NT chains
+ * hide the FMA latency one row's NT alone would not (NT < 8).  Per output
+ * the operations of dense_row_avx512_body, in the same order. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
     __attribute__((always_inline)) void
     dense_row2_body(const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
-                    const float *x, size_t t0, const krange *kr, size_t nt, float *y)
+                    size_t rs, const float *x, size_t t0, const krange *kr, size_t nt, float *y)
 {
     const size_t k = (size_t)w->d.k, n = (size_t)w->d.n;
-    const size_t base0 = (size_t)lr * k, base1 = base0 + k;
+    const size_t base0 = (size_t)lr * k, base1 = base0 + rs * k;
     const float *xt = x + (t0 / 8) * (k / 16) * 128;
     __m512 a0[8], a1[8];
 
@@ -417,7 +417,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static inline
             a1[t] = _mm512_fmadd_ps(w1, xv, a1[t]);
         }
     }
-    store2x8(a0, a1, y, t0, n, r, 1, kr->acc, nt);
+    store2x8(a0, a1, y, t0, n, r, rs, kr->acc, nt);
 }
 
 /* One token, four rows of one dense part, unpacked x (m == 1): four FMA
@@ -518,7 +518,7 @@ CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", dense_row_avx512,
               size_t nt, float *y),
              w, r, x, t0, kr)
 CPU_DISPATCH("avx512f,avx512bw,avx512vl,avx512dq", dense_row2,
-             (const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr,
+             (const cpu_kweight *w, const cpu_dense_part *p, int64_t r, int64_t lr, size_t rs,
               const float *x, size_t t0, const krange *kr, size_t nt, float *y),
-             w, p, r, lr, x, t0, kr)
+             w, p, r, lr, rs, x, t0, kr)
 #endif

@@ -522,9 +522,12 @@ static inline void row4_tok_i8(int path, const cpu_kweight *w, int64_t r, size_t
  * no reduction is ever split between threads); inside a tile, tokens go by
  * tiles of 8 whose activations, walked in stretches of k, stay in L1 while
  * every row of the tile passes over them, and the tile's weights stay in
- * L2 while the token tiles pass.  One token: GEMV_CHUNKS tiles of rows
- * per thread (16 on one thread), the activations of a whole row in L1 when
- * they fit. */
+ * L2 while the token tiles pass (and the next tile's come into L2 beside
+ * them: pf_next).  One token: GEMV_CHUNKS tiles of rows per thread (16 on
+ * one thread), the activations of a whole row in L1 when they fit.  Int8
+ * batches whose codes for a stretch fit in L1 (tokens_inner: up to 16
+ * tokens at k >= 1536) read the rows as four streams and run every token
+ * tile on a group of rows before the next group. */
 /* Row tiles per thread of a one-token product on more than one thread,
  * and fewer when tiles would hold less than GEMV_TILE_MIN bytes (each
  * tile restarts a stream; on 2 threads of a Xeon, W4A4 [512, 2048] read at
@@ -867,6 +870,16 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                                 nvfp4k_cpu_dense_row2_avx2(w, dp, (int64_t)(r + 2 * sp),
                                                            dl + (int64_t)(2 * sp), sp, x, 0,
                                                            &kr, m, y);
+                            } else if (m > 4 && packed) {
+                                /* 5-8 tokens: a weight converted once for
+                                 * all of them (the 4-row kernel by two
+                                 * token groups converted each twice: a
+                                 * third of its port work) */
+                                nvfp4k_cpu_dense_row2(w, dp, (int64_t)r, dl, sp, x, 0, &kr, m,
+                                                      y);
+                                nvfp4k_cpu_dense_row2(w, dp, (int64_t)(r + 2 * sp),
+                                                      dl + (int64_t)(2 * sp), sp, x, 0, &kr, m,
+                                                      y);
                             } else
                                 for (size_t t0 = 0; t0 < m; t0 += 4)
                                     nvfp4k_cpu_dense_spread_avx512(
@@ -1008,7 +1021,8 @@ static void tiles_range(void *arg, size_t tile0, size_t tile1, int slot)
                                 nvfp4k_cpu_dense_row2_avx2(w, p0, (int64_t)r, l0, 1, x, t0, &kr,
                                                            nt, y);
                             else
-                                nvfp4k_cpu_dense_row2(w, p0, (int64_t)r, l0, x, t0, &kr, nt, y);
+                                nvfp4k_cpu_dense_row2(w, p0, (int64_t)r, l0, 1, x, t0, &kr, nt,
+                                                      y);
                             pf_next_step(&pn, 2);
                             r += 2;
                         }

@@ -493,10 +493,11 @@ void nvfp4k_cpu_dense_row2_avx2(const cpu_kweight *w, const cpu_dense_part *p, i
 /* cpu-dense.c: the AVX-512 dense kernel, one row. */
 void nvfp4k_cpu_dense_row_avx512(const cpu_kweight *w, int64_t r, const float *x, size_t t0,
                                  const krange *kr, size_t nt, float *y);
-/* cpu-dense.c: rows r and r + 1 of dense part P (local row lr), packed x. */
+/* cpu-dense.c: rows r and r + rs of dense part P (local rows lr, lr + rs),
+ * packed x. */
 void nvfp4k_cpu_dense_row2(const cpu_kweight *w, const cpu_dense_part *p, int64_t r,
-                           int64_t lr, const float *x, size_t t0, const krange *kr, size_t nt,
-                           float *y);
+                           int64_t lr, size_t rs, const float *x, size_t t0, const krange *kr,
+                           size_t nt, float *y);
 /* cpu-dense.c: 1-4 tokens of a small batch, rows r + i * rs, i < 4, of part P. */
 void nvfp4k_cpu_dense_spread_avx512(const cpu_kweight *w, const cpu_dense_part *p, int64_t r,
                                     int64_t lr, size_t rs, const float *x, size_t t0,
