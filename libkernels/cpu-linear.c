@@ -558,11 +558,15 @@ static inline int gemv_spread(int path, const cpu_kweight *w)
 /* the int8 stretch in chunks (plan_tiles) */
 #define I8_STRETCH 6
 
+/* Whether an int8 batch of M tokens takes the four-stream path with its
+ * token tiles inner: at most two token tiles (3 and 4 at k = 576, whose
+ * codes also fit, ran 3-8 % slower than in the GEMM loop) whose codes for
+ * a stretch fit in TOKENS_INNER_BYTES. */
 static inline int tokens_inner(int path, const cpu_kweight *w, size_t m)
 {
     const size_t units = chunks_of(w->d.k);
 
-    return i8_path(path) &&
+    return i8_path(path) && m <= 2 * TOK_TILE &&
            m * (units < I8_STRETCH ? units : I8_STRETCH) * CPU_CHUNK_BLOCKS * NVFP4_BLOCK <=
                TOKENS_INNER_BYTES;
 }
