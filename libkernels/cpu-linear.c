@@ -767,10 +767,12 @@ typedef struct {
 
 static size_t pf_tile_bytes(const tiles_job *j)
 {
-    const size_t k = (size_t)j->w->d.k;
+    const cpu_kweight *w = j->w;
+    const size_t k = (size_t)w->d.k;
 
-    /* as plan_tiles sizes them */
-    return j->rt * (j->w->d.scheme == NVFP4_SCHEME_NONE ? 2 * k : k / 2 + k / NVFP4_BLOCK);
+    if (w->d.scheme != NVFP4_SCHEME_NONE)
+        return j->rt * (k / 2 + k / NVFP4_BLOCK);
+    return j->rt * k * (w->dense[0].dtype == NVFP4_DTYPE_F32 ? 4 : 2);
 }
 
 /* CALLS: the row-calls of this tile (passes x stretches x rows); each
