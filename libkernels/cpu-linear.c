@@ -506,12 +506,13 @@ static inline void row4_tok_i8(int path, const cpu_kweight *w, int64_t r, size_t
                                size_t nt, float *y)
 {
     if (nt == 1) {
-        const size_t cb = t0 * nch * CPU_CHUNK_BLOCKS;
+        /* token t0's codes, factors and offsets, as the kernels index them
+         * (chunk tc = t0 * nch + ch) */
         act_q8 a1 = *a;
 
-        a1.q += cb * NVFP4_BLOCK;
-        a1.xs += cb;
-        a1.corr += cb;
+        a1.q += t0 * nch * CPU_CHUNK;
+        a1.xs += t0 * nch * CPU_CHUNK_BLOCKS;
+        a1.corr += t0 * nch * CPU_CHUNK_BLOCKS;
         gemv4_i8(path, w, r, rs, &a1, nch, kr, y + t0 * (size_t)w->d.n);
     } else
         row4_i8(path, w, r, rs, a, nch, t0, kr, nt, y);
