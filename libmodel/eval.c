@@ -8,11 +8,13 @@
 #include <string.h>
 
 #include "internal.h"
+#include "lse.h"
 
 /* The log-probability of each scored row's target: row[target] - max -
- * log(sum(exp(row - max))), the sum in double in element order.  Rows are
- * independent, so threads take contiguous shares and the caller adds the
- * results in row order: the same bits at any thread count. */
+ * log(sum(exp(row - max))), the sum in double (lse.h: eight partial sums
+ * in a fixed order, the same bits on every CPU).  Rows are independent,
+ * so threads take contiguous shares and the caller adds the results in
+ * row order: the same bits at any thread count. */
 typedef struct {
     const float *logits; /* the first scored row */
     const int32_t *targets;
@@ -26,13 +28,8 @@ static void *score_rows(void *arg)
 
     for (size_t i = j->r0; i < j->r1; i++) {
         const float *row = j->logits + i * j->V;
-        double mx = row[0], s = 0;
-        for (size_t k = 1; k < j->V; k++)
-            if (row[k] > mx)
-                mx = row[k];
-        for (size_t k = 0; k < j->V; k++)
-            s += exp((double)row[k] - mx);
-        j->lp[i] = (double)row[j->targets[i]] - mx - log(s);
+        const double mx = lse_max(row, j->V);
+        j->lp[i] = (double)row[j->targets[i]] - mx - log(lse_sum(row, j->V, mx));
     }
     return NULL;
 }

@@ -16,6 +16,7 @@ libmodel_libnvfp4_model_la_SOURCES = \
 	%reldir%/kvcache.c \
 	%reldir%/mla.c \
 	%reldir%/eval.c \
+	%reldir%/lse.h \
 	%reldir%/validate.c \
 	%reldir%/tokenizer-internal.h \
 	%reldir%/tokenizer.c \

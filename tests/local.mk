@@ -110,6 +110,13 @@ tests_test_hostile_LDADD = $(CHECK_LIBS) $(JANSSON_LIBS)
 EXTRA_tests_test_hostile_DEPENDENCIES = tools/nvfp4$(EXEEXT)
 TESTS += tests/test-hostile
 
+check_PROGRAMS += tests/test-lse
+tests_test_lse_SOURCES = %reldir%/test-lse.c
+tests_test_lse_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/libmodel
+tests_test_lse_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_lse_LDADD = $(CHECK_LIBS) $(LIBM)
+TESTS += tests/test-lse
+
 check_PROGRAMS += tests/test-model
 tests_test_model_SOURCES = %reldir%/test-model.c %reldir%/testutil.h %reldir%/toolrun.h \
 	%reldir%/modelref.h
