@@ -1021,6 +1021,21 @@ static void attn_group_range(void *arg, size_t it0, size_t it1, int slot)
  * gathered value rows (with more the values stay in the pool) */
 #define ATTN_ROWS_SCRATCH ((size_t)1 << 20)
 
+/* A thread's transposed key tiles of positions f0 .. l1 - 1 of one
+ * sequence and KV head, and their value rows (L1 0: none yet) */
+typedef struct {
+    int32_t seq;
+    size_t kvh, f0, l1;
+} rows_cache;
+
+/* Floats of a thread's key tiles: every tile of a context of RSTRIDE
+ * positions where its value rows fit the scratch (then kept from block
+ * to block), else one. */
+static inline size_t attn_rows_kfloats(size_t rstride, size_t hd)
+{
+    return rstride * hd <= ATTN_ROWS_SCRATCH ? (rstride + 15) / 16 * 16 * hd : 16 * hd;
+}
+
 #ifdef CPU_HAVE_X86
 /* ---- prefill rows: keys transposed ---------------------------------------- */
 
@@ -1124,7 +1139,7 @@ qk_tile(const float *const *q, const float *kt, const size_t hd, const int NQ, _
  * attend_group would run them. */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 attend_rows_body(const attn_job *j, size_t b, size_t kvh, float *kt, float *vr, float *sc,
-                 const size_t hd)
+                 rows_cache *rc, const size_t hd)
 {
     const nvfp4_kv_pages *kv = j->kv;
     const size_t nh = j->nh, nkv = j->nkv, group = nh / nkv, kvw = nkv * hd, L = j->rstride;
@@ -1136,6 +1151,7 @@ attend_rows_body(const attn_job *j, size_t b, size_t kvh, float *kt, float *vr, 
     const __m512 scale = _mm512_set1_ps(j->scale);
     size_t f0 = SIZE_MAX, l1 = 0;
     page_walk wk;
+    int hit;
 
     for (size_t r = r0; r < r1; r++) {
         const size_t len = (size_t)kv->pos[r] + 1;
@@ -1143,12 +1159,17 @@ attend_rows_body(const attn_job *j, size_t b, size_t kvh, float *kt, float *vr, 
         f0 = first < f0 ? first : f0;
         l1 = len > l1 ? len : l1;
     }
+    /* what the scratch holds from this thread's previous block of the
+     * item range: the same sequence, KV head and first position, and at
+     * least these positions (the pools do not change during the call) */
+    hit = rc && rc->l1 && rc->seq == kv->seq[r0] && rc->kvh == kvh && rc->f0 == f0 &&
+          l1 <= rc->l1;
     if (vr) {
         /* the values of positions f0 .. l1 - 1 in a row (position p at
          * p, l1 <= rstride), read by every row of the block from L2 in
          * order */
         page_walk wv = page_walk_at(tab, kv->block, f0);
-        for (size_t p = f0; p < l1; p++)
+        for (size_t p = f0; p < l1 && !hit; p++)
             memcpy(vr + p * hd, (const float *)kv->v_pool + page_walk_next(&wv) * kvw + kvh * hd,
                    hd * sizeof(float));
         vpool = vr;
@@ -1159,7 +1180,13 @@ attend_rows_body(const attn_job *j, size_t b, size_t kvh, float *kt, float *vr, 
     }
     wk = page_walk_at(tab, kv->block, f0);
     for (size_t p0 = f0; p0 < l1; p0 += 16) {
-        kt_tile(kt, kv->k_pool, &wk, kvw, kvh * hd, l1 - p0 < 16 ? l1 - p0 : 16, hd);
+        /* with RC every tile of the range kept (tile i at 16 i hd): a tile
+         * made for a longer block holds keys past this block's rows, in
+         * lanes whose scores are not stored */
+        float *const ktp = rc ? kt + (p0 - f0) * hd : kt;
+
+        if (!hit)
+            kt_tile(ktp, kv->k_pool, &wk, kvw, kvh * hd, l1 - p0 < 16 ? l1 - p0 : 16, hd);
         for (size_t r = r0; r < r1; r++) {
             const size_t len = (size_t)kv->pos[r] + 1;
             const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
@@ -1176,19 +1203,21 @@ attend_rows_body(const attn_job *j, size_t b, size_t kvh, float *kt, float *vr, 
                 for (size_t n = 0; n < 4; n++)
                     qs[n] = j->q + (r * nh + kvh * group + g0 + (n < nq ? n : 0)) * hd;
                 if (nq == 4)
-                    qk_tile(qs, kt, hd, 4, sv);
+                    qk_tile(qs, ktp, hd, 4, sv);
                 else if (nq == 3)
-                    qk_tile(qs, kt, hd, 3, sv);
+                    qk_tile(qs, ktp, hd, 3, sv);
                 else if (nq == 2)
-                    qk_tile(qs, kt, hd, 2, sv);
+                    qk_tile(qs, ktp, hd, 2, sv);
                 else
-                    qk_tile(qs, kt, hd, 1, sv);
+                    qk_tile(qs, ktp, hd, 1, sv);
                 for (size_t n = 0; n < nq; n++)
                     _mm512_mask_storeu_ps(sc + ((r - r0) * group + g0 + n) * L + p0, mk,
                                           _mm512_mul_ps(sv[n], scale));
             }
         }
     }
+    if (rc && !hit)
+        *rc = (rows_cache){kv->seq[r0], kvh, f0, l1};
     for (size_t r = r0; r < r1; r++) {
         const size_t len = (size_t)kv->pos[r] + 1;
         const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
@@ -1236,14 +1265,14 @@ attend_rows_body(const attn_job *j, size_t b, size_t kvh, float *kt, float *vr, 
 /* attend_rows_body with the common head sizes' loops unrolled */
 __attribute__((target("avx512f"))) static void attend_rows(const attn_job *j, size_t b,
                                                           size_t kvh, float *kt, float *vr,
-                                                          float *sc)
+                                                          float *sc, rows_cache *rc)
 {
     if (j->hd == 64)
-        attend_rows_body(j, b, kvh, kt, vr, sc, 64);
+        attend_rows_body(j, b, kvh, kt, vr, sc, rc, 64);
     else if (j->hd == 128)
-        attend_rows_body(j, b, kvh, kt, vr, sc, 128);
+        attend_rows_body(j, b, kvh, kt, vr, sc, rc, 128);
     else
-        attend_rows_body(j, b, kvh, kt, vr, sc, j->hd);
+        attend_rows_body(j, b, kvh, kt, vr, sc, rc, j->hd);
 }
 
 /* Items of nvfp4k_cpu_attention_paged() when some sequence has ATTN_ROWS_MIN
@@ -1255,18 +1284,22 @@ static void attn_rows_range(void *arg, size_t it0, size_t it1, int slot)
 {
     const attn_job *j = arg;
     const size_t nkv = j->nkv, hd = j->hd, group = j->nh / nkv;
-    const size_t items = j->nblk * nkv;
-    float *kt = j->scores + (size_t)slot * j->per, *sc = kt + 16 * hd;
-    float *vr = j->rstride * hd <= ATTN_ROWS_SCRATCH ? sc : NULL;
+    const int keep = j->rstride * hd <= ATTN_ROWS_SCRATCH;
+    float *kt = j->scores + (size_t)slot * j->per, *sc = kt + attn_rows_kfloats(j->rstride, hd);
+    float *vr = keep ? sc : NULL;
+    rows_cache rc = {0, 0, 0, 0};
 
     if (vr)
         sc += j->rstride * hd;
 
     for (size_t rit = it0; rit < it1; rit++) {
-        const size_t it = items - 1 - rit, b = it / nkv, kvh = it % nkv;
+        /* KV head by KV head, each one's blocks from the last (the longest
+         * rows first, for the threads' balance): a thread's next block of
+         * a KV head needs a part of what its scratch holds */
+        const size_t kvh = rit / j->nblk, b = j->nblk - 1 - rit % j->nblk;
 
         if (j->blk[b + 1] - j->blk[b] >= ATTN_ROWS_MIN) {
-            attend_rows(j, b, kvh, kt, vr, sc);
+            attend_rows(j, b, kvh, kt, vr, sc, keep ? &rc : NULL);
             continue;
         }
         for (size_t i = j->blk[b]; i < j->blk[b + 1]; i++)
@@ -1353,10 +1386,10 @@ nvfp4_status nvfp4k_cpu_attention_paged(void *ctx, const float *q, const float *
                                "scratch of %zu positions of %zu is out of range", maxlen, hd);
     }
     if (blk) {
-        /* the key tile, the value rows (when they fit ATTN_ROWS_SCRATCH
+        /* the key tiles, the value rows (when they fit ATTN_ROWS_SCRATCH
          * floats) and ROWS x group score rows (no more than that) */
-        per = 16 * hd + (rstride * hd <= ATTN_ROWS_SCRATCH ? rstride * hd : 0) +
-              rows * (nh / nkv) * rstride;
+        per = attn_rows_kfloats(rstride, hd) +
+              (rstride * hd <= ATTN_ROWS_SCRATCH ? rstride * hd : 0) + rows * (nh / nkv) * rstride;
         bytes = per * (size_t)nth * sizeof(float);
     }
     scores = malloc(bytes);
