@@ -175,18 +175,15 @@ key_rows(const float **kr, const float *kpool, const float *vpool, const int32_t
  * 400).  From e^-64, times 1 / sum >= 2^-31, a weight stays normal. */
 #define ATTN_EXP_FLOOR (-64.0f)
 
-/* The rest of attend_group_body() once the scores of G query heads are in
- * SC (G rows of MAXLEN) and MXV holds their maxima in 16 lanes: the
- * softmax (weights below e^ATTN_EXP_FLOOR 0) and the weighted sum of the
- * values into O.  The prefill path (attend_rows_body) shares it. */
+/* Once the scores of G query heads are in SC (G rows of MAXLEN,
+ * positions FIRST .. LEN - 1) and MXV holds their maxima in 16 lanes: the
+ * softmax in place (weights below e^ATTN_EXP_FLOOR 0). */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
-attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t kvw, size_t off,
-            size_t first, size_t len, size_t hd, const float *sink, float *sc, size_t maxlen,
-            const attn_fp8 *f8, const int G, const __m512 *mxv)
+attend_softmax(size_t first, size_t len, const float *sink, float *sc, size_t maxlen,
+               const int G, const __m512 *mxv)
 {
     const __m512 floor = _mm512_set1_ps(ATTN_EXP_FLOOR);
     float mx[ATTN_GROUP];
-    page_walk wval;
 
     for (int g = 0; g < G; g++) {
         float *scg = sc + (size_t)g * maxlen;
@@ -219,7 +216,20 @@ attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t 
                                   _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, scg + p0), inv));
         }
     }
-    _Static_assert(ATTN_GROUP == 4, "attend_tail names four heads' accumulators");
+}
+
+/* The weighted sum of the values of positions P0 .. P1 - 1 into O (G
+ * heads' rows of HD) with the weights in SC: each output's sum in position
+ * order, from 0, or (ACC) from what O holds, a sum that stopped at P0 (the
+ * same operations as one pass over all the positions). */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+attend_pv(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t kvw, size_t off,
+          size_t p0s, size_t p1, size_t hd, const float *sc, size_t maxlen, const attn_fp8 *f8,
+          const int G, int acc)
+{
+    page_walk wval;
+
+    _Static_assert(ATTN_GROUP == 4, "attend_pv names four heads' accumulators");
     for (size_t d0 = 0; d0 < hd; d0 += 64) {
         const size_t nd = hd - d0 < 64 ? hd - d0 : 64;
         const __mmask16 m0 = lanes16(nd), m1 = lanes16(nd > 16 ? nd - 16 : 0),
@@ -240,9 +250,22 @@ attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t 
         OP(3, a30, a31, a32, a33);                                                                 \
     } while (0)
 
-        wval = page_walk_at(tab, bs, first);
-        for (size_t p0 = first; p0 < len; p0 += 16) {
-            const size_t c = len - p0 < 16 ? len - p0 : 16;
+#define PV_LOAD(G_, A0, A1, A2, A3)                                                                \
+    do {                                                                                           \
+        if ((G_) < G) {                                                                            \
+            const float *og = o + (size_t)(G_) * hd + d0;                                          \
+            A0 = _mm512_maskz_loadu_ps(m0, og);                                                    \
+            A1 = _mm512_maskz_loadu_ps(m1, og + 16);                                               \
+            A2 = _mm512_maskz_loadu_ps(m2, og + 32);                                               \
+            A3 = _mm512_maskz_loadu_ps(m3, og + 48);                                               \
+        }                                                                                          \
+    } while (0)
+        if (acc)
+            PV_HEADS(PV_LOAD);
+#undef PV_LOAD
+        wval = page_walk_at(tab, bs, p0s);
+        for (size_t p0 = p0s; p0 < p1; p0 += 16) {
+            const size_t c = p1 - p0 < 16 ? p1 - p0 : 16;
 
             if (f8)
                 fp8_rows(f8->wide, f8->vbuf, f8->v, tab, bs, kvw, off + d0, p0, p0 + c, nd,
@@ -286,6 +309,18 @@ attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t 
 #undef PV_STORE
     }
 #undef PV_HEADS
+}
+
+/* The rest of attend_group_body() once the scores of G query heads are in
+ * SC (G rows of MAXLEN) and MXV holds their maxima in 16 lanes: the
+ * softmax and the weighted sum of the values into O. */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t kvw, size_t off,
+            size_t first, size_t len, size_t hd, const float *sink, float *sc, size_t maxlen,
+            const attn_fp8 *f8, const int G, const __m512 *mxv)
+{
+    attend_softmax(first, len, sink, sc, maxlen, G, mxv);
+    attend_pv(o, vpool, tab, bs, kvw, off, first, len, hd, sc, maxlen, f8, G, 0);
 }
 
 /* Attention of G query heads of one KV head (AVX-512; every wide path,
@@ -1149,6 +1184,8 @@ attend_rows_body(const attn_job *j, size_t b, size_t kvh, float *kt, float *vr, 
     const int32_t *vtab = tab;
     size_t vbs = kv->block, vkvw = kvw, voff = kvh * hd;
     const __m512 scale = _mm512_set1_ps(j->scale);
+    /* positions a chunk of the weighted sums: 16 KB of values */
+    const size_t pvc = hd <= 256 ? 4096 / hd / 16 * 16 : 16;
     size_t f0 = SIZE_MAX, l1 = 0;
     page_walk wk;
     int hit;
@@ -1238,26 +1275,45 @@ attend_rows_body(const attn_job *j, size_t b, size_t kvh, float *kt, float *vr, 
                         mxv[g]);
                 }
             }
-            /* the tail with G a constant, as attend_group runs it (its
-             * accumulators stay in registers) */
-#define ROWS_TAIL(G_)                                                                          \
-    attend_tail(j->out + (r * nh + h) * hd, vpool, vtab, vbs, vkvw, voff, first, len, hd,     \
-                kv->sinks ? kv->sinks + h : NULL, scg, L, NULL, G_, mxv)
-            switch (G) {
-            case 1:
-                ROWS_TAIL(1);
-                break;
-            case 2:
-                ROWS_TAIL(2);
-                break;
-            case 3:
-                ROWS_TAIL(3);
-                break;
-            default:
-                ROWS_TAIL(4);
-                break;
+            attend_softmax(first, len, kv->sinks ? kv->sinks + h : NULL, scg, L, G, mxv);
+        }
+    }
+    /* the weighted sums a chunk of positions at a time, every row and
+     * head of the block over the chunk's values (in L1) before the next
+     * chunk; each sum in position order, carried in the output between
+     * chunks: the operations of attend_tail's one pass */
+    for (size_t c0 = f0; c0 < l1; c0 += pvc) {
+        for (size_t r = r0; r < r1; r++) {
+            const size_t len = (size_t)kv->pos[r] + 1;
+            const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+            const size_t a = first > c0 ? first : c0, e = len < c0 + pvc ? len : c0 + pvc;
+
+            if (a >= e)
+                continue;
+            for (size_t g0 = 0; g0 < group; g0 += ATTN_GROUP) {
+                const int G = (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP);
+                const size_t h = kvh * group + g0;
+                /* G a constant, as attend_group runs it (the accumulators
+                 * stay in registers) */
+#define ROWS_PV(G_)                                                                            \
+    attend_pv(j->out + (r * nh + h) * hd, vpool, vtab, vbs, vkvw, voff, a, e, hd,             \
+              sc + ((r - r0) * group + g0) * L, L, NULL, G_, a > first)
+                switch (G) {
+                case 1:
+                    ROWS_PV(1);
+                    break;
+                case 2:
+                    ROWS_PV(2);
+                    break;
+                case 3:
+                    ROWS_PV(3);
+                    break;
+                default:
+                    ROWS_PV(4);
+                    break;
+                }
+#undef ROWS_PV
             }
-#undef ROWS_TAIL
         }
     }
 }
