@@ -325,8 +325,9 @@ attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t 
 
 /* Attention of G query heads of one KV head (AVX-512; every wide path,
  * float32 and FP8 pools, grouped or not, runs it, so their bits agree):
- * the scores of 16 positions at a time, each a dot product of two
- * accumulators over the head dimension whose lanes sum16x16() adds, times
+ * the scores of 16 positions at a time, each a dot product in one
+ * accumulator (lane j: dimensions j, j + 16, ... in order) whose lanes
+ * sum16x16() adds, times
  * SCALE; the max (SINK, G logits or NULL, joins it); e^(score - max) by
  * exp16() (0 below e^ATTN_EXP_FLOOR) summed in 16 lanes in position order
  * and then across them (a sink adds its own term last); the weights
@@ -360,24 +361,23 @@ attend_group_body(const float *q, float *o, const float *kpool, const float *vpo
 
 #pragma GCC unroll 16
             for (size_t l = 0; l < 16; l++) {
-                __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+                __m512 s0 = _mm512_setzero_ps();
                 size_t i = 0;
 
                 if (l >= c) {
                     u[l] = s0;
                     continue;
                 }
-                for (; i + 32 <= hd; i += 32) {
+                /* lane j: dimensions j, j + 16, j + 32, ... in order (the
+                 * 16 positions' chains run side by side) */
+                for (; i + 16 <= hd; i += 16)
                     s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i), _mm512_loadu_ps(kr[l] + i), s0);
-                    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i + 16),
-                                         _mm512_loadu_ps(kr[l] + i + 16), s1);
-                }
-                for (; i < hd; i += 16) {
+                if (i < hd) {
                     const __mmask16 mi = lanes16(hd - i);
                     s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mi, qi + i),
                                          _mm512_maskz_loadu_ps(mi, kr[l] + i), s0);
                 }
-                u[l] = _mm512_add_ps(s0, s1);
+                u[l] = s0;
             }
             s = _mm512_mul_ps(sum16x16(u), _mm512_set1_ps(scale));
             _mm512_mask_storeu_ps(sc + (size_t)g * maxlen + p0, mk, s);
@@ -1080,8 +1080,8 @@ static inline size_t attn_rows_kfloats(size_t rstride, size_t hd)
  * lanes: the 31 shuffles of each sum16x16 (a quarter of the scores'
  * vector operations) go, and the transposition (64 shuffles for 16
  * positions and 16 dimensions) is shared by every row and query head of
- * the block.  Head sizes that are multiples of 32 (attend_group_body's
- * two accumulators with no masked tail). */
+ * the block.  Head sizes that are multiples of 16 (attend_group_body's
+ * accumulator with no masked tail). */
 #define ATTN_ROWS 16    /* rows a block (an item, with one KV head) */
 #define ATTN_ROWS_MIN 4 /* fewer rows of a sequence in the call: attend_group */
 
@@ -1111,8 +1111,8 @@ __attribute__((target("avx512f"))) static void kt_tile(float *kt, const float *k
 /* The 16 scores (before SCALE) of NQ <= 4 queries Q[n] against a
  * transposed tile into OUT[n], each key row of the tile loaded once for
  * them: lane l is attend_group_body's sum for position l, term for term.
- * There the two accumulators' lane j (dimensions j, j + 32, ... and j +
- * 16, j + 48, ...) are added into u_j, and sum16x16 adds the 16 lanes as
+ * There the accumulator's lane j sums dimensions j, j + 16, j + 32, ...
+ * in that order into u_j, and sum16x16 adds the 16 lanes as
  * (((u0+u8)+(u4+u12)) + ((u2+u10)+(u6+u14))) + (the same over u1, u9,
  * u5, u13, u3, u11, u7, u15); here u_j is a register of 16 positions,
  * made in that order and added as soon as its partner is there. */
@@ -1125,23 +1125,20 @@ qk_tile(const float *const *q, const float *kt, const size_t hd, const int NQ, _
 #pragma GCC unroll 16
     for (int t = 0; t < 16; t++) {
         const size_t jj = (size_t)ord[t];
-        __m512 s0[4], s1[4];
+        __m512 s0[4];
 
 #pragma GCC unroll 4
         for (int n = 0; n < NQ; n++)
-            s0[n] = s1[n] = _mm512_setzero_ps();
-        for (size_t i = 0; i + 32 <= hd; i += 32) {
-            const __m512 k0 = _mm512_loadu_ps(kt + (i + jj) * 16),
-                         k1 = _mm512_loadu_ps(kt + (i + 16 + jj) * 16);
+            s0[n] = _mm512_setzero_ps();
+        for (size_t i = 0; i < hd; i += 16) {
+            const __m512 k0 = _mm512_loadu_ps(kt + (i + jj) * 16);
 #pragma GCC unroll 4
-            for (int n = 0; n < NQ; n++) {
+            for (int n = 0; n < NQ; n++)
                 s0[n] = _mm512_fmadd_ps(_mm512_set1_ps(q[n][i + jj]), k0, s0[n]);
-                s1[n] = _mm512_fmadd_ps(_mm512_set1_ps(q[n][i + 16 + jj]), k1, s1[n]);
-            }
         }
 #pragma GCC unroll 4
         for (int n = 0; n < NQ; n++) {
-            const __m512 u = _mm512_add_ps(s0[n], s1[n]);
+            const __m512 u = s0[n];
             __m512 v;
 
             if (t % 2 == 0) {
@@ -1408,7 +1405,7 @@ nvfp4_status nvfp4k_cpu_attention_paged(void *ctx, const float *q, const float *
     size_t *blk = NULL, nblk = 0, rstride = 0, rows = 0;
 
 #ifdef CPU_HAVE_X86
-    if (wide > 1 && !fp8 && hd % 32 == 0 && m >= ATTN_ROWS_MIN) {
+    if (wide > 1 && !fp8 && hd % 16 == 0 && m >= ATTN_ROWS_MIN) {
         int found = 0;
 
         for (size_t i = 0; i < m; i++)

@@ -2194,7 +2194,7 @@ static void attention_paged_fp8_case(const char *isa, int hd)
  * positions (blocks of 16, 16 and 5) and a second sequence's 3 rows (fewer
  * than a block's minimum: row by row) through scrambled block tables, 6
  * query heads of 2 KV heads (groups of 4: 4 and 2 per pass), head size HD
- * (the callers: 64, 96, 128; 20 for AVX2's masked tails), with and without a sliding window (the rows of a block
+ * (the callers: 64, 80, 96, 128; 20 for AVX2's masked tails), with and without a sliding window (the rows of a block
  * start at different positions) and sinks, at 1 and 2 threads;
  * every row also against float64.  Bound as attention_check's, scaled by
  * HD^1.5, and by QS, the queries' scale: at 400 the scores spread over
@@ -2291,6 +2291,7 @@ START_TEST(test_attention_rows)
     for (int i = 0; i < 2; i++) {
         const char *isa = i ? "avx2" : "vnni";
         attention_rows_case(isa, 64, 1);
+        attention_rows_case(isa, 80, 1);
         attention_rows_case(isa, 96, 1);
         attention_rows_case(isa, 128, 1);
         attention_rows_case(isa, 64, 400);
