@@ -221,13 +221,14 @@ attend_softmax(size_t first, size_t len, const float *sink, float *sc, size_t ma
 /* The weighted sum of the values of positions P0 .. P1 - 1 into O (G
  * heads' rows of HD) with the weights in SC: each output's sum in position
  * order, from 0, or (ACC) from what O holds, a sum that stopped at P0 (the
- * same operations as one pass over all the positions). */
+ * same operations as one pass over all the positions).  TAB NULL: position
+ * p's row at VPOOL + p KVW (a prefill block's gathered values). */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 attend_pv(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t kvw, size_t off,
           size_t p0s, size_t p1, size_t hd, const float *sc, size_t maxlen, const attn_fp8 *f8,
           const int G, int acc)
 {
-    page_walk wval;
+    page_walk wval = {0};
 
     _Static_assert(ATTN_GROUP == 4, "attend_pv names four heads' accumulators");
     for (size_t d0 = 0; d0 < hd; d0 += 64) {
@@ -263,7 +264,8 @@ attend_pv(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t kv
         if (acc)
             PV_HEADS(PV_LOAD);
 #undef PV_LOAD
-        wval = page_walk_at(tab, bs, p0s);
+        if (tab)
+            wval = page_walk_at(tab, bs, p0s);
         for (size_t p0 = p0s; p0 < p1; p0 += 16) {
             const size_t c = p1 - p0 < 16 ? p1 - p0 : 16;
 
@@ -272,7 +274,9 @@ attend_pv(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t kv
                          f8->vs);
             for (size_t l = 0; l < c; l++) {
                 const float *vp =
-                    f8 ? f8->vbuf + l * nd : vpool + page_walk_next(&wval) * kvw + off + d0;
+                    f8    ? f8->vbuf + l * nd
+                    : tab ? vpool + page_walk_next(&wval) * kvw + off + d0
+                          : vpool + (p0 + l) * kvw + off + d0;
                 const __m512 v0 = _mm512_maskz_loadu_ps(m0, vp);
                 const __m512 v1 = nd > 16 ? _mm512_maskz_loadu_ps(m1, vp + 16) : v0;
                 const __m512 v2 = nd > 32 ? _mm512_maskz_loadu_ps(m2, vp + 32) : v0;
@@ -1176,7 +1180,7 @@ attend_rows_body(const attn_job *j, size_t b, size_t kvh, float *kt, float *vr, 
     const nvfp4_kv_pages *kv = j->kv;
     const size_t nh = j->nh, nkv = j->nkv, group = nh / nkv, kvw = nkv * hd, L = j->rstride;
     const size_t r0 = j->blk[b], r1 = j->blk[b + 1];
-    const int32_t *tab = kv->tables + (size_t)kv->seq[r0] * kv->max_blocks, zero = 0;
+    const int32_t *tab = kv->tables + (size_t)kv->seq[r0] * kv->max_blocks;
     const float *vpool = kv->v_pool;
     const int32_t *vtab = tab;
     size_t vbs = kv->block, vkvw = kvw, voff = kvh * hd;
@@ -1207,8 +1211,7 @@ attend_rows_body(const attn_job *j, size_t b, size_t kvh, float *kt, float *vr, 
             memcpy(vr + p * hd, (const float *)kv->v_pool + page_walk_next(&wv) * kvw + kvh * hd,
                    hd * sizeof(float));
         vpool = vr;
-        vtab = &zero;
-        vbs = l1;
+        vtab = NULL;
         vkvw = hd;
         voff = 0;
     }
