@@ -1332,10 +1332,11 @@ __attribute__((target("avx512f"))) static void attend_rows(const attn_job *j, si
 }
 
 /* Items of nvfp4k_cpu_attention_paged() when some sequence has ATTN_ROWS_MIN
- * rows or more in the call (a prefill): (block of rows, KV head), the last
- * block first, as attn_group_range.  A block of fewer rows runs
- * attend_group row by row.  SLOT's scratch: a key tile, then the block's
- * score rows. */
+ * rows or more in the call (a prefill): (block of rows, KV head), KV head
+ * by KV head and each one's last block first.  A block of fewer rows runs
+ * attend_group row by row.  SLOT's scratch: the key tiles (one, where the
+ * value rows do not fit ATTN_ROWS_SCRATCH), the value rows, then the
+ * block's score rows. */
 static void attn_rows_range(void *arg, size_t it0, size_t it1, int slot)
 {
     const attn_job *j = arg;
