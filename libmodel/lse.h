@@ -73,8 +73,16 @@ static inline double lse_sum_scalar(const float *row, size_t n, double mx)
 {
     double s[LSE_LANES] = {0};
 
-    for (size_t k = 0; k < n; k++)
-        s[k % LSE_LANES] += lse_exp1((double)row[k] - mx);
+    for (size_t k = 0; k < n; k++) {
+        double e = lse_exp1((double)row[k] - mx);
+#ifdef __GNUC__
+        /* opaque: where the target has FMA a compiler may fuse exp's last
+         * product into this sum (one rounding where the lanes have two;
+         * GCC 12 does not here, -march=native included) */
+        __asm__("" : "+m"(e));
+#endif
+        s[k % LSE_LANES] += e;
+    }
     /* past the end: + exp(-inf) = +0, which leaves every sum as it is */
     return lse_fold(s);
 }
