@@ -687,6 +687,38 @@ static int write_tensor(nvfp4_safetensors_writer *w, const plan *p, const plan_t
     }
 }
 
+/* mkdir -p DIR: each missing directory on the way made in turn.  0, or -1
+ * with errno set and *FAILED the prefix that could not be made. */
+static int mkdir_parents(const char *dir, char *failed, size_t cap)
+{
+    size_t len = strlen(dir);
+
+    if (len >= cap) {
+        errno = ENAMETOOLONG;
+        snprintf(failed, cap, "%s", dir);
+        return -1;
+    }
+    memcpy(failed, dir, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        struct stat st;
+
+        if (failed[i] != '/' && failed[i] != '\0')
+            continue;
+        failed[i] = '\0';
+        if (mkdir(failed, 0777) && errno != EEXIST)
+            return -1;
+        /* something that exists but is not a directory: say so here, not
+         * at the first file written into it */
+        if (stat(failed, &st) == 0 && !S_ISDIR(st.st_mode)) {
+            errno = ENOTDIR;
+            return -1;
+        }
+        if (i < len)
+            failed[i] = '/';
+    }
+    return 0;
+}
+
 static int parse_size(const char *s, uint64_t *out)
 {
     char *end;
@@ -724,7 +756,8 @@ static void help(FILE *out)
             "  --like CONFIG      take the architecture from a Hugging Face config.json\n"
             "                     (Llama, Mistral, Qwen2, Qwen3, Gemma 3, Mixtral,\n"
             "                     Qwen2-MoE, Qwen3-MoE, gpt-oss, DeepSeek-V2, DeepSeek-V3)\n"
-            "  -o, --out DIR      output directory (created; files in it are replaced)\n"
+            "  -o, --out DIR      output directory (created with its parents where missing;\n"
+            "                     files in it are replaced)\n"
             "  --scheme S         w4a4 (default: NVFP4 weights and activations) or w4a16\n"
             "  --layers N         keep only the first N decoder layers (1 to 4096)\n"
             "  --seed S           random seed (default 0)\n"
@@ -846,8 +879,8 @@ static int run(int argc, char **argv)
         in += b;
         total += b;
     }
-    if (mkdir(outdir, 0777) && errno != EEXIST) {
-        rc = cli_fail("%s: cannot create directory: %s", outdir, strerror(errno));
+    if (mkdir_parents(outdir, path, sizeof(path))) {
+        rc = cli_fail("%s: cannot create directory %s: %s", outdir, path, strerror(errno));
         goto out;
     }
     snprintf(path, sizeof(path), "%s/config.json", outdir);
