@@ -217,16 +217,19 @@ nvfp4_status nvfp4m_check_tokenizer(const nvfp4_tokenizer *tok, const char *path
 nvfp4_status nvfp4m_check_logits(const float *logits, size_t rows, size_t vocab,
                                  size_t pos0, nvfp4_error *err)
 {
-    for (size_t r = 0; r < rows; r++)
-        for (size_t j = 0; j < vocab; j++) {
-            uint32_t v;
-            memcpy(&v, &logits[r * vocab + j], 4);
-            if ((v & 0x7F800000u) == 0x7F800000u)
-                return nvfp4_error_set(err, NVFP4_ERR_NONFINITE, NULL, NULL, -1,
-                                       "the logit of token %zu at position %zu is %s: the "
-                                       "forward pass overflowed float32 (check the "
-                                       "checkpoint's scales and weights)",
-                                       j, pos0 + r, (v & 0x7FFFFFu) ? "NaN" : "infinite");
-        }
-    return NVFP4_OK;
+    /* in stretches, as the checkpoint's tensors (an element at a time it
+     * was 1.6 % of a perplexity run) */
+    const uint64_t bad =
+        first_masked((const unsigned char *)logits, (uint64_t)rows * vocab, 4, 0x7F800000u);
+    uint32_t v;
+
+    if (bad == UINT64_MAX)
+        return NVFP4_OK;
+    memcpy(&v, &logits[bad], 4);
+    return nvfp4_error_set(err, NVFP4_ERR_NONFINITE, NULL, NULL, -1,
+                           "the logit of token %zu at position %zu is %s: the "
+                           "forward pass overflowed float32 (check the "
+                           "checkpoint's scales and weights)",
+                           (size_t)(bad % vocab), pos0 + (size_t)(bad / vocab),
+                           (v & 0x7FFFFFu) ? "NaN" : "infinite");
 }

@@ -780,6 +780,79 @@ START_TEST(test_nonfinite_far)
 }
 END_TEST
 
+/* Finite weights whose products overflow float32: row 77 of lm_head set to
+ * the largest finite bf16 (3.39e38; the checks at open pass it), so that
+ * token 77's logit is an infinity or NaN wherever the final hidden state is
+ * not zero; token 3's embedding set to zeros, so that at position 0 (token
+ * 3) every layer's input and output, and so every logit, is 0.  A call
+ * fails with NVFP4_ERR_NONFINITE naming token 77 and the first position
+ * past 0 whose logits were asked for (16 tokens: 16 x 320 logits, more than
+ * one stretch of the scan), and leaves the sequence as it was. */
+START_TEST(test_nonfinite_logits)
+{
+    static const char *const name = "lm_head.weight";
+    const char *dir = make_dir_of("llama", "nanlogit");
+    nvfp4_model_options o;
+    nvfp4_checkpoint *ck;
+    const nvfp4_tensor *t;
+    nvfp4_error err;
+    nvfp4_model *m;
+    int32_t tokens[16];
+    float *logits;
+    size_t nbytes, vocab;
+    uint8_t *b;
+
+    ck = nvfp4_checkpoint_open(dir, &err);
+    ck_assert_msg(ck != NULL, "%s", err.text);
+    ck_assert_int_eq(nvfp4_checkpoint_get(ck, name, &t, &err), NVFP4_OK);
+    ck_assert_int_eq(t->dtype, NVFP4_DTYPE_BF16);
+    ck_assert_int_eq(t->ndim, 2);
+    ck_assert_int_gt(t->shape[0], 77);
+    vocab = (size_t)t->shape[0];
+    nbytes = (size_t)t->nbytes;
+    b = malloc(nbytes);
+    memcpy(b, t->data, nbytes);
+    for (int64_t i = 0; i < t->shape[1]; i++) {
+        b[2 * (77 * (size_t)t->shape[1] + (size_t)i)] = 0x7F; /* bf16 0x7F7F */
+        b[2 * (77 * (size_t)t->shape[1] + (size_t)i) + 1] = 0x7F;
+    }
+    poke_tensor(dir, name, b, nbytes);
+    free(b);
+    ck_assert_int_eq(nvfp4_checkpoint_get(ck, "model.embed_tokens.weight", &t, &err), NVFP4_OK);
+    ck_assert_int_eq(t->dtype, NVFP4_DTYPE_BF16);
+    nbytes = (size_t)t->nbytes;
+    b = malloc(nbytes);
+    memcpy(b, t->data, nbytes);
+    memset(b + 2 * 3 * (size_t)t->shape[1], 0, 2 * (size_t)t->shape[1]);
+    nvfp4_checkpoint_free(ck);
+    poke_tensor(dir, "model.embed_tokens.weight", b, nbytes);
+    free(b);
+
+    nvfp4_model_options_init(&o);
+    o.backend = "cpu";
+    o.quiet = 1;
+    m = nvfp4_model_open(dir, &o, &err);
+    ck_assert_msg(m != NULL, "%s", err.text);
+    for (int i = 0; i < 16; i++)
+        tokens[i] = 3 + 7 * i;
+    logits = malloc(16 * vocab * sizeof(float));
+    ck_assert_int_eq(nvfp4_model_forward(m, tokens, 16, 0, logits, 0, &err),
+                     NVFP4_ERR_NONFINITE);
+    ck_assert_msg(strstr(err.text, "the logit of token 77 at position 1 is "), "%s", err.text);
+    /* the failed call kept no token: position 0 again, the last one's only */
+    ck_assert_int_eq(nvfp4_model_forward(m, tokens, 16, 0, logits, 1, &err),
+                     NVFP4_ERR_NONFINITE);
+    ck_assert_msg(strstr(err.text, "the logit of token 77 at position 15 is "), "%s", err.text);
+    /* no logits asked for: nothing to check, the tokens are kept */
+    ck_assert_int_eq(nvfp4_model_forward(m, tokens, 4, 0, NULL, 0, &err), NVFP4_OK);
+    ck_assert_int_eq(nvfp4_model_forward(m, tokens + 4, 2, 4, logits, 0, &err),
+                     NVFP4_ERR_NONFINITE);
+    ck_assert_msg(strstr(err.text, "the logit of token 77 at position 4 is "), "%s", err.text);
+    free(logits);
+    nvfp4_model_free(m);
+}
+END_TEST
+
 /* Bad KV-cache scales: missing, zero, negative, NaN, infinite, not a
  * scalar, and a kv_cache_quant_config that is not static fp8 per-tensor:
  * each refused naming the tensor or the key. */
@@ -1039,6 +1112,7 @@ int main(void)
     tcase_add_test(tc, test_kvfp8_matters);
     tcase_add_test(th, test_kvfp8_bad_scales);
     tcase_add_test(th, test_nonfinite_far);
+    tcase_add_test(th, test_nonfinite_logits);
     tcase_add_loop_test(tc, test_synth_like_quark, 0, (int)NOK_QUARK);
     tcase_add_loop_test(tc, test_synth_like_quark_arch, 0,
                         (int)(sizeof(synth_arch_models) / sizeof(synth_arch_models[0])));
