@@ -115,8 +115,45 @@ static inline int any_masked(const unsigned char *p, uint64_t i0, uint64_t i1, s
                              uint32_t mask)
 {
     unsigned any = 0;
+    uint64_t i = i0;
 
-    for (uint64_t i = i0; i < i1; i++)
+#if defined(__GNUC__)
+    /* 16 bytes at a time, twice an iteration, in GCC's generic vectors
+     * (SSE2, NEON; a wider vector type is split element by element where
+     * the target's vectors are 16 bytes): -O2 leaves the scalar loop below
+     * scalar */
+    if (esz == 4) {
+        typedef uint32_t v4u __attribute__((vector_size(16)));
+        typedef int32_t v4i __attribute__((vector_size(16)));
+        const v4u m = {mask, mask, mask, mask};
+        v4i acc = {0};
+
+        for (; i + 8 <= i1; i += 8) {
+            v4u x, y;
+            memcpy(&x, p + 4 * i, sizeof(x));
+            memcpy(&y, p + 4 * i + 16, sizeof(y));
+            acc |= ((x & m) == m) | ((y & m) == m);
+        }
+        for (int l = 0; l < 4; l++)
+            any |= acc[l] != 0;
+    } else if (esz == 2) {
+        typedef uint16_t v8u __attribute__((vector_size(16)));
+        typedef int16_t v8i __attribute__((vector_size(16)));
+        const uint16_t h = (uint16_t)mask;
+        const v8u m = {h, h, h, h, h, h, h, h};
+        v8i acc = {0};
+
+        for (; i + 16 <= i1; i += 16) {
+            v8u x, y;
+            memcpy(&x, p + 2 * i, sizeof(x));
+            memcpy(&y, p + 2 * i + 16, sizeof(y));
+            acc |= ((x & m) == m) | ((y & m) == m);
+        }
+        for (int l = 0; l < 8; l++)
+            any |= acc[l] != 0;
+    }
+#endif
+    for (; i < i1; i++)
         any |= (elem_at(p + esz * i, esz) & mask) == mask;
     return any != 0;
 }
