@@ -29,7 +29,7 @@
  *
  * Usage: bench/bench-kernels [-t THREADS,..] [-s SHAPE,..] [-m TOKENS,..]
  *                            [-b BATCH,..] [-r SECONDS] [-c] [-q] [-g]
- *                            [-P MIB] [-i ISA,..]
+ *                            [-P MIB] [-i ISA,..] [-A CTX,..]
  * defaults: -t 1,2  -s the decode shapes of SmolLM2, Llama-3.2-1B,
  * Llama-3-8B, Qwen3-30B-A3B's experts and a BF16 vocabulary head (GEMM on
  * the 8B ones and 576x576)  -m 16,64,128,512  -b 4,16,64 (-b 0: none)
@@ -38,6 +38,13 @@
  * stays in the cache where it fits, and the ooc probe on one buffer too:
  * the kernel's own speed (a kernel as fast in cache as out of it is
  * bound by its operations, not by memory).
+ * -A CTX,..: only decode attention (nvfp4_k_attention_paged, one row at
+ * position CTX - 1) at the shapes of SmolLM2 (9 query / 3 KV heads of 64),
+ * Llama-3.2-1B (32 / 8 of 64) and Llama-3-8B (32 / 8 of 128), float32 and
+ * FP8 pools of 16-position blocks: the pools' bytes read a call (keys and
+ * values of CTX positions) as GB/s, cycling through copies (layers) whose
+ * total exceeds the ooc size like the GEMVs, beside the ooc probe of the
+ * same bytes.
  * -q: GEMV only; -g: GEMM only; -P MIB: only the read probe, a sum over MIB
  * MiB (1024 for scripts/bench-llama.sh), best of 5 at each thread count, one
  * line "probe MIB MiB th=T GB/s" each.  -i ISA,..: only the W4A4 GEMM of
@@ -50,6 +57,7 @@
 #include "config.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -380,6 +388,130 @@ static void batch_line(nvfp4_backend *be, const shape *sh, nvfp4_kweight *const 
     fflush(stdout);
 }
 
+/* -A: decode attention over CTX positions, one row, out of cache (see the
+ * top).  Per shape, pool type and thread count: the best call time and the
+ * ooc probe's over the same bytes, interleaved as gemv_line does. */
+static int attn_only(const long *ctxs, size_t nctx, const long *threads, size_t nthreads,
+                     double budget)
+{
+    static const struct {
+        const char *name;
+        size_t nh, nkv, hd;
+    } shp[] = {{"smollm2", 9, 3, 64}, {"llama-1b", 32, 8, 64}, {"llama-8b", 32, 8, 128}};
+    const size_t bs = 16;
+    nvfp4_error err;
+    nvfp4_backend *be = nvfp4_backend_open("cpu", &err);
+
+    for (size_t ci = 0; ci < nctx; ci++)
+        if (ctxs[ci] < 1 || ctxs[ci] > (1L << 24)) {
+            fprintf(stderr, "bench-kernels: -A: a context of 1 to %ld positions, not %ld\n",
+                    1L << 24, ctxs[ci]);
+            return 2;
+        }
+    if (!be) {
+        fprintf(stderr, "%s\n", err.text);
+        return 1;
+    }
+    printf("# decode attention, one row: GB/s of the K and V pool bytes of CTX positions,\n"
+           "# cycling over copies whose total exceeds %zu MiB; ooc = the probe over as many\n"
+           "# bytes of as many copies; ratio = attention GB/s / ooc GB/s\n",
+           ooc_bytes() >> 20);
+    for (size_t ci = 0; ci < nctx; ci++)
+        for (size_t si = 0; si < sizeof(shp) / sizeof(shp[0]); si++)
+            for (int f8 = 0; f8 < 2; f8++) {
+                const size_t ctx = (size_t)ctxs[ci], nh = shp[si].nh, nkv = shp[si].nkv,
+                             hd = shp[si].hd, nb = (ctx + bs - 1) / bs, esz = f8 ? 1 : 4;
+                const size_t pool = nb * bs * nkv * hd * esz, bytes = 2 * ctx * nkv * hd * esz;
+                const size_t copies = (ooc_bytes() + 2 * pool - 1) / (2 * pool) < 2
+                                          ? 2
+                                          : (ooc_bytes() + 2 * pool - 1) / (2 * pool);
+                uint8_t *mem = big_alloc(copies * 2 * pool), *ooc = big_alloc(copies * bytes);
+                int32_t *tab = malloc(nb * sizeof(int32_t));
+                float *q = malloc(nh * hd * sizeof(float)), *kv1 = malloc(nkv * hd * sizeof(float));
+                float *out = malloc(nh * hd * sizeof(float));
+                const int32_t pos = (int32_t)ctx - 1, seq = 0;
+
+                if (!mem || !ooc || !tab || !q || !kv1 || !out) {
+                    fprintf(stderr, "bench-kernels: out of memory for -A %zu\n", ctx);
+                    return 1;
+                }
+                /* keys and values of small magnitude: scores within a few
+                 * units, so the softmax spreads its weight */
+                for (size_t i = 0; i < copies * 2 * pool; i += esz) {
+                    if (f8)
+                        mem[i] = (uint8_t)(0x20 + rnd() % 0x18) | (uint8_t)(rnd() & 0x80);
+                    else {
+                        float v = ((float)(rnd() % 2001) - 1000.0f) * 1e-3f;
+                        memcpy(mem + i, &v, 4);
+                    }
+                }
+                memset(ooc, 1, copies * bytes);
+                for (size_t i = 0; i < nb; i++)
+                    tab[i] = (int32_t)i;
+                for (size_t i = 0; i < nh * hd; i++)
+                    q[i] = ((float)(rnd() % 2001) - 1000.0f) * 1e-3f;
+                for (size_t i = 0; i < nkv * hd; i++)
+                    kv1[i] = 0.25f;
+                for (size_t ti = 0; ti < nthreads; ti++) {
+                    const int th = (int)threads[ti];
+                    double best[2] = {1e30, 1e30}, t0;
+                    size_t c = 0;
+                    int reps = 0;
+
+                    nvfp4_backend_set_threads(be, th);
+                    t0 = now();
+                    do {
+                        for (int s = 0; s < 2; s++)
+                            for (int pass = th > 1 ? 0 : 1; pass < 2; pass++) {
+                                const size_t cc = pass ? c : (c + copies / 2) % copies;
+                                double a = now();
+                                if (s == 0) {
+                                    nvfp4_kv_pages kv;
+                                    memset(&kv, 0, sizeof(kv));
+                                    kv.k_pool = mem + cc * 2 * pool;
+                                    kv.v_pool = mem + cc * 2 * pool + pool;
+                                    kv.nblocks = nb;
+                                    kv.block = bs;
+                                    kv.tables = tab;
+                                    kv.ntables = 1;
+                                    kv.max_blocks = nb;
+                                    kv.pos = &pos;
+                                    kv.seq = &seq;
+                                    kv.max_len = ctx;
+                                    kv.dtype = f8 ? NVFP4_KV_ELEM_FP8_E4M3 : NVFP4_KV_ELEM_F32;
+                                    kv.k_scale = kv.v_scale = 1.0f;
+                                    if (nvfp4_k_attention_paged(be, q, kv1, kv1, &kv, 1, nh, nkv,
+                                                                hd, 1.0f / sqrtf((float)hd), out,
+                                                                &err) != NVFP4_OK) {
+                                        fprintf(stderr, "%s\n", err.text);
+                                        return 1;
+                                    }
+                                } else
+                                    probe(ooc + cc * bytes, bytes, th);
+                                a = now() - a;
+                                if (pass == 1 && a < best[s])
+                                    best[s] = a;
+                            }
+                        c = (c + 1) % copies;
+                        reps++;
+                    } while (now() - t0 < budget || reps < 3 || (size_t)reps < 2 * copies);
+                    printf("ctx %6zu %-8s %s th=%d attention %6.1f GB/s  probe ooc %6.1f GB/s  "
+                           "ratio %.2f  (%.1f us)\n",
+                           ctx, shp[si].name, f8 ? "fp8" : "f32", th, bytes / best[0] * 1e-9,
+                           bytes / best[1] * 1e-9, best[1] / best[0], best[0] * 1e6);
+                    fflush(stdout);
+                }
+                free(mem);
+                free(ooc);
+                free(tab);
+                free(q);
+                free(kv1);
+                free(out);
+            }
+    nvfp4_backend_free(be);
+    return 0;
+}
+
 static int probe_only(long mib, const long *threads, size_t nthreads)
 {
     const size_t bytes = (size_t)mib << 20;
@@ -516,7 +648,8 @@ static int isa_gemm(char *isas, const shape *shapes, size_t nshapes, const long 
 int main(int argc, char **argv)
 {
     long threads[8] = {1, 2}, toks[16] = {16, 64, 128, 512}, batches[16] = {4, 16, 64};
-    size_t nthreads = 2, ntoks = 4, nbatches = 3, nshapes;
+    long ctxs[16];
+    size_t nthreads = 2, ntoks = 4, nbatches = 3, nshapes, nctx = 0;
     /* SmolLM2-135M (q/o, k/v, fused gate/up, down, tied head as NVFP4),
      * Llama-3.2-1B (q/o, k/v, down, fused gate/up), Llama-3-8B (q/o, k/v,
      * fused gate/up, down, and its transpose), Qwen3-30B-A3B's experts
@@ -559,6 +692,8 @@ int main(int argc, char **argv)
             gemm_only = 1;
         else if (!strcmp(argv[i], "-i") && i + 1 < argc)
             isas = argv[++i];
+        else if (!strcmp(argv[i], "-A") && i + 1 < argc)
+            nctx = parse_list(argv[++i], ctxs, 16);
         else if (!strcmp(argv[i], "-P") && i + 1 < argc && atol(argv[i + 1]) > 0)
             probe_mib = atol(argv[++i]);
         else if (!strcmp(argv[i], "-s") && i + 1 < argc) {
@@ -577,12 +712,14 @@ int main(int argc, char **argv)
             }
         } else {
             fprintf(stderr, "usage: bench-kernels [-t T,..] [-s NxK[b|h],..] [-m M,..] [-b B,..] [-r SEC] "
-                            "[-c] [-q] [-g] [-P MIB] [-i ISA,..]\n");
+                            "[-c] [-q] [-g] [-P MIB] [-i ISA,..] [-A CTX,..]\n");
             return 2;
         }
     }
     if (probe_mib)
         return probe_only(probe_mib, threads, nthreads);
+    if (nctx)
+        return attn_only(ctxs, nctx, threads, nthreads, budget);
     if (isas)
         return isa_gemm(isas, shapes, nshapes, threads, nthreads, toks, ntoks, budget);
     be = nvfp4_backend_open("cpu", &err);

@@ -13,4 +13,4 @@ bench_bench_kernels_SOURCES = %reldir%/bench-kernels.c
 bench_bench_kernels_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(OPENMP_CFLAGS)
 bench_bench_kernels_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS)
 bench_bench_kernels_LDADD = libkernels/libnvfp4-kernels.la libquant/libnvfp4-quant.la \
-	libformat/libnvfp4-format.la $(DL_LIBS)
+	libformat/libnvfp4-format.la $(LIBM) $(DL_LIBS)
