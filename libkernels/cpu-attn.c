@@ -142,8 +142,18 @@ static void fp8_rows(int wide, float *out, const uint8_t *pool, const int32_t *t
 
 /* The key rows of positions P0 .. P0+C-1 (of LEN) for a group's scores
  * into KR, through the walk WK (F8: dequantized into f8->kbuf first); with
- * PF, the key and value rows ATTN_PREFETCH positions on asked for through
- * the walk WP.  Shared by the AVX-512 and AVX2 paths. */
+ * PF, the key rows ATTN_PREFETCH positions on asked for through the walk
+ * WP, and for FP8 pools the value rows too.  Shared by the AVX-512 and
+ * AVX2 paths.  Float32 value rows are asked for in attend_pv, as many
+ * positions ahead of their weighted sum: asked for here, during the
+ * scores, they held line fill buffers long before their use and, beyond
+ * about 2 MB of a head's keys and values, left the L2 before it
+ * (`bench-kernels -A 512,4096`, float32 pools, session 37: the Llama-3.2-1B
+ * shape at 4096 positions 2.84 -> 2.45 ms at 1 thread, 1.43 -> 1.30 at 2;
+ * Llama-3-8B 5.91 -> 5.30 / 3.04 -> 2.76; SmolLM2 0.80 -> 0.73 / 0.53 ->
+ * 0.48; at 512 positions SmolLM2 the same, the others 7-13 % faster; the
+ * AVX2 path on the same Xeon at 4096 positions 1.06 -> 0.78, 5.24 ->
+ * 3.77, 11.2 -> 8.3 ms). */
 static inline __attribute__((always_inline)) void
 key_rows(const float **kr, const float *kpool, const float *vpool, const int32_t *tab, size_t bs,
          size_t kvw, size_t off, size_t p0, size_t c, size_t len, size_t hd, int pf,
@@ -160,7 +170,8 @@ key_rows(const float **kr, const float *kpool, const float *vpool, const int32_t
             const char *vn = f8 ? (const char *)(f8->v + rn) : (const char *)(vpool + rn);
             for (size_t b = 0; b < hd * esz; b += 64) {
                 _mm_prefetch(kn + b, _MM_HINT_T0);
-                _mm_prefetch(vn + b, _MM_HINT_T1);
+                if (f8)
+                    _mm_prefetch(vn + b, _MM_HINT_T1);
             }
         }
     }
@@ -222,13 +233,15 @@ attend_softmax(size_t first, size_t len, const float *sink, float *sc, size_t ma
  * heads' rows of HD) with the weights in SC: each output's sum in position
  * order, from 0, or (ACC) from what O holds, a sum that stopped at P0 (the
  * same operations as one pass over all the positions).  TAB NULL: position
- * p's row at VPOOL + p KVW (a prefill block's gathered values). */
+ * p's row at VPOOL + p KVW (a prefill block's gathered values).  PF: rows
+ * read from a float32 pool through TAB prefetched ATTN_PREFETCH positions
+ * ahead (see key_rows). */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 attend_pv(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t kvw, size_t off,
           size_t p0s, size_t p1, size_t hd, const float *sc, size_t maxlen, const attn_fp8 *f8,
-          const int G, int acc)
+          const int G, int acc, int pf)
 {
-    page_walk wval = {0};
+    page_walk wval = {0}, wpf = {0};
 
     _Static_assert(ATTN_GROUP == 4, "attend_pv names four heads' accumulators");
     for (size_t d0 = 0; d0 < hd; d0 += 64) {
@@ -266,6 +279,9 @@ attend_pv(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t kv
 #undef PV_LOAD
         if (tab)
             wval = page_walk_at(tab, bs, p0s);
+        pf = pf && tab && !f8;
+        if (pf)
+            wpf = page_walk_at(tab, bs, p0s + ATTN_PREFETCH);
         for (size_t p0 = p0s; p0 < p1; p0 += 16) {
             const size_t c = p1 - p0 < 16 ? p1 - p0 : 16;
 
@@ -273,6 +289,11 @@ attend_pv(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t kv
                 fp8_rows(f8->wide, f8->vbuf, f8->v, tab, bs, kvw, off + d0, p0, p0 + c, nd,
                          f8->vs);
             for (size_t l = 0; l < c; l++) {
+                if (pf && p0 + l + ATTN_PREFETCH < p1) {
+                    const char *vn = (const char *)(vpool + page_walk_next(&wpf) * kvw + off + d0);
+                    for (size_t b = 0; b < nd * sizeof(float); b += 64)
+                        _mm_prefetch(vn + b, _MM_HINT_T0);
+                }
                 const float *vp =
                     f8    ? f8->vbuf + l * nd
                     : tab ? vpool + page_walk_next(&wval) * kvw + off + d0
@@ -321,10 +342,10 @@ attend_pv(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t kv
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t kvw, size_t off,
             size_t first, size_t len, size_t hd, const float *sink, float *sc, size_t maxlen,
-            const attn_fp8 *f8, const int G, const __m512 *mxv)
+            const attn_fp8 *f8, const int G, const __m512 *mxv, int pf)
 {
     attend_softmax(first, len, sink, sc, maxlen, G, mxv);
-    attend_pv(o, vpool, tab, bs, kvw, off, first, len, hd, sc, maxlen, f8, G, 0);
+    attend_pv(o, vpool, tab, bs, kvw, off, first, len, hd, sc, maxlen, f8, G, 0, pf);
 }
 
 /* Attention of G query heads of one KV head (AVX-512; every wide path,
@@ -389,7 +410,7 @@ attend_group_body(const float *q, float *o, const float *kpool, const float *vpo
             mxv[g] = _mm512_mask_max_ps(mxv[g], mk, s, mxv[g]);
         }
     }
-    attend_tail(o, vpool, tab, bs, kvw, off, first, len, hd, sink, sc, maxlen, f8, G, mxv);
+    attend_tail(o, vpool, tab, bs, kvw, off, first, len, hd, sink, sc, maxlen, f8, G, mxv, pf);
 }
 
 __attribute__((target("avx512f"))) static void
@@ -501,7 +522,7 @@ attend_group8_body(const float *q, float *o, const float *kpool, const float *vp
     const __m256i mhd = lanes8(hd % 8);
     __m256 mxv[ATTN_GROUP];
     page_walk wk = page_walk_at(tab, bs, first),
-              wp = page_walk_at(tab, bs, first + ATTN_PREFETCH), wval;
+              wp = page_walk_at(tab, bs, first + ATTN_PREFETCH), wval, wpf;
 
     for (int g = 0; g < G; g++)
         mxv[g] = ninf;
@@ -589,6 +610,9 @@ attend_group8_body(const float *q, float *o, const float *kpool, const float *vp
             for (int v = 0; v < NV; v++)
                 a[g][v] = _mm256_setzero_ps();
         wval = page_walk_at(tab, bs, first);
+        /* float32 value rows asked for ATTN_PREFETCH positions ahead, as
+         * attend_pv does */
+        wpf = page_walk_at(tab, bs, first + ATTN_PREFETCH);
         for (size_t p0 = first; p0 < len; p0 += 8) {
             const size_t c = len - p0 < 8 ? len - p0 : 8;
 
@@ -596,6 +620,11 @@ attend_group8_body(const float *q, float *o, const float *kpool, const float *vp
                 fp8_rows(f8->wide, f8->vbuf, f8->v, tab, bs, kvw, off + d0, p0, p0 + c, nd,
                          f8->vs);
             for (size_t l = 0; l < c; l++) {
+                if (pf && !f8 && p0 + l + ATTN_PREFETCH < len) {
+                    const char *vn = (const char *)(vpool + page_walk_next(&wpf) * kvw + off + d0);
+                    for (size_t b = 0; b < nd * sizeof(float); b += 64)
+                        _mm_prefetch(vn + b, _MM_HINT_T0);
+                }
                 const float *vp =
                     f8 ? f8->vbuf + l * nd : vpool + page_walk_next(&wval) * kvw + off + d0;
                 __m256 wv[ATTN_GROUP];
@@ -1297,7 +1326,7 @@ attend_rows_body(const attn_job *j, size_t b, size_t kvh, float *kt, float *vr, 
                  * stay in registers) */
 #define ROWS_PV(G_)                                                                            \
     attend_pv(j->out + (r * nh + h) * hd, vpool, vtab, vbs, vkvw, voff, a, e, hd,             \
-              sc + ((r - r0) * group + g0) * L, L, NULL, G_, a > first)
+              sc + ((r - r0) * group + g0) * L, L, NULL, G_, a > first, 0)
                 switch (G) {
                 case 1:
                     ROWS_PV(1);
