@@ -348,6 +348,46 @@ attend_tail(float *o, const float *vpool, const int32_t *tab, size_t bs, size_t 
     attend_pv(o, vpool, tab, bs, kvw, off, first, len, hd, sc, maxlen, f8, G, 0, pf);
 }
 
+/* The scores of G query heads Q (rows of HD) against the C <= 16 key rows
+ * KR (lanes under MK) into SC (G rows of MAXLEN from the first position's
+ * place), and their maxima into MXV: each a dot product in one
+ * accumulator (lane j: dimensions j, j + 16, ... in order) whose lanes
+ * sum16x16() adds, times SCALE (attend_group_body, attend_heads_body). */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+scores16(const float *q, const float *const *kr, size_t c, __mmask16 mk, size_t hd, float scale,
+         float *sc, size_t maxlen, const int G, __m512 *mxv)
+{
+    for (int g = 0; g < G; g++) {
+        const float *qi = q + (size_t)g * hd;
+        __m512 u[16], s;
+
+#pragma GCC unroll 16
+        for (size_t l = 0; l < 16; l++) {
+            __m512 s0 = _mm512_setzero_ps();
+            size_t i = 0;
+
+            if (l >= c) {
+                u[l] = s0;
+                continue;
+            }
+            /* lane j: dimensions j, j + 16, j + 32, ... in order (the
+             * 16 positions' chains run side by side) */
+            for (; i + 16 <= hd; i += 16)
+                s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i), _mm512_loadu_ps(kr[l] + i), s0);
+            if (i < hd) {
+                const __mmask16 mi = lanes16(hd - i);
+                s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mi, qi + i),
+                                     _mm512_maskz_loadu_ps(mi, kr[l] + i), s0);
+            }
+            u[l] = s0;
+        }
+        s = _mm512_mul_ps(sum16x16(u), _mm512_set1_ps(scale));
+        _mm512_mask_storeu_ps(sc + (size_t)g * maxlen, mk, s);
+        /* a NaN score (first operand) leaves the max as it was */
+        mxv[g] = _mm512_mask_max_ps(mxv[g], mk, s, mxv[g]);
+    }
+}
+
 /* Attention of G query heads of one KV head (AVX-512; every wide path,
  * float32 and FP8 pools, grouped or not, runs it, so their bits agree):
  * the scores of 16 positions at a time, each a dot product in one
@@ -380,35 +420,7 @@ attend_group_body(const float *q, float *o, const float *kpool, const float *vpo
         const float *kr[16];
 
         key_rows(kr, kpool, vpool, tab, bs, kvw, off, p0, c, len, hd, pf, f8, &wk, &wp);
-        for (int g = 0; g < G; g++) {
-            const float *qi = q + (size_t)g * hd;
-            __m512 u[16], s;
-
-#pragma GCC unroll 16
-            for (size_t l = 0; l < 16; l++) {
-                __m512 s0 = _mm512_setzero_ps();
-                size_t i = 0;
-
-                if (l >= c) {
-                    u[l] = s0;
-                    continue;
-                }
-                /* lane j: dimensions j, j + 16, j + 32, ... in order (the
-                 * 16 positions' chains run side by side) */
-                for (; i + 16 <= hd; i += 16)
-                    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qi + i), _mm512_loadu_ps(kr[l] + i), s0);
-                if (i < hd) {
-                    const __mmask16 mi = lanes16(hd - i);
-                    s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mi, qi + i),
-                                         _mm512_maskz_loadu_ps(mi, kr[l] + i), s0);
-                }
-                u[l] = s0;
-            }
-            s = _mm512_mul_ps(sum16x16(u), _mm512_set1_ps(scale));
-            _mm512_mask_storeu_ps(sc + (size_t)g * maxlen + p0, mk, s);
-            /* a NaN score (first operand) leaves the max as it was */
-            mxv[g] = _mm512_mask_max_ps(mxv[g], mk, s, mxv[g]);
-        }
+        scores16(q, kr, c, mk, hd, scale, sc + p0, maxlen, G, mxv);
     }
     attend_tail(o, vpool, tab, bs, kvw, off, first, len, hd, sink, sc, maxlen, f8, G, mxv, pf);
 }
@@ -923,6 +935,9 @@ typedef struct {
      * and the stride of their score rows (the call's longest context) */
     const size_t *blk;
     size_t nblk, rstride;
+    /* attn_group_range: KV heads a run of attend_heads, at most (<= 1:
+     * attend_row_group item by item) */
+    size_t heads;
 } attn_job;
 
 /* Positions GF .. GL - 1 of KV head KVH of sequence SEQ, dequantized into
@@ -1065,22 +1080,148 @@ static void attend_row_group(const attn_job *j, size_t i, size_t kvh, size_t g0,
                     (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
 }
 
+/* Row I's KV heads KVH0 .. KVH0 + NKH - 1 (NKH <= ATTN_HEADS_MAX), each of
+ * G <= ATTN_GROUP query heads (its whole group), in one walk over the
+ * positions: per 16 positions the scores of every head (scores16, as
+ * attend_group_body), then each head's softmax, then the weighted sums
+ * ATTN_HEADS_PVC positions at a time, every head over each stretch
+ * (attend_pv, each sum carried in the output: the operations of one
+ * pass).  So the same bits as attend_row_group head by head, but each
+ * position's keys and values of these heads, adjacent in the pool's row,
+ * are read together: the L2 streamer then fetches lines that are used
+ * next, where head by head it fetched the other heads' lines of each row
+ * long before their turn (or in vain).  SC: NKH x ATTN_GROUP score rows
+ * of STRIDE. */
+#define ATTN_HEADS_MAX 8
+#define ATTN_HEADS_PVC 32
+/* floats of a thread's score rows for attend_heads, at most (it runs
+ * fewer heads together where more would pass it) */
+#define ATTN_HEADS_SCRATCH ((size_t)1 << 20)
+
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+attend_heads_body(const attn_job *j, size_t i, size_t kvh0, size_t nkh, float *sc, size_t stride,
+                  const size_t hd, const int G)
+{
+    const nvfp4_kv_pages *kv = j->kv;
+    const size_t nh = j->nh, nkv = j->nkv, kvw = nkv * hd, bs = kv->block;
+    const size_t len = (size_t)kv->pos[i] + 1;
+    const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
+    const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
+    const float *kpool = kv->k_pool, *vpool = kv->v_pool;
+    /* prefetch for a decode row, as attend_row_group */
+    const int pf = i == 0 || kv->seq[i - 1] != kv->seq[i];
+    page_walk wk = page_walk_at(tab, bs, first), wp = page_walk_at(tab, bs, first + ATTN_PREFETCH);
+    __m512 mxv[ATTN_HEADS_MAX][ATTN_GROUP];
+
+    for (size_t h = 0; h < nkh; h++)
+        for (int g = 0; g < G; g++)
+            mxv[h][g] = _mm512_set1_ps(-INFINITY);
+    for (size_t p0 = first; p0 < len; p0 += 16) {
+        const size_t c = len - p0 < 16 ? len - p0 : 16;
+        const __mmask16 mk = lanes16(c);
+        size_t row[16];
+
+        for (size_t l = 0; l < c; l++) {
+            row[l] = page_walk_next(&wk) * kvw + kvh0 * hd;
+            /* the first 4 lines of the heads' keys ATTN_PREFETCH positions
+             * on: the L2 streamer fetches the rest of the run of lines,
+             * and more prefetches only hold fill buffers (Llama-3-8B, 8
+             * heads of 128: 4 KB a position, 3.2 ms a layer at 4096
+             * positions asking for all of them, 2.7 with none, 2.6-2.8
+             * with 4 lines; SmolLM2's 768 B: 0.60, 0.65 and 0.60-0.63) */
+            if (pf && p0 + l + ATTN_PREFETCH < len) {
+                const char *kn = (const char *)(kpool + page_walk_next(&wp) * kvw + kvh0 * hd);
+                for (size_t b = 0; b < nkh * hd * sizeof(float) && b < 256; b += 64)
+                    _mm_prefetch(kn + b, _MM_HINT_T0);
+            }
+        }
+        for (size_t h = 0; h < nkh; h++) {
+            const float *kr[16];
+
+            for (size_t l = 0; l < c; l++)
+                kr[l] = kpool + row[l] + h * hd;
+            scores16(j->q + (i * nh + (kvh0 + h) * (size_t)G) * hd, kr, c, mk, hd, j->scale,
+                     sc + h * ATTN_GROUP * stride + p0, stride, G, mxv[h]);
+        }
+    }
+    for (size_t h = 0; h < nkh; h++)
+        attend_softmax(first, len, kv->sinks ? kv->sinks + (kvh0 + h) * (size_t)G : NULL,
+                       sc + h * ATTN_GROUP * stride, stride, G, mxv[h]);
+    for (size_t c0 = first; c0 < len; c0 += ATTN_HEADS_PVC) {
+        const size_t e = len - c0 < ATTN_HEADS_PVC ? len : c0 + ATTN_HEADS_PVC;
+
+        for (size_t h = 0; h < nkh; h++)
+            attend_pv(j->out + (i * nh + (kvh0 + h) * (size_t)G) * hd, vpool, tab, bs, kvw,
+                      (kvh0 + h) * hd, c0, e, hd, sc + h * ATTN_GROUP * stride, stride, NULL, G,
+                      c0 > first, pf);
+    }
+}
+
+/* attend_heads_body for each group size and the common head sizes */
+__attribute__((target("avx512f"))) static void attend_heads(const attn_job *j, size_t i,
+                                                           size_t kvh0, size_t nkh, float *sc,
+                                                           size_t stride)
+{
+    const int G = (int)(j->nh / j->nkv);
+#define HEADS_BODY(HD, G_) attend_heads_body(j, i, kvh0, nkh, sc, stride, HD, G_)
+#define HEADS_BODY_HD(G_)                                                                         \
+    do {                                                                                          \
+        if (j->hd == 64)                                                                          \
+            HEADS_BODY(64, G_);                                                                   \
+        else if (j->hd == 128)                                                                    \
+            HEADS_BODY(128, G_);                                                                  \
+        else                                                                                      \
+            HEADS_BODY(j->hd, G_);                                                                \
+    } while (0)
+    switch (G) {
+    case 1:
+        HEADS_BODY_HD(1);
+        break;
+    case 2:
+        HEADS_BODY_HD(2);
+        break;
+    case 3:
+        HEADS_BODY_HD(3);
+        break;
+    default:
+        HEADS_BODY_HD(4);
+        break;
+    }
+#undef HEADS_BODY_HD
+#undef HEADS_BODY
+}
+
 /* Items of nvfp4k_cpu_attention_paged() for float32 pools with AVX-512: (row,
  * KV head, ATTN_GROUP of its query heads), the last row first: a prefill's
  * rows grow longer, and the pool's threads claim chunks in order, so the
  * chunks left for last are the short ones.  SLOT's scratch holds
- * ATTN_GROUP rows of max_len scores. */
+ * ATTN_GROUP rows of max_len scores, or j->heads times that: then a run of
+ * items of one row (KV heads whose query heads are one group each, at most
+ * j->heads of them) goes to attend_heads. */
 static void attn_group_range(void *arg, size_t it0, size_t it1, int slot)
 {
     const attn_job *j = arg;
     const size_t nkv = j->nkv, sub = (j->nh / nkv + ATTN_GROUP - 1) / ATTN_GROUP;
     const size_t items = j->m * nkv * sub;
+    float *sc = j->scores + (size_t)slot * j->per;
 
     for (size_t rit = it0; rit < it1; rit++) {
         const size_t it = items - 1 - rit;
 
-        attend_row_group(j, it / (nkv * sub), it / sub % nkv, it % sub * ATTN_GROUP,
-                         j->scores + (size_t)slot * j->per, j->kv->max_len);
+        if (j->heads > 1) {
+            /* sub == 1: item it is row it / nkv, KV head it % nkv; the
+             * next items (rit + 1, ...) the same row's lower heads */
+            const size_t i = it / nkv, kvh = it % nkv;
+            size_t n = 1;
+
+            while (n < j->heads && n <= kvh && rit + n < it1)
+                n++;
+            attend_heads(j, i, kvh + 1 - n, n, sc, j->kv->max_len);
+            rit += n - 1;
+            continue;
+        }
+        attend_row_group(j, it / (nkv * sub), it / sub % nkv, it % sub * ATTN_GROUP, sc,
+                         j->kv->max_len);
     }
 }
 #endif
@@ -1435,7 +1576,7 @@ nvfp4_status nvfp4k_cpu_attention_paged(void *ctx, const float *q, const float *
     /* a prefill's rows (ATTN_ROWS_MIN or more of one sequence) in blocks
      * of up to ATTN_ROWS (attn_rows_range), fewer where their score rows
      * would pass ATTN_ROWS_SCRATCH floats a thread */
-    size_t *blk = NULL, nblk = 0, rstride = 0, rows = 0;
+    size_t *blk = NULL, nblk = 0, rstride = 0, rows = 0, heads = 0;
 
 #ifdef CPU_HAVE_X86
     if (wide > 1 && !fp8 && hd % 16 == 0 && m >= ATTN_ROWS_MIN) {
@@ -1471,6 +1612,23 @@ nvfp4_status nvfp4k_cpu_attention_paged(void *ctx, const float *q, const float *
         return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
                                "scratch of %zu positions of %zu is out of range", maxlen, hd);
     }
+#ifdef CPU_HAVE_X86
+    /* decode rows (float32, AVX-512, a group of query heads per KV head):
+     * runs of KV heads in one walk (attend_heads), as many as
+     * ATTN_HEADS_SCRATCH floats of score rows allow */
+    if (!blk && wide > 1 && !fp8 && sub == 1 && nkv > 1) {
+        heads = ATTN_HEADS_SCRATCH / (ATTN_GROUP * (maxlen ? maxlen : 1));
+        heads = heads > ATTN_HEADS_MAX ? ATTN_HEADS_MAX : heads;
+        heads = heads > nkv ? nkv : heads;
+        if (heads > 1)
+            per = maxlen * ATTN_GROUP * heads;
+        if (heads > 1 && __builtin_mul_overflow(per, (size_t)nth * sizeof(float), &bytes)) {
+            free(blk);
+            return nvfp4_error_set(err, NVFP4_ERR_NOMEM, "", "attention_paged", -1,
+                                   "scratch of %zu positions is out of range", maxlen);
+        }
+    }
+#endif
     if (blk) {
         /* the key tiles, the value rows (when they fit ATTN_ROWS_SCRATCH
          * floats) and ROWS x group score rows (no more than that) */
@@ -1500,7 +1658,7 @@ nvfp4_status nvfp4k_cpu_attention_paged(void *ctx, const float *q, const float *
     }
     {
         attn_job j = {q,    out,  kv,   nh,      nkv,  hd,   scale, scores, per,
-                      m,    wide, blk,  nblk,    rstride};
+                      m,    wide, blk,  nblk,    rstride, heads};
         /* a decode step of a short context is a few microseconds: one thread */
         const int t = m * nh * maxlen * hd >= 8 * CPU_PAR_MIN ? nth : 1;
 #ifdef CPU_HAVE_X86
