@@ -1080,9 +1080,11 @@ static void attend_row_group(const attn_job *j, size_t i, size_t kvh, size_t g0,
                     (int)(group - g0 < ATTN_GROUP ? group - g0 : ATTN_GROUP));
 }
 
-/* Row I's KV heads KVH0 .. KVH0 + NKH - 1 (NKH <= ATTN_HEADS_MAX), each of
- * G <= ATTN_GROUP query heads (its whole group), in one walk over the
- * positions: per 16 positions the scores of every head (scores16, as
+/* Row I's units U0 .. U0 + NKH - 1 (NKH <= ATTN_HEADS_MAX) in one walk over
+ * the positions, a unit being G query heads of one KV head: a KV head's
+ * whole group (G = group <= ATTN_GROUP, unit u KV head u), or a quarter,
+ * a half ... of it (G = ATTN_GROUP, SUB = group / G units a KV head, unit
+ * u KV head u / SUB): per 16 positions the scores of every unit (scores16, as
  * attend_group_body), then each head's softmax, then the weighted sums
  * ATTN_HEADS_PVC positions at a time, every head over each stretch
  * (attend_pv, each sum carried in the output: the operations of one
@@ -1099,11 +1101,12 @@ static void attend_row_group(const attn_job *j, size_t i, size_t kvh, size_t g0,
 #define ATTN_HEADS_SCRATCH ((size_t)1 << 20)
 
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
-attend_heads_body(const attn_job *j, size_t i, size_t kvh0, size_t nkh, float *sc, size_t stride,
+attend_heads_body(const attn_job *j, size_t i, size_t u0, size_t nkh, float *sc, size_t stride,
                   const size_t hd, const int G)
 {
     const nvfp4_kv_pages *kv = j->kv;
     const size_t nh = j->nh, nkv = j->nkv, kvw = nkv * hd, bs = kv->block;
+    const size_t sub = nh / nkv / (size_t)G, kvh0 = u0 / sub;
     const size_t len = (size_t)kv->pos[i] + 1;
     const size_t first = kv->window && len > kv->window ? len - kv->window : 0;
     const int32_t *tab = kv->tables + (size_t)kv->seq[i] * kv->max_blocks;
@@ -1139,31 +1142,31 @@ attend_heads_body(const attn_job *j, size_t i, size_t kvh0, size_t nkh, float *s
             const float *kr[16];
 
             for (size_t l = 0; l < c; l++)
-                kr[l] = kpool + row[l] + h * hd;
-            scores16(j->q + (i * nh + (kvh0 + h) * (size_t)G) * hd, kr, c, mk, hd, j->scale,
+                kr[l] = kpool + row[l] + ((u0 + h) / sub - kvh0) * hd;
+            scores16(j->q + (i * nh + (u0 + h) * (size_t)G) * hd, kr, c, mk, hd, j->scale,
                      sc + h * ATTN_GROUP * stride + p0, stride, G, mxv[h]);
         }
     }
     for (size_t h = 0; h < nkh; h++)
-        attend_softmax(first, len, kv->sinks ? kv->sinks + (kvh0 + h) * (size_t)G : NULL,
+        attend_softmax(first, len, kv->sinks ? kv->sinks + (u0 + h) * (size_t)G : NULL,
                        sc + h * ATTN_GROUP * stride, stride, G, mxv[h]);
     for (size_t c0 = first; c0 < len; c0 += ATTN_HEADS_PVC) {
         const size_t e = len - c0 < ATTN_HEADS_PVC ? len : c0 + ATTN_HEADS_PVC;
 
         for (size_t h = 0; h < nkh; h++)
-            attend_pv(j->out + (i * nh + (kvh0 + h) * (size_t)G) * hd, vpool, tab, bs, kvw,
-                      (kvh0 + h) * hd, c0, e, hd, sc + h * ATTN_GROUP * stride, stride, NULL, G,
+            attend_pv(j->out + (i * nh + (u0 + h) * (size_t)G) * hd, vpool, tab, bs, kvw,
+                      (u0 + h) / sub * hd, c0, e, hd, sc + h * ATTN_GROUP * stride, stride, NULL, G,
                       c0 > first, pf);
     }
 }
 
 /* attend_heads_body for each group size and the common head sizes */
 __attribute__((target("avx512f"))) static void attend_heads(const attn_job *j, size_t i,
-                                                           size_t kvh0, size_t nkh, float *sc,
+                                                           size_t u0, size_t nkh, float *sc,
                                                            size_t stride)
 {
-    const int G = (int)(j->nh / j->nkv);
-#define HEADS_BODY(HD, G_) attend_heads_body(j, i, kvh0, nkh, sc, stride, HD, G_)
+    const int G = j->nh / j->nkv < ATTN_GROUP ? (int)(j->nh / j->nkv) : ATTN_GROUP;
+#define HEADS_BODY(HD, G_) attend_heads_body(j, i, u0, nkh, sc, stride, HD, G_)
 #define HEADS_BODY_HD(G_)                                                                         \
     do {                                                                                          \
         if (j->hd == 64)                                                                          \
@@ -1196,8 +1199,8 @@ __attribute__((target("avx512f"))) static void attend_heads(const attn_job *j, s
  * rows grow longer, and the pool's threads claim chunks in order, so the
  * chunks left for last are the short ones.  SLOT's scratch holds
  * ATTN_GROUP rows of max_len scores, or j->heads times that: then a run of
- * items of one row (KV heads whose query heads are one group each, at most
- * j->heads of them) goes to attend_heads. */
+ * items of one row (at most j->heads of them, each a unit of
+ * attend_heads_body) goes to attend_heads. */
 static void attn_group_range(void *arg, size_t it0, size_t it1, int slot)
 {
     const attn_job *j = arg;
@@ -1209,14 +1212,14 @@ static void attn_group_range(void *arg, size_t it0, size_t it1, int slot)
         const size_t it = items - 1 - rit;
 
         if (j->heads > 1) {
-            /* sub == 1: item it is row it / nkv, KV head it % nkv; the
-             * next items (rit + 1, ...) the same row's lower heads */
-            const size_t i = it / nkv, kvh = it % nkv;
+            /* item it is row it / (nkv sub), unit it % (nkv sub); the next
+             * items (rit + 1, ...) the same row's lower units */
+            const size_t i = it / (nkv * sub), u = it % (nkv * sub);
             size_t n = 1;
 
-            while (n < j->heads && n <= kvh && rit + n < it1)
+            while (n < j->heads && n <= u && rit + n < it1)
                 n++;
-            attend_heads(j, i, kvh + 1 - n, n, sc, j->kv->max_len);
+            attend_heads(j, i, u + 1 - n, n, sc, j->kv->max_len);
             rit += n - 1;
             continue;
         }
@@ -1613,13 +1616,15 @@ nvfp4_status nvfp4k_cpu_attention_paged(void *ctx, const float *q, const float *
                                "scratch of %zu positions of %zu is out of range", maxlen, hd);
     }
 #ifdef CPU_HAVE_X86
-    /* decode rows (float32, AVX-512, a group of query heads per KV head):
-     * runs of KV heads in one walk (attend_heads), as many as
-     * ATTN_HEADS_SCRATCH floats of score rows allow */
-    if (!blk && wide > 1 && !fp8 && sub == 1 && nkv > 1) {
+    /* decode rows (float32, AVX-512, groups of query heads that are
+     * ATTN_GROUP or fewer, or a multiple of it): runs of items in one walk
+     * (attend_heads), as many as ATTN_HEADS_SCRATCH floats of score rows
+     * allow */
+    if (!blk && wide > 1 && !fp8 && (sub == 1 || (nh / nkv) % ATTN_GROUP == 0) &&
+        nkv * sub > 1) {
         heads = ATTN_HEADS_SCRATCH / (ATTN_GROUP * (maxlen ? maxlen : 1));
         heads = heads > ATTN_HEADS_MAX ? ATTN_HEADS_MAX : heads;
-        heads = heads > nkv ? nkv : heads;
+        heads = heads > nkv * sub ? nkv * sub : heads;
         if (heads > 1)
             per = maxlen * ATTN_GROUP * heads;
         if (heads > 1 && __builtin_mul_overflow(per, (size_t)nth * sizeof(float), &bytes)) {

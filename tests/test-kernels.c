@@ -1937,6 +1937,11 @@ START_TEST(test_attention_groups)
         /* the unrolled bodies for head sizes 64 and 128 */
         attention_check(isa, 80, 70, 3, 12, 64);
         attention_check(isa, 80, 70, 3, 6, 128);
+        /* groups of 4 and 8 (two units a KV head): the AVX-512 path's KV
+         * heads in one walk (attend_heads), as 1-3 above */
+        attention_check(isa, 80, 70, 3, 8, 64);
+        attention_check(isa, 80, 70, 3, 16, 64);
+        attention_check(isa, 80, 70, 3, 16, 20);
     }
     /* a head size neither 8 nor 16 divides (masked tails of both) */
     attention_check("avx2", 80, 70, 3, 6, 13);
