@@ -935,8 +935,8 @@ typedef struct {
      * and the stride of their score rows (the call's longest context) */
     const size_t *blk;
     size_t nblk, rstride;
-    /* attn_group_range: KV heads a run of attend_heads, at most (<= 1:
-     * attend_row_group item by item) */
+    /* attn_group_range: items (units of attend_heads_body) a run of
+     * attend_heads, at most (<= 1: attend_row_group item by item) */
     size_t heads;
 } attn_job;
 
@@ -1088,7 +1088,8 @@ static void attend_row_group(const attn_job *j, size_t i, size_t kvh, size_t g0,
  * attend_group_body), then each head's softmax, then the weighted sums
  * ATTN_HEADS_PVC positions at a time, every head over each stretch
  * (attend_pv, each sum carried in the output: the operations of one
- * pass).  So the same bits as attend_row_group head by head, but each
+ * pass; the values, read in order, left to the L2 streamer: asked for
+ * ATTN_PREFETCH positions ahead they changed nothing).  So the same bits as attend_row_group head by head, but each
  * position's keys and values of these heads, adjacent in the pool's row,
  * are read together: the L2 streamer then fetches lines that are used
  * next, where head by head it fetched the other heads' lines of each row
@@ -1156,7 +1157,7 @@ attend_heads_body(const attn_job *j, size_t i, size_t u0, size_t nkh, float *sc,
         for (size_t h = 0; h < nkh; h++)
             attend_pv(j->out + (i * nh + (u0 + h) * (size_t)G) * hd, vpool, tab, bs, kvw,
                       (u0 + h) / sub * hd, c0, e, hd, sc + h * ATTN_GROUP * stride, stride, NULL, G,
-                      c0 > first, pf);
+                      c0 > first, 0);
     }
 }
 
